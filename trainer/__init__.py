@@ -1,0 +1,1 @@
+"""The shared DDP trainer. Importing the package does not import torch."""

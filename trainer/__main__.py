@@ -1,0 +1,35 @@
+"""`python -m trainer key=value ...`, also under `torchrun --nproc-per-node N -m trainer ...`."""
+
+import dataclasses
+import os
+import sys
+from pathlib import Path
+
+from trainer.config import build_config
+from trainer.distenv import resolve
+from trainer.errors import UserError
+from trainer.runs import resolve_data, write_config
+
+
+def main(argv: list[str]) -> int:
+    try:
+        env = resolve(os.environ)
+        config = build_config(argv)
+        # A fixed default folder: running the same command again resumes the run.
+        run_dir = Path(config.run_dir or f"runs/{config.task}").resolve()
+        config = dataclasses.replace(config, run_dir=str(run_dir))
+        config = resolve_data(config, Path("runs/sample_data"))
+        if env.is_main:
+            run_dir.mkdir(parents=True, exist_ok=True)
+            write_config(run_dir, config)
+        from trainer.entry import run
+
+        run(dataclasses.asdict(config))
+    except UserError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

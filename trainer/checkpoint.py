@@ -1,0 +1,72 @@
+"""Step-numbered checkpoints, each with a sha256 beside it; resume picks the newest that verifies."""
+
+import hashlib
+import io
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from trainer.atomic import write_bytes, write_text
+
+_NAME = re.compile(r"step_(\d+)\.pt$")
+
+
+def checkpoint_path(folder: Path, step: int) -> Path:
+    return folder / f"step_{step:08d}.pt"
+
+
+def list_checkpoints(folder: Path) -> list[tuple[int, Path]]:
+    """(step, path) of every checkpoint file, newest first."""
+    found = [(int(m.group(1)), p) for p in folder.glob("step_*.pt") if (m := _NAME.search(p.name))]
+    return sorted(found, reverse=True)
+
+
+def save(folder: Path, step: int, state: dict[str, Any], keep: int) -> Path:
+    """Write a checkpoint and its checksum atomically, then drop all but the newest `keep`."""
+    buffer = io.BytesIO()
+    torch.save(state, buffer)
+    data = buffer.getvalue()
+    path = checkpoint_path(folder, step)
+    write_bytes(path, data)
+    # Written second: a checkpoint without its checksum is never trusted.
+    write_text(path.with_suffix(".pt.sha256"), hashlib.sha256(data).hexdigest() + "\n")
+    for _, old in list_checkpoints(folder)[keep:]:
+        old.with_suffix(".pt.sha256").unlink(missing_ok=True)
+        old.unlink(missing_ok=True)
+    return path
+
+
+def _verified_bytes(path: Path) -> bytes | None:
+    digest_file = path.with_suffix(".pt.sha256")
+    if not digest_file.exists():
+        return None
+    data = path.read_bytes()
+    return data if hashlib.sha256(data).hexdigest() == digest_file.read_text().strip() else None
+
+
+def load_latest(folder: Path, map_location: torch.device) -> tuple[dict[str, Any], Path] | None:
+    """The newest checkpoint whose checksum matches; broken ones are skipped with a warning."""
+    for _, path in list_checkpoints(folder):
+        data = _verified_bytes(path)
+        if data is None:
+            print(
+                f"warning: skipping checkpoint {path}: missing or wrong checksum (torn or corrupt write)",
+                file=sys.stderr,
+            )
+            continue
+        state = torch.load(io.BytesIO(data), map_location=map_location, weights_only=True)
+        return state, path
+    return None
+
+
+def weights_sha256(state_dict: dict[str, torch.Tensor]) -> str:
+    """A hash of the weights, independent of dict order: name, dtype, shape and raw bytes of each tensor."""
+    digest = hashlib.sha256()
+    for name in sorted(state_dict):
+        tensor = state_dict[name].detach().cpu().contiguous()
+        digest.update(f"{name}|{tensor.dtype}|{tuple(tensor.shape)}|".encode())
+        digest.update(tensor.reshape(-1).view(torch.uint8).numpy().tobytes())
+    return digest.hexdigest()

@@ -1,0 +1,224 @@
+"""Trainer configuration: frozen dataclasses validated at construction, and `key=value` overrides.
+
+Torch-free on purpose: the submitter imports this to validate before it queues anything.
+"""
+
+import dataclasses
+import typing
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import trainer.tasks
+from trainer.errors import UserError
+
+AMP_MODES = ("off", "bf16", "fp16")
+
+
+def _check(ok: bool, key: str, message: str) -> None:
+    if not ok:
+        raise UserError(f"{key}: {message}")
+
+
+@dataclass(frozen=True)
+class DataConfig:
+    root: str = ""  # empty: the built-in sample data, generated on first use
+    csv: str = "pairs.csv"  # pix2pix only, relative to root
+    image_size: int = 64
+    num_workers: int = -1  # -1: derived from the CPUs available to each task
+    verify_images: bool = True  # open every image once before training starts
+
+    def __post_init__(self) -> None:
+        _check(
+            self.image_size >= 16 and self.image_size % 16 == 0,
+            "data.image_size",
+            "must be a multiple of 16, at least 16",
+        )
+        _check(self.num_workers >= -1, "data.num_workers", "must be -1 (auto) or >= 0")
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    name: str = "resnet18"  # classify: any torchvision model name; pix2pix: ignored
+    width: int = 16  # pix2pix U-Net base channels
+    depth: int = 3  # pix2pix U-Net down/up levels
+
+    def __post_init__(self) -> None:
+        _check(self.width >= 1, "model.width", "must be >= 1")
+        _check(1 <= self.depth <= 6, "model.depth", "must be between 1 and 6")
+
+
+@dataclass(frozen=True)
+class OptimConfig:
+    lr: float = 2e-3
+    weight_decay: float = 0.0
+    warmup_steps: int = 0
+    grad_clip: float = 0.0  # 0: off
+
+    def __post_init__(self) -> None:
+        _check(self.lr > 0, "optim.lr", "must be > 0")
+        _check(self.weight_decay >= 0, "optim.weight_decay", "must be >= 0")
+        _check(self.warmup_steps >= 0, "optim.warmup_steps", "must be >= 0")
+        _check(self.grad_clip >= 0, "optim.grad_clip", "must be >= 0 (0 turns clipping off)")
+
+
+@dataclass(frozen=True)
+class LogConfig:
+    every: int = 10  # steps between scalar logs and progress lines
+    image_every: int = 50  # steps between TensorBoard image grids; 0: never
+
+    def __post_init__(self) -> None:
+        _check(self.every >= 1, "log.every", "must be >= 1")
+        _check(self.image_every >= 0, "log.image_every", "must be >= 0 (0 turns image grids off)")
+
+
+@dataclass(frozen=True)
+class CheckpointConfig:
+    every: int = 50  # steps between checkpoints; the last step is always saved
+    keep: int = 3  # newest checkpoints kept
+
+    def __post_init__(self) -> None:
+        _check(self.every >= 1, "checkpoint.every", "must be >= 1")
+        _check(self.keep >= 1, "checkpoint.keep", "must be >= 1")
+
+
+@dataclass(frozen=True)
+class DistConfig:
+    timeout_s: int = 300  # process-group init and collective timeout
+
+    def __post_init__(self) -> None:
+        _check(self.timeout_s >= 1, "dist.timeout_s", "must be >= 1")
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    task: str = "pix2pix"
+    run_dir: str = ""  # set by the submitter; with torchrun, defaults to runs/<task>
+    seed: int = 0
+    steps: int = 300
+    batch_size: int = 8  # per process
+    amp: str = "off"
+    data: DataConfig = field(default_factory=DataConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    log: LogConfig = field(default_factory=LogConfig)
+    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    dist: DistConfig = field(default_factory=DistConfig)
+
+    def __post_init__(self) -> None:
+        tasks = trainer.tasks.available()
+        _check(self.task in tasks, "task", f"unknown task {self.task!r}; choose one of {', '.join(tasks)}")
+        _check(self.amp in AMP_MODES, "amp", f"must be one of {', '.join(AMP_MODES)}, got {self.amp!r}")
+        _check(self.steps >= 1, "steps", "must be >= 1")
+        _check(self.batch_size >= 1, "batch_size", "must be >= 1")
+
+
+def _fields(cls: type) -> dict[str, Any]:
+    hints = typing.get_type_hints(cls)
+    return {f.name: hints[f.name] for f in dataclasses.fields(cls)}
+
+
+def valid_keys(cls: type = TrainConfig, prefix: str = "") -> list[str]:
+    """Every dotted key a config of `cls` accepts."""
+    keys = []
+    for name, tp in _fields(cls).items():
+        if dataclasses.is_dataclass(tp):
+            keys.extend(valid_keys(tp, f"{prefix}{name}."))
+        else:
+            keys.append(prefix + name)
+    return keys
+
+
+def _type_name(tp: Any) -> str:
+    return getattr(tp, "__name__", str(tp))
+
+
+def _coerce(value: Any, tp: Any, key: str) -> Any:
+    """Check a value read from YAML or a dict against the field's type."""
+    if tp is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if (tp is int and isinstance(value, bool)) or not isinstance(value, tp):
+        raise UserError(f"{key}: expected {_type_name(tp)}, got {type(value).__name__} {value!r}")
+    return value
+
+
+def from_dict(cls: type, data: Mapping[str, Any], prefix: str = "") -> Any:
+    """Build a config dataclass from a nested mapping, rejecting unknown keys and wrong types."""
+    if not isinstance(data, Mapping):
+        raise UserError(f"{prefix.rstrip('.') or 'config'}: expected a mapping, got {type(data).__name__}")
+    fields = _fields(cls)
+    unknown = sorted(set(data) - set(fields))
+    if unknown:
+        raise UserError(f"unknown config key {prefix}{unknown[0]!s}; valid keys: {', '.join(valid_keys(cls, prefix))}")
+    kwargs = {}
+    for name, value in data.items():
+        tp = fields[name]
+        if dataclasses.is_dataclass(tp):
+            kwargs[name] = from_dict(tp, value, f"{prefix}{name}.")
+        else:
+            kwargs[name] = _coerce(value, tp, prefix + name)
+    return cls(**kwargs)
+
+
+_TRUE = {"true", "yes", "on", "1"}
+_FALSE = {"false", "no", "off", "0"}
+
+
+def _parse_scalar(raw: str, tp: Any, key: str) -> Any:
+    """Turn the text of a command-line override into the field's type."""
+    try:
+        if tp is bool:
+            if raw.lower() in _TRUE | _FALSE:
+                return raw.lower() in _TRUE
+            raise ValueError
+        if tp is int:
+            return int(raw)
+        if tp is float:
+            return float(raw)
+    except ValueError:
+        raise UserError(f"{key}={raw}: expected {_type_name(tp)}; give e.g. {key}={_example(tp)}") from None
+    return raw
+
+
+def _example(tp: Any) -> str:
+    return {bool: "true", int: "10", float: "0.001"}.get(tp, "text")
+
+
+def parse_overrides(items: Iterable[str]) -> dict[str, Any]:
+    """Turn `a.b=1` arguments into a nested dict with values of the right types."""
+    out: dict[str, Any] = {}
+    keys = valid_keys()
+    for item in items:
+        key, eq, raw = item.partition("=")
+        if not eq or not key:
+            raise UserError(f"override {item!r} is not key=value; write e.g. steps=100")
+        if key not in keys:
+            raise UserError(f"unknown config key {key}; valid keys: {', '.join(keys)}")
+        cls: Any = TrainConfig
+        node = out
+        *parents, leaf = key.split(".")
+        for part in parents:
+            cls = _fields(cls)[part]
+            node = node.setdefault(part, {})
+        node[leaf] = _parse_scalar(raw, _fields(cls)[leaf], key)
+    return out
+
+
+def merge(base: Mapping[str, Any], updates: Mapping[str, Any]) -> dict[str, Any]:
+    """Deep-merge `updates` into a copy of `base`."""
+    out = dict(base)
+    for key, value in updates.items():
+        if isinstance(value, Mapping) and isinstance(out.get(key), Mapping):
+            out[key] = merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def build_config(overrides: Iterable[str] = (), base: Mapping[str, Any] | None = None) -> TrainConfig:
+    """The resolved trainer config: defaults, then `base` (a profile's section), then overrides."""
+    return from_dict(TrainConfig, merge(base or {}, parse_overrides(overrides)))
+
+
+def to_dict(config: TrainConfig) -> dict[str, Any]:
+    return dataclasses.asdict(config)

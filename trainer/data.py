@@ -1,0 +1,50 @@
+"""The distributed data loader, and a sampler that can start mid-epoch."""
+
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+from torch.utils.data import DataLoader, Dataset, DistributedSampler
+
+from trainer.config import TrainConfig
+from trainer.distenv import DistEnv
+
+
+class ResumableSampler(DistributedSampler[Any]):
+    """DistributedSampler that skips the first `start` samples of this rank's share of the epoch.
+
+    The order is a function of (seed, epoch) alone, so skipping reproduces exactly the
+    samples an uninterrupted run would see next, without loading the skipped ones.
+    """
+
+    start: int = 0
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(list(super().__iter__())[self.start :])
+
+    def __len__(self) -> int:
+        return self.num_samples - self.start
+
+
+def num_workers(config: TrainConfig, env: DistEnv) -> int:
+    if config.data.num_workers >= 0:
+        return config.data.num_workers
+    # One core stays with the training process; the rest decode images.
+    return min(8, env.cpus_per_task - 1)
+
+
+def make_loader(
+    dataset: Dataset[Any], config: TrainConfig, env: DistEnv, device: torch.device
+) -> tuple[DataLoader[Any], ResumableSampler]:
+    sampler = ResumableSampler(dataset, num_replicas=env.world_size, rank=env.rank, shuffle=True, seed=config.seed)
+    workers = num_workers(config, env)
+    loader = DataLoader(
+        dataset,
+        batch_size=config.batch_size,
+        sampler=sampler,
+        drop_last=True,  # every rank takes the same number of steps
+        num_workers=workers,
+        pin_memory=device.type == "cuda",
+        persistent_workers=workers > 0,
+    )
+    return loader, sampler

@@ -1,0 +1,46 @@
+"""Run directories and the data a run points at (torch-free: the submitter uses it)."""
+
+import dataclasses
+import secrets
+import time
+from pathlib import Path
+
+import yaml
+
+from trainer.atomic import write_text
+from trainer.config import TrainConfig, to_dict
+from trainer.errors import UserError
+from trainer.pairs import check_data
+from trainer.sample_data import ensure_sample_data
+
+
+def resolve_data(config: TrainConfig, sample_root: Path) -> TrainConfig:
+    """Point an empty data.root at the built-in sample data (made on first use) and check the data."""
+    if config.data.root:
+        root = Path(config.data.root).expanduser().resolve()
+    else:
+        root = ensure_sample_data(sample_root).resolve() / config.task
+        if not root.is_dir():
+            raise UserError(f"task {config.task} has no built-in sample data; set data.root=PATH")
+    if config.data.verify_images or not config.data.root:
+        check_data(config.task, root, config.data.csv, config.data.verify_images)
+    else:
+        check_data(config.task, root, config.data.csv, verify=False)
+    return dataclasses.replace(config, data=dataclasses.replace(config.data, root=str(root)))
+
+
+def new_run_dir(run_root: Path, task: str) -> Path:
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    return (run_root / f"{stamp}-{task}-{secrets.token_hex(2)}").resolve()
+
+
+def write_config(run_dir: Path, config: TrainConfig) -> None:
+    """The resolved config, the last thing written before a run starts: its presence marks a run."""
+    write_text(run_dir / "config.yaml", yaml.safe_dump(to_dict(config), sort_keys=False))
+
+
+def load_config_file(run_dir: Path) -> dict[str, object]:
+    path = run_dir / "config.yaml"
+    if not path.is_file():
+        raise UserError(f"{run_dir} is not a run directory (no config.yaml); pass the folder printed at submit time")
+    return yaml.safe_load(path.read_text())

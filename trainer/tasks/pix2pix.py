@@ -1,0 +1,89 @@
+"""Paired image-to-image translation: a small U-Net trained with an L1 loss."""
+
+from pathlib import Path
+from typing import Any
+
+import torch
+from PIL import Image
+from torch import nn
+from torch.utils.data import Dataset
+from torchvision import transforms
+from torchvision.utils import make_grid
+
+from trainer.config import TrainConfig
+from trainer.errors import UserError
+from trainer.pairs import read_pairs
+
+
+class PairsDataset(Dataset[tuple[torch.Tensor, torch.Tensor]]):
+    def __init__(self, pairs: list[tuple[Path, Path]], image_size: int) -> None:
+        self.pairs = pairs
+        self.transform = transforms.Compose(
+            [transforms.Resize((image_size, image_size)), transforms.ToTensor(), transforms.Normalize(0.5, 0.5)]
+        )
+
+    def __len__(self) -> int:
+        return len(self.pairs)
+
+    def _load(self, path: Path) -> torch.Tensor:
+        try:
+            with Image.open(path) as image:
+                return self.transform(image.convert("RGB"))
+        except OSError as exc:
+            raise UserError(f"cannot read image {path} ({exc}); fix or remove it") from None
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
+        source, target = self.pairs[index]
+        return self._load(source), self._load(target)
+
+
+def _block(c_in: int, c_out: int, stride: int = 1) -> nn.Sequential:
+    # GroupNorm, not BatchNorm: no running buffers to broadcast, same result at any batch size.
+    conv = nn.Conv2d(c_in, c_out, 4 if stride == 2 else 3, stride, 1)
+    return nn.Sequential(conv, nn.GroupNorm(min(8, c_out), c_out), nn.SiLU())
+
+
+class UNet(nn.Module):
+    def __init__(self, width: int, depth: int) -> None:
+        super().__init__()
+        chans = [width * 2**i for i in range(depth + 1)]
+        self.inc = _block(3, chans[0])
+        self.downs = nn.ModuleList(_block(chans[i], chans[i + 1], stride=2) for i in range(depth))
+        self.ups = nn.ModuleList(nn.ConvTranspose2d(chans[i + 1], chans[i], 4, 2, 1) for i in reversed(range(depth)))
+        self.fuse = nn.ModuleList(_block(2 * chans[i], chans[i]) for i in reversed(range(depth)))
+        self.out = nn.Conv2d(chans[0], 3, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.inc(x)
+        skips = [x]
+        for down in self.downs:
+            x = down(x)
+            skips.append(x)
+        skips.pop()
+        for up, fuse in zip(self.ups, self.fuse):
+            x = fuse(torch.cat([up(x), skips.pop()], dim=1))
+        return torch.tanh(self.out(x))
+
+
+class Pix2Pix:
+    def dataset(self, config: TrainConfig) -> PairsDataset:
+        root = Path(config.data.root)
+        return PairsDataset(read_pairs(root, config.data.csv, verify=False), config.data.image_size)
+
+    def model(self, config: TrainConfig, dataset: Any) -> nn.Module:
+        return UNet(config.model.width, config.model.depth)
+
+    def forward(self, model: nn.Module, batch: Any) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        source, target = batch
+        loss = nn.functional.l1_loss(model(source).float(), target)
+        return loss, {}
+
+    @torch.no_grad()
+    def images(self, model: nn.Module, batch: Any) -> torch.Tensor:
+        source, target = (t[:4] for t in batch)
+        output = model(source).float()
+        rows = torch.stack([source, target, output], dim=1).flatten(0, 1)  # input | target | output
+        return make_grid(rows, nrow=3, normalize=True, value_range=(-1, 1))
+
+
+TASK = Pix2Pix()

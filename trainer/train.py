@@ -1,0 +1,256 @@
+"""The training loop, top to bottom. Rank 0 alone writes logs, TensorBoard and checkpoints."""
+
+import contextlib
+import json
+import random
+import sys
+import time
+from collections.abc import Iterator
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+import trainer.tasks
+from trainer import checkpoint
+from trainer.atomic import write_text
+from trainer.config import TrainConfig, to_dict
+from trainer.data import make_loader
+from trainer.distenv import DistEnv
+from trainer.errors import UserError
+from trainer.tblog import NullLogger, TensorBoardLogger
+
+AMP_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+@contextlib.contextmanager
+def process_group(env: DistEnv, timeout_s: int, device: torch.device) -> Iterator[None]:
+    """Join the process group for the duration of the block, and always leave it."""
+    if not env.distributed:
+        yield
+        return
+    backend = "nccl" if device.type == "cuda" else "gloo"
+    dist.init_process_group(
+        backend,
+        init_method=f"tcp://{env.master_addr}:{env.master_port}",
+        rank=env.rank,
+        world_size=env.world_size,
+        timeout=timedelta(seconds=timeout_s),
+        device_id=device if device.type == "cuda" else None,
+    )
+    try:
+        yield
+    finally:
+        dist.destroy_process_group()
+
+
+def pick_device(env: DistEnv) -> torch.device:
+    if torch.cuda.is_available():
+        device = torch.device("cuda", env.local_rank % torch.cuda.device_count())
+        torch.cuda.set_device(device)
+        return device
+    return torch.device("cpu")
+
+
+def mean_over_ranks(value: torch.Tensor, env: DistEnv) -> float:
+    value = value.detach().clone().float()
+    if env.distributed:
+        dist.all_reduce(value)
+        value /= env.world_size
+    return value.item()
+
+
+def gather_rng(env: DistEnv, device: torch.device) -> list[torch.Tensor]:
+    """Every rank's generator state, so a resumed run continues each stream exactly."""
+    state = torch.get_rng_state()
+    if device.type == "cuda":
+        state = torch.cat([state, torch.cuda.get_rng_state(device)])
+    if not env.distributed:
+        return [state]
+    states: list[Any] = [None] * env.world_size
+    dist.all_gather_object(states, state)
+    return states
+
+
+def restore_rng(states: list[torch.Tensor], env: DistEnv, device: torch.device) -> None:
+    if len(states) != env.world_size:
+        return  # a different world size: the streams cannot match anyway
+    state = states[env.rank].cpu()
+    cpu_size = torch.get_rng_state().numel()
+    torch.set_rng_state(state[:cpu_size])
+    if device.type == "cuda" and state.numel() > cpu_size:
+        torch.cuda.set_rng_state(state[cpu_size:], device)
+
+
+class Progress:
+    """A live line on a terminal, plain periodic lines in batch logs."""
+
+    def __init__(self, total: int, enabled: bool) -> None:
+        self.total, self.enabled, self.tty = total, enabled, sys.stdout.isatty()
+
+    def update(self, step: int, values: dict[str, float]) -> None:
+        if not self.enabled:
+            return
+        text = f"step {step}/{self.total} " + " ".join(f"{k.split('/')[-1]}={v:.4g}" for k, v in values.items())
+        print(("\r" + text) if self.tty else text, end="" if self.tty else "\n", flush=True)
+
+    def close(self) -> None:
+        if self.enabled and self.tty:
+            print(flush=True)
+
+
+def train(config: TrainConfig, env: DistEnv) -> dict[str, Any] | None:
+    """Train to `config.steps`, resuming from the newest valid checkpoint. Rank 0 returns the summary."""
+    started = time.monotonic()
+    run_dir = Path(config.run_dir)
+    device = pick_device(env)
+    torch.set_num_threads(env.cpus_per_task)
+    with process_group(env, config.dist.timeout_s, device):
+        random.seed(config.seed)
+        torch.manual_seed(config.seed)  # the same initial weights on every rank
+        task = trainer.tasks.get(config.task)
+        dataset = task.dataset(config)
+        loader, sampler = make_loader(dataset, config, env, device)
+        batches_per_epoch = len(sampler) // config.batch_size
+        if batches_per_epoch == 0:
+            raise UserError(
+                f"{len(dataset)} samples give no full batch of {config.batch_size} on each of {env.world_size} "
+                f"processes; lower batch_size or add data"
+            )
+        model = task.model(config, dataset).to(device)
+        # One process: the bare model; DDP needs a process group and adds nothing there.
+        ddp = DDP(model, device_ids=[device.index] if device.type == "cuda" else None) if env.distributed else model
+        optimizer = torch.optim.AdamW(model.parameters(), lr=config.optim.lr, weight_decay=config.optim.weight_decay)
+        warmup = config.optim.warmup_steps
+        scheduler = torch.optim.lr_scheduler.LambdaLR(
+            optimizer, lambda s: min(1.0, (s + 1) / warmup) if warmup else 1.0
+        )
+        scaler = torch.amp.GradScaler(device.type, enabled=config.amp == "fp16")
+        autocast = torch.autocast(device.type, dtype=AMP_DTYPES.get(config.amp), enabled=config.amp != "off")
+
+        step, epoch, batch_in_epoch = 0, 0, 0
+        ckpt_dir = run_dir / "checkpoints"
+        resumed = checkpoint.load_latest(ckpt_dir, map_location=device)
+        if resumed is not None:
+            state, path = resumed
+            model.load_state_dict(state["model"])
+            optimizer.load_state_dict(state["optimizer"])
+            scheduler.load_state_dict(state["scheduler"])
+            scaler.load_state_dict(state["scaler"])
+            step, epoch, batch_in_epoch = (int(state["progress"][k]) for k in ("step", "epoch", "batch_in_epoch"))
+            restore_rng(state["rng"], env, device)
+            if env.is_main:
+                print(f"resumed from {path} at step {step}", flush=True)
+
+        logger = TensorBoardLogger(run_dir / "tensorboard") if env.is_main else NullLogger()
+        progress = Progress(config.steps, enabled=env.is_main)
+        interval_loss, interval_metrics, interval_steps = torch.zeros((), device=device), {}, 0
+        step_time = data_time = 0.0
+        final_loss = float("nan")
+        final_metrics: dict[str, float] = {}
+
+        def save() -> None:
+            rng = gather_rng(env, device)  # a collective: every rank takes part
+            if env.is_main:
+                state = {
+                    "model": model.state_dict(),
+                    "optimizer": optimizer.state_dict(),
+                    "scheduler": scheduler.state_dict(),
+                    "scaler": scaler.state_dict(),
+                    "progress": {"step": step, "epoch": epoch, "batch_in_epoch": batch_in_epoch},
+                    "rng": rng,
+                }
+                checkpoint.save(ckpt_dir, step, state, config.checkpoint.keep)
+            if env.distributed:
+                dist.barrier()  # nobody runs ahead of a checkpoint that is still being written
+
+        while step < config.steps:
+            sampler.set_epoch(epoch)
+            sampler.start = batch_in_epoch * config.batch_size
+            tick = time.perf_counter()
+            for batch in loader:
+                batch = [t.to(device, non_blocking=True) for t in batch]
+                loaded = time.perf_counter()
+                with autocast:
+                    loss, metrics = task.forward(ddp, batch)
+                optimizer.zero_grad(set_to_none=True)
+                scaler.scale(loss).backward()
+                if config.optim.grad_clip:
+                    scaler.unscale_(optimizer)
+                    torch.nn.utils.clip_grad_norm_(model.parameters(), config.optim.grad_clip)
+                scaler.step(optimizer)
+                scaler.update()
+                scheduler.step()
+                step += 1
+                batch_in_epoch += 1
+                if batch_in_epoch == batches_per_epoch:
+                    epoch, batch_in_epoch = epoch + 1, 0
+
+                done = time.perf_counter()
+                data_time += loaded - tick
+                step_time += done - tick
+                interval_loss += loss.detach()
+                for name, value in metrics.items():
+                    interval_metrics[name] = interval_metrics.get(name, 0.0) + value.detach()
+                interval_steps += 1
+                tick = done
+
+                if step % config.log.every == 0 or step == config.steps:
+                    values = {"train/loss": mean_over_ranks(interval_loss / interval_steps, env)}
+                    values |= {
+                        f"train/{k}": mean_over_ranks(v / interval_steps, env) for k, v in interval_metrics.items()
+                    }
+                    values |= {
+                        "train/lr": scheduler.get_last_lr()[0],
+                        "perf/samples_per_s": interval_steps * config.batch_size * env.world_size / step_time,
+                        "perf/step_time_s": step_time / interval_steps,
+                        "perf/data_wait_s": data_time / interval_steps,
+                    }
+                    logger.scalars(values, step)
+                    progress.update(step, values)
+                    interval_loss.zero_()
+                    interval_metrics, interval_steps, step_time, data_time = {}, 0, 0.0, 0.0
+                if config.log.image_every and (step % config.log.image_every == 0 or step == config.steps):
+                    grid = task.images(model, batch) if env.is_main else None
+                    if grid is not None:
+                        logger.image("images/input_target_output", grid, step)
+                if step == config.steps:
+                    # Summary metrics from the last step alone: the same whether or not the run was resumed.
+                    final_loss = mean_over_ranks(loss, env)
+                    final_metrics = {k: mean_over_ranks(v, env) for k, v in metrics.items()}
+                if step % config.checkpoint.every == 0 or step == config.steps:
+                    save()
+                if step >= config.steps or batch_in_epoch == 0:
+                    break  # a new epoch needs set_epoch and a fresh sampler start
+        progress.close()
+
+        summary = None
+        if env.is_main:
+            summary = {
+                "task": config.task,
+                "final_step": step,
+                "final_loss": final_loss,
+                "final_metrics": final_metrics,
+                "world_size": env.world_size,
+                "wall_time_s": round(time.monotonic() - started, 3),
+                "weights_sha256": checkpoint.weights_sha256(model.state_dict()),
+            }
+            hparams = {k: v for k, v in _flat(to_dict(config)).items() if k != "run_dir"}
+            logger.hparams(hparams, {"final_loss": final_loss, **final_metrics})
+            logger.close()
+            write_text(run_dir / "summary.json", json.dumps(summary, indent=2) + "\n")
+            print(f"done: step {step}, final loss {final_loss:.4f}, summary in {run_dir / 'summary.json'}", flush=True)
+        return summary
+
+
+def _flat(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in tree.items():
+        if isinstance(value, dict):
+            out |= _flat(value, f"{prefix}{key}.")
+        else:
+            out[prefix + key] = value
+    return out
