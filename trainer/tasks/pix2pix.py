@@ -60,7 +60,7 @@ class UNet(nn.Module):
             x = down(x)
             skips.append(x)
         skips.pop()
-        for up, fuse in zip(self.ups, self.fuse):
+        for up, fuse in zip(self.ups, self.fuse, strict=True):
             x = fuse(torch.cat([up(x), skips.pop()], dim=1))
         return torch.tanh(self.out(x))
 
