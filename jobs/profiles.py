@@ -38,7 +38,7 @@ class Profile:
                 f"the {self.executor} executor runs on one node, got {self.nodes}; use --nodes 1 or a Slurm profile"
             )
         if self.executor == "debug" and self.gpus_per_node != 1:
-            raise UserError(f"the debug executor runs one task in-process; use --gpus-per-node 1 or the local profile")
+            raise UserError("the debug executor runs one task in-process; use --gpus-per-node 1 or the local profile")
         if self.timeout_min < 1:
             raise UserError(f"timeout_min must be at least 1, got {self.timeout_min}")
 

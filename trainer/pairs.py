@@ -20,7 +20,7 @@ def check_image(path: Path, where: str) -> None:
     from PIL import Image, UnidentifiedImageError
 
     if not path.is_file():
-        raise UserError(f"{where}: image {path} does not exist; fix the path or add the file")
+        raise UserError(f"{where}: image {path} is missing or not a file; fix the path or add the file")
     try:
         with Image.open(path) as image:
             image.verify()

@@ -1,0 +1,63 @@
+import pytest
+
+from trainer.config import TrainConfig, build_config, from_dict, parse_overrides
+from trainer.errors import UserError
+
+
+def test_overrides_take_types_from_the_fields() -> None:
+    config = build_config(["steps=7", "optim.lr=0.5", "data.verify_images=false", "amp=bf16", "data.root=/d"])
+    assert (config.steps, config.optim.lr, config.data.verify_images, config.amp, config.data.root) == (
+        7,
+        0.5,
+        False,
+        "bf16",
+        "/d",
+    )
+
+
+def test_overrides_win_over_the_profile_section() -> None:
+    config = build_config(["log.every=3"], base={"steps": 9, "log": {"every": 1, "image_every": 0}})
+    assert (config.steps, config.log.every, config.log.image_every) == (9, 3, 0)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (["stepz=1"], "unknown config key stepz; valid keys: task, run_dir, seed, steps"),
+        (["data.nope=1"], "unknown config key data.nope"),
+        (["steps=ten"], "steps=ten: expected int"),
+        (["optim.lr=fast"], "optim.lr=fast: expected float"),
+        (["data.verify_images=maybe"], "expected bool"),
+        (["steps"], "is not key=value"),
+        (["amp=fp8"], "amp: must be one of off, bf16, fp16"),
+        (["task=segment"], "unknown task 'segment'; choose one of classify, pix2pix"),
+        (["steps=0"], "steps: must be >= 1"),
+        (["data.image_size=30"], "multiple of 16"),
+    ],
+)
+def test_bad_overrides_say_what_and_how(overrides: list[str], message: str) -> None:
+    with pytest.raises(UserError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        build_config(overrides)
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        ({"steps": "10"}, "steps: expected int, got str"),
+        ({"steps": True}, "steps: expected int, got bool"),
+        ({"log": {"every": 1.5}}, "log.every: expected int, got float"),
+        ({"log": 3}, "log: expected a mapping"),
+        ({"bogus": 1}, "unknown config key bogus"),
+    ],
+)
+def test_wrong_types_name_the_key(data: dict, message: str) -> None:
+    with pytest.raises(UserError, match=message):
+        from_dict(TrainConfig, data)
+
+
+def test_ints_are_accepted_for_floats() -> None:
+    assert from_dict(TrainConfig, {"optim": {"lr": 1}}).optim.lr == 1.0
+
+
+def test_parse_overrides_nests_dotted_keys() -> None:
+    assert parse_overrides(["log.every=2", "seed=3"]) == {"log": {"every": 2}, "seed": 3}

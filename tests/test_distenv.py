@@ -1,0 +1,107 @@
+import pytest
+
+from trainer.distenv import PORT_BASE, PORT_SPAN, port_from_job_id, resolve
+
+TORCHRUN = {
+    "RANK": "3",
+    "LOCAL_RANK": "1",
+    "WORLD_SIZE": "4",
+    "LOCAL_WORLD_SIZE": "2",
+    "GROUP_RANK": "1",
+    "MASTER_ADDR": "10.0.0.1",
+    "MASTER_PORT": "29400",
+}
+
+
+def slurm(
+    procid: int, localid: int, nodeid: int, nodelist: str, ntasks: int = 4, nodes: int = 2, **extra: str
+) -> dict[str, str]:
+    env = {
+        "SLURM_PROCID": str(procid),
+        "SLURM_LOCALID": str(localid),
+        "SLURM_NODEID": str(nodeid),
+        "SLURM_NTASKS": str(ntasks),
+        "SLURM_JOB_NUM_NODES": str(nodes),
+        "SLURM_JOB_NODELIST": nodelist,
+        "SLURM_JOB_ID": "123456",
+        "SLURM_CPUS_PER_TASK": "4",
+    }
+    return env | extra
+
+
+LOCAL = {
+    "SUBMITIT_LOCAL_GLOBALID": "1",
+    "SUBMITIT_LOCAL_LOCALID": "1",
+    "SUBMITIT_LOCAL_NTASKS": "2",
+    "SUBMITIT_LOCAL_JOB_ID": "4242",
+}
+
+# (env, expected fields) — the first matching source wins: torchrun, Slurm, submitit local, single.
+CASES = [
+    (
+        TORCHRUN,
+        dict(
+            source="torchrun",
+            rank=3,
+            local_rank=1,
+            world_size=4,
+            local_world_size=2,
+            node_rank=1,
+            num_nodes=2,
+            master_addr="10.0.0.1",
+            master_port=29400,
+        ),
+    ),
+    (TORCHRUN | slurm(0, 0, 0, "node[1-2]"), dict(source="torchrun", rank=3)),
+    (
+        slurm(2, 0, 1, "node[1-2]"),
+        dict(
+            source="slurm",
+            rank=2,
+            local_rank=0,
+            node_rank=1,
+            world_size=4,
+            local_world_size=2,
+            num_nodes=2,
+            master_addr="node1",
+            cpus_per_task=4,
+        ),
+    ),
+    (slurm(0, 0, 0, "gpu[07-08,10]", ntasks=6, nodes=3), dict(master_addr="gpu07", local_world_size=2)),
+    (slurm(0, 0, 0, "rack[1-2]-n[01-02]", ntasks=8, nodes=4), dict(master_addr="rack1-n01", num_nodes=4)),
+    (slurm(0, 0, 0, "login5,node[1-2]", ntasks=3, nodes=3), dict(master_addr="login5")),
+    (slurm(1, 1, 0, "node[1-2]", MASTER_ADDR="head", MASTER_PORT="1234"), dict(master_addr="head", master_port=1234)),
+    (slurm(0, 0, 0, "n1", ntasks=4, nodes=2, SLURM_NTASKS_PER_NODE="2(x2)"), dict(local_world_size=2)),
+    (
+        LOCAL,
+        dict(
+            source="submitit-local",
+            rank=1,
+            local_rank=1,
+            world_size=2,
+            num_nodes=1,
+            master_addr="127.0.0.1",
+            job_id="4242",
+        ),
+    ),
+    ({}, dict(source="single", rank=0, world_size=1, master_addr="127.0.0.1", is_main=True, distributed=False)),
+    ({"MASTER_ADDR": "h", "MASTER_PORT": "7"}, dict(source="single", master_addr="h", master_port=7)),
+]
+
+
+@pytest.mark.parametrize(("env", "expected"), CASES)
+def test_resolves_rank_world_and_address(env: dict[str, str], expected: dict[str, object]) -> None:
+    resolved = resolve(env)
+    assert {k: getattr(resolved, k) for k in expected} == expected
+
+
+def test_slurm_port_comes_from_the_job_id_and_avoids_ephemeral_ports() -> None:
+    assert resolve(slurm(0, 0, 0, "n1")).master_port == port_from_job_id("123456")
+    ports = {port_from_job_id(str(job)) for job in range(100000, 100500)}
+    assert len(ports) == 500
+    assert all(PORT_BASE <= p < PORT_BASE + PORT_SPAN < 32768 for p in ports)
+
+
+def test_every_task_of_a_job_agrees_on_the_address() -> None:
+    envs = [slurm(r, r % 2, r // 2, "node[1-2]") for r in range(4)]
+    assert len({(resolve(e).master_addr, resolve(e).master_port) for e in envs}) == 1
