@@ -1,0 +1,262 @@
+"""A real two-node Slurm test cluster on this one machine: `python -m tests.slurm.cluster up|down|status`.
+
+munge, MariaDB + slurmdbd (accounting), slurmctld, and two slurmd daemons (node1, node2: 8 CPUs and 8 fake
+GPUs each), with a `normal` partition that an `urgent` one preempts (REQUEUE, user signal, grace time).
+Everything lives under one folder it owns; the only system file touched is /etc/hosts (node names).
+"""
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HOME = Path(os.environ.get("SLURM_DDP_CLUSTER_DIR", "/tmp/slurm-ddp-cluster"))
+CONF = HOME / "etc" / "slurm.conf"
+PACKAGES = ["munge", "slurmctld", "slurmd", "slurm-client", "slurmdbd", "mariadb-server"]
+NODES = {"node1": ("127.0.0.2", 17001), "node2": ("127.0.0.3", 17002)}
+CTLD_PORT, DBD_PORT, DB_PORT = 16817, 16819, 16306
+CLUSTER = "ddptest"
+
+
+class Unavailable(RuntimeError):
+    """Slurm cannot run on this machine (not root, not Debian)."""
+
+
+def env() -> dict[str, str]:
+    return {**os.environ, "SLURM_CONF": str(CONF)}
+
+
+def _run(*cmd: str, check: bool = True, **kw: object) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(cmd, check=check, capture_output=True, text=True, env=env(), **kw)  # type: ignore[call-overload]
+
+
+def _alive(pidfile: Path) -> bool:
+    try:
+        os.kill(int(pidfile.read_text().split()[0]), 0)
+        return True
+    except (FileNotFoundError, ValueError, ProcessLookupError, IndexError):
+        return False
+
+
+def _port_open(port: int, host: str = "127.0.0.1") -> bool:
+    with socket.socket() as s:
+        s.settimeout(0.2)
+        return s.connect_ex((host, port)) == 0
+
+
+def _wait(what: str, ready, timeout: float = 60) -> None:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while not ready():
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{what} did not come up within {timeout:.0f}s; see logs in {HOME / 'log'}")
+        time.sleep(0.2)
+
+
+def check_platform() -> None:
+    if os.geteuid() != 0:
+        raise Unavailable("the Slurm test cluster needs root (it starts munge, MariaDB and Slurm daemons)")
+    if not Path("/etc/debian_version").exists():
+        raise Unavailable("the Slurm test cluster needs Debian's slurm packages (apt-get)")
+
+
+def install_packages() -> None:
+    if all(shutil.which(b) for b in ("munged", "slurmctld", "slurmd", "slurmdbd", "sbatch", "mariadbd")):
+        return
+    quiet = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    subprocess.run(["apt-get", "update", "-q"], check=True, env=quiet, capture_output=True)
+    subprocess.run(["apt-get", "install", "-y", "-q", *PACKAGES], check=True, env=quiet, capture_output=True)
+
+
+def write_configs() -> None:
+    host = socket.gethostname()
+    for sub in ("etc", "state", "run", "log", "spool/node1", "spool/node2", "gpu", "mysql"):
+        (HOME / sub).mkdir(parents=True, exist_ok=True)
+    for i in range(8):  # a GPU GRES needs device files, else slurmd drops it
+        (HOME / "gpu" / f"fakegpu{i}").touch()
+    nodes = "\n".join(
+        f"NodeName={name} NodeHostname={host} NodeAddr={addr} Port={port} CPUs=8 RealMemory=16000 Gres=gpu:8 State=UNKNOWN"
+        for name, (addr, port) in NODES.items()
+    )
+    CONF.write_text(f"""\
+ClusterName={CLUSTER}
+SlurmctldHost={host}(127.0.0.1)
+SlurmctldPort={CTLD_PORT}
+SlurmUser=root
+AuthType=auth/munge
+StateSaveLocation={HOME}/state
+SlurmdSpoolDir={HOME}/spool/%n
+SlurmctldPidFile={HOME}/run/slurmctld.pid
+SlurmdPidFile={HOME}/run/slurmd-%n.pid
+SlurmctldLogFile={HOME}/log/slurmctld.log
+SlurmdLogFile={HOME}/log/slurmd-%n.log
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+SlurmdParameters=config_overrides
+SchedulerType=sched/backfill
+SchedulerParameters=bf_interval=1,sched_interval=1
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core
+GresTypes=gpu
+ReturnToService=2
+MpiDefault=none
+KillWait=10
+InactiveLimit=0
+MinJobAge=600
+JobAcctGatherType=jobacct_gather/none
+AccountingStorageType=accounting_storage/slurmdbd
+AccountingStorageHost=127.0.0.1
+AccountingStoragePort={DBD_PORT}
+AccountingStorageTRES=gres/gpu
+PreemptType=preempt/partition_prio
+PreemptMode=REQUEUE
+SlurmctldParameters=preempt_send_user_signal
+{nodes}
+PartitionName=normal Nodes=node[1-2] Default=YES MaxTime=60 State=UP PriorityTier=1 GraceTime=30 PreemptMode=REQUEUE
+PartitionName=urgent Nodes=node[1-2] MaxTime=60 State=UP PriorityTier=10 PreemptMode=OFF
+""")
+    (HOME / "etc" / "gres.conf").write_text(f"NodeName=node[1-2] Name=gpu File={HOME}/gpu/fakegpu[0-7]\n")
+    dbd = HOME / "etc" / "slurmdbd.conf"
+    dbd.write_text(f"""\
+AuthType=auth/munge
+DbdHost=localhost
+DbdAddr=127.0.0.1
+DbdPort={DBD_PORT}
+SlurmUser=root
+LogFile={HOME}/log/slurmdbd.log
+PidFile={HOME}/run/slurmdbd.pid
+StorageType=accounting_storage/mysql
+StorageHost=127.0.0.1
+StoragePort={DB_PORT}
+StorageUser=slurm
+StoragePass=slurm
+StorageLoc=slurm_acct_db
+""")
+    dbd.chmod(0o600)
+
+
+def update_hosts() -> None:
+    hosts = Path("/etc/hosts")
+    text = hosts.read_text()
+    missing = [f"{addr} {name}" for name, (addr, _) in NODES.items() if f"{addr} {name}" not in text]
+    if missing:
+        hosts.write_text(text.rstrip("\n") + "\n" + "\n".join(missing) + "\n")
+
+
+def start_munge() -> None:
+    if _run("bash", "-c", "munge -n | unmunge", check=False).returncode == 0:
+        return
+    Path("/run/munge").mkdir(exist_ok=True)
+    shutil.chown("/run/munge", "munge", "munge")
+    subprocess.run(["runuser", "-u", "munge", "--", "munged", "--force"], check=True)
+    _wait("munge", lambda: _run("bash", "-c", "munge -n | unmunge", check=False).returncode == 0)
+
+
+def start_mariadb() -> None:
+    data, sock = HOME / "mysql" / "data", HOME / "mysql" / "mysqld.sock"
+    if _port_open(DB_PORT):
+        return
+    shutil.chown(HOME / "mysql", "mysql", "mysql")
+    if not (data / "mysql").exists():
+        _run("mariadb-install-db", "--user=mysql", f"--datadir={data}", "--auth-root-authentication-method=socket")
+    log = open(HOME / "log" / "mariadb.log", "a")  # noqa: SIM115 - handed to the daemon
+    subprocess.Popen(
+        ["mariadbd", "--user=mysql", f"--datadir={data}", f"--socket={sock}", f"--port={DB_PORT}",
+         "--bind-address=127.0.0.1", f"--pid-file={HOME / 'mysql' / 'mariadb.pid'}", "--skip-log-bin"],
+        stdout=log, stderr=log, start_new_session=True,
+    )
+    _wait("MariaDB", lambda: _port_open(DB_PORT))
+    sql = "".join(
+        f"CREATE USER IF NOT EXISTS 'slurm'@'{h}' IDENTIFIED BY 'slurm'; "
+        f"GRANT ALL ON slurm_acct_db.* TO 'slurm'@'{h}'; "
+        for h in ("localhost", "127.0.0.1")
+    )
+    _run("mariadb", f"--socket={sock}", "-u", "root", "-e", sql)
+
+
+def start_slurmdbd() -> None:
+    if not _alive(HOME / "run" / "slurmdbd.pid"):
+        _run("slurmdbd")
+    _wait("slurmdbd", lambda: _port_open(DBD_PORT))
+    if CLUSTER not in _run("sacctmgr", "-n", "-P", "list", "cluster", "format=cluster", check=False).stdout:
+        _run("sacctmgr", "-i", "add", "cluster", CLUSTER)
+
+
+def start_slurm() -> None:
+    if not _alive(HOME / "run" / "slurmctld.pid"):
+        _run("slurmctld")
+    _wait("slurmctld", lambda: _run("scontrol", "ping", check=False).returncode == 0)
+    for name in NODES:
+        if not _alive(HOME / "run" / f"slurmd-{name}.pid"):
+            _run("slurmd", "-N", name)
+    _wait("both nodes idle", lambda: node_states().count("idle") == 2)
+
+
+def up() -> None:
+    check_platform()
+    if status_ok():
+        return
+    install_packages()
+    write_configs()
+    update_hosts()
+    start_munge()
+    start_mariadb()
+    start_slurmdbd()
+    start_slurm()
+
+
+def status_ok() -> bool:
+    if not CONF.exists() or not shutil.which("sinfo"):
+        return False
+    states = node_states()
+    return len(states) == 2 and all(s in ("idle", "alloc", "mix") for s in states)
+
+
+def node_states() -> list[str]:
+    out = _run("sinfo", "-h", "-N", "-p", "normal", "-o", "%t", check=False)
+    return out.stdout.split() if out.returncode == 0 else []
+
+
+def down() -> None:
+    """Stop what `up` started (munge is left running: other programs may share it)."""
+    run = HOME / "run"
+    pidfiles = [run / "slurmd-node1.pid", run / "slurmd-node2.pid", run / "slurmctld.pid", run / "slurmdbd.pid"]
+    for path in [*pidfiles, HOME / "mysql" / "mariadb.pid"]:
+        if _alive(path):
+            pid = int(path.read_text().split()[0])
+            os.kill(pid, 15)
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline:
+                try:
+                    os.kill(pid, 0)
+                except ProcessLookupError:
+                    break
+                time.sleep(0.1)
+
+
+def main(argv: list[str]) -> int:
+    command = argv[0] if argv else "status"
+    try:
+        if command == "up":
+            up()
+            print(f"Slurm test cluster up; export SLURM_CONF={CONF}")
+        elif command == "down":
+            down()
+            print("Slurm test cluster down")
+        elif command == "status":
+            print("up" if status_ok() else "down")
+            if status_ok():
+                print(_run("sinfo").stdout, end="")
+        else:
+            print("usage: python -m tests.slurm.cluster up|down|status", file=sys.stderr)
+            return 2
+    except Unavailable as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
