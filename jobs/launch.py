@@ -1,5 +1,8 @@
 """Acting on a plan: submit through submitit, follow rank 0's log, report the outcome."""
 
+import contextlib
+import io
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -9,17 +12,44 @@ import submitit
 
 import trainer.entry
 from jobs.plan import Plan
+from trainer.errors import UserError
 
 
-def submit(plan: Plan) -> submitit.Job[Any]:
+def make_executor(plan: Plan) -> submitit.Executor:
     if plan.executor == "debug":
         executor: submitit.Executor = submitit.DebugExecutor(plan.log_dir)
     elif plan.executor == "local":
         executor = submitit.LocalExecutor(plan.log_dir)
     else:
-        raise NotImplementedError(plan.executor)
+        executor = submitit.SlurmExecutor(plan.log_dir, max_num_timeout=plan.max_num_timeout, python=plan.python)
     executor.update_parameters(**plan.parameters)
-    return executor.submit(trainer.entry.run, plan.config)
+    return executor
+
+
+def refusal(text: str) -> str:
+    """The line of sbatch's output that says why it refused, e.g. 'Invalid partition name specified'."""
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    errors = [line.split("error:", 1)[1].strip() for line in lines if "error:" in line]
+    return errors[-1] if errors else (lines[-1] if lines else "no reason given")
+
+
+def submit(plan: Plan) -> list[submitit.Job[Any]]:
+    """Queue the plan's jobs: one job, or one array job in a single sbatch call for a sweep."""
+    executor = make_executor(plan)
+    captured = io.StringIO()
+    try:
+        # submitit prints sbatch's stderr itself; we turn it into our one-line error instead.
+        with contextlib.redirect_stderr(captured):
+            if len(plan.configs) == 1:
+                return [executor.submit(trainer.entry.run, plan.configs[0])]
+            with executor.batch():
+                jobs = [executor.submit(trainer.entry.run, config) for config in plan.configs]
+            return jobs
+    except (submitit.core.utils.FailedJobError, subprocess.CalledProcessError) as exc:
+        reason = refusal(str(exc) or captured.getvalue())
+        raise UserError(f"Slurm refused the job: {reason}; fix the profile or flags") from None
+    except FileNotFoundError as exc:
+        raise UserError(f"{exc.filename} not found: run on a Slurm login node, or use --profile local") from None
 
 
 def rank0_log(job: submitit.Job[Any]) -> Path:
@@ -44,15 +74,15 @@ def follow(job: submitit.Job[Any], poll_s: float = 0.5) -> None:
         time.sleep(poll_s)
 
 
-def outcome(job: submitit.Job[Any], plan: Plan) -> str | None:
+def outcome(job: submitit.Job[Any], run_dir: Path) -> str | None:
     """None when the job succeeded, else one line saying why it did not."""
     try:
         job.results()
     except Exception as exc:  # submitit wraps the task's error; error.txt holds the one-line reason
-        error_file = plan.run_dir / "error.txt"
+        error_file = run_dir / "error.txt"
         if error_file.exists():
             return error_file.read_text().strip()
         return f"job {job.job_id} failed ({type(exc).__name__}); see {rank0_log(job)}"
-    if not (plan.run_dir / "summary.json").exists():
+    if not (run_dir / "summary.json").exists():
         return f"job {job.job_id} ended without a summary; see {rank0_log(job)}"
     return None

@@ -1,35 +1,101 @@
 """The submission plan: plain values built by pure functions, acted on by jobs.launch."""
 
+import itertools
+import shlex
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from jobs.profiles import Profile
-from trainer.config import TrainConfig, to_dict
+from trainer.errors import UserError
 
 
 @dataclass(frozen=True)
 class Plan:
     executor: str
-    run_dir: Path
     log_dir: Path  # submitit's folder: pickles and per-task logs
     parameters: dict[str, Any]  # for submitit's update_parameters
-    config: dict[str, Any]  # the resolved trainer config, as passed to every task
+    configs: list[dict[str, Any]]  # one resolved trainer config per job (several: an array job)
+    python: str = ""  # the interpreter on the nodes (Slurm)
+    max_num_timeout: int = 3
+
+    @property
+    def run_dirs(self) -> list[Path]:
+        return [Path(c["run_dir"]) for c in self.configs]
 
     @property
     def tasks(self) -> int:
-        return self.parameters.get("nodes", 1) * self.parameters.get("tasks_per_node", 1)
+        per_node = self.parameters.get("ntasks_per_node", self.parameters.get("tasks_per_node", 1))
+        return self.parameters.get("nodes", 1) * per_node
 
-    def tensorboard_command(self) -> str:
-        return f"tensorboard --logdir {self.run_dir / 'tensorboard'}"
+    def submitit_command(self) -> str:
+        """The command each task runs: the same string submitit's SlurmExecutor builds."""
+        return f"{self.python} -u -m submitit.core._submit {shlex.quote(str(self.log_dir))}"
 
 
-def make_plan(profile: Profile, config: TrainConfig, has_gpus: bool) -> Plan:
-    run_dir = Path(config.run_dir)
+def sweep_points(sweeps: list[str]) -> list[list[str]]:
+    """`--sweep a=1,2 --sweep b=x,y` -> the product, as lists of key=value overrides."""
+    axes = []
+    for sweep in sweeps:
+        key, eq, values = sweep.partition("=")
+        if not eq or not key or not values:
+            raise UserError(f"--sweep {sweep!r} is not key=v1,v2,...; write e.g. --sweep optim.lr=1e-3,1e-2")
+        axes.append([f"{key}={v}" for v in values.split(",")])
+    return [list(point) for point in itertools.product(*axes)]
+
+
+def slurm_parameters(profile: Profile) -> dict[str, Any]:
+    """submitit SlurmExecutor parameters for one job of this profile."""
+    signal = profile.signal.removeprefix("SIG")
+    exports = [f"export {k}={shlex.quote(str(v))}" for k, v in profile.env.items()]
+    # submitit installs its requeue handler for this signal in every task.
+    exports.append(f"export SUBMITIT_PREEMPT_SIGNAL={signal}")
+    params: dict[str, Any] = {
+        "job_name": profile.job_name,
+        "time": profile.timeout_min,
+        "nodes": profile.nodes,
+        "ntasks_per_node": profile.gpus_per_node,  # one task per GPU
+        "cpus_per_task": profile.cpus_per_task,
+        "signal_delay_s": profile.signal_delay_s,
+        "stderr_to_stdout": True,
+        "setup": [*profile.setup, *exports],
+        # srun stops every task when one fails, and since Slurm 22.05 does not inherit --cpus-per-task.
+        "srun_args": ["--kill-on-bad-exit=1", f"--cpus-per-task={profile.cpus_per_task}", *profile.srun_args],
+        "additional_parameters": {"signal": f"{signal}@{profile.signal_delay_s}", **profile.sbatch_args},
+    }
+    if profile.request_gpus:
+        params["gpus_per_node"] = profile.gpus_per_node
+    for name in ("partition", "account", "qos", "constraint", "exclude"):
+        if getattr(profile, name):
+            params[name] = getattr(profile, name)
+    if profile.mem_gb:
+        params["mem"] = f"{int(profile.mem_gb * 1024)}M"
+    if profile.mem_per_gpu_gb:
+        params["mem_per_gpu"] = f"{int(profile.mem_per_gpu_gb * 1024)}M"
+    if profile.array_parallelism:
+        params["array_parallelism"] = profile.array_parallelism
+    return params
+
+
+def make_plan(profile: Profile, configs: list[dict[str, Any]], log_dir: Path, has_gpus: bool, python: str) -> Plan:
+    if profile.executor == "slurm":
+        return Plan(
+            "slurm", log_dir, slurm_parameters(profile), configs, profile.python or python, profile.max_num_timeout
+        )
     parameters: dict[str, Any] = {"timeout_min": profile.timeout_min}
     if profile.executor == "local":
         # One process per GPU; on a machine without GPUs, gpus_per_node is the process count.
         parameters |= {"nodes": 1, "tasks_per_node": profile.gpus_per_node}
         if has_gpus:
             parameters["gpus_per_node"] = profile.gpus_per_node
-    return Plan(profile.executor, run_dir, run_dir / "logs", parameters, to_dict(config))
+    return Plan(profile.executor, log_dir, parameters, configs)
+
+
+def sbatch_script(plan: Plan) -> str:
+    """The exact sbatch script submitit writes for this plan."""
+    from submitit.slurm.slurm import _make_sbatch_string  # the pure function submitit itself uses
+
+    params = dict(plan.parameters)
+    if len(plan.configs) > 1:
+        params["map_count"] = len(plan.configs)
+    return _make_sbatch_string(command=plan.submitit_command(), folder=plan.log_dir, **params)

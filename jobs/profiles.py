@@ -11,6 +11,7 @@ from trainer.config import from_dict
 from trainer.errors import UserError
 
 EXECUTORS = ("local", "debug", "slurm")
+SIGNALS = ("USR1", "USR2", "TERM", "INT", "HUP", "URG")
 PROFILE_DIRS = (Path.cwd() / "cluster_profiles", Path(__file__).resolve().parents[1] / "cluster_profiles")
 
 
@@ -23,8 +24,29 @@ class Profile:
     timeout_min: int = 60
     run_root: str = "runs"  # run directories go here; on a cluster, a folder every node can see
     trainer: dict = field(default_factory=dict)  # trainer defaults for this profile, as key: value
+    # Slurm only (ignored by local and debug)
+    partition: str = ""
+    account: str = ""
+    qos: str = ""
+    constraint: str = ""
+    exclude: str = ""
+    cpus_per_task: int = 1
+    mem_gb: float = 0  # per node; 0: the site's default
+    mem_per_gpu_gb: float = 0  # instead of mem_gb
+    request_gpus: bool = True  # false on CPU-only partitions: gpus_per_node is then just tasks per node
+    signal: str = "USR2"  # sent signal_delay_s before the time limit, and on preemption
+    signal_delay_s: int = 120
+    max_num_timeout: int = 3  # requeues after a time limit before the job is left to end
+    array_parallelism: int = 0  # sweeps: array tasks running at once; 0: no limit
+    setup: list = field(default_factory=list)  # shell lines before srun: module load, source activate
+    srun_args: list = field(default_factory=list)
+    sbatch_args: dict = field(default_factory=dict)  # extra #SBATCH options, e.g. {mail-type: END}
+    env: dict = field(default_factory=dict)  # exported for every task, e.g. NCCL_DEBUG: WARN
+    python: str = ""  # the interpreter on the nodes; empty: the one running the submitter
+    job_name: str = "ddp"
 
     def __post_init__(self) -> None:
+        self._check_text()
         if self.executor not in EXECUTORS:
             raise UserError(f"executor {self.executor!r} is unknown; use one of {', '.join(EXECUTORS)}")
         if self.nodes < 1:
@@ -41,6 +63,38 @@ class Profile:
             raise UserError("the debug executor runs one task in-process; use --gpus-per-node 1 or the local profile")
         if self.timeout_min < 1:
             raise UserError(f"timeout_min must be at least 1, got {self.timeout_min}")
+        if self.cpus_per_task < 1:
+            raise UserError(f"cpus_per_task must be at least 1, got {self.cpus_per_task}")
+        if self.mem_gb < 0 or self.mem_per_gpu_gb < 0 or (self.mem_gb and self.mem_per_gpu_gb):
+            raise UserError("memory: set mem_gb (per node) or mem_per_gpu_gb, not both, and not below 0")
+        if self.signal_delay_s < 0 or self.max_num_timeout < 0 or self.array_parallelism < 0:
+            raise UserError("signal_delay_s, max_num_timeout and array_parallelism must be >= 0")
+        if self.signal.removeprefix("SIG") not in SIGNALS:
+            raise UserError(f"signal {self.signal!r} is unknown; use one of {', '.join(SIGNALS)}")
+
+    def _check_text(self) -> None:
+        """Refuse text that would change the meaning of the generated sbatch script."""
+        for name, value in self._text_values():
+            if not isinstance(value, str):
+                raise UserError(f"{name}: expected text, got {type(value).__name__} {value!r}")
+            if "\n" in value or "\r" in value or "#SBATCH" in value.upper():
+                raise UserError(
+                    f"{name}: a newline or #SBATCH inside a value would rewrite the sbatch script; remove it"
+                )
+
+    def _text_values(self) -> list[tuple[str, object]]:
+        out: list[tuple[str, object]] = []
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, str):
+                out.append((f.name, value))
+            elif f.name in ("setup", "srun_args"):
+                out.extend((f"{f.name}[{i}]", v) for i, v in enumerate(value))
+            elif f.name in ("sbatch_args", "env"):
+                for key, v in value.items():
+                    out.append((f"{f.name} key", key))
+                    out.append((f"{f.name}.{key}", v if isinstance(v, str) else str(v)))
+        return out
 
     def with_overrides(self, **values: Any) -> "Profile":
         """The profile with command-line flags applied (None means not given)."""

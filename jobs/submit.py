@@ -5,15 +5,17 @@ Thin on purpose: parse, build the plan, act, report. No torch import on this pat
 
 import argparse
 import dataclasses
+import json
 import os
 import shutil
 import sys
 from pathlib import Path
 
 from jobs import launch
-from jobs.plan import Plan, make_plan
+from jobs.plan import Plan, make_plan, sbatch_script, sweep_points
 from jobs.profiles import load_profile
-from trainer.config import build_config
+from trainer.atomic import write_text
+from trainer.config import build_config, to_dict
 from trainer.errors import UserError
 from trainer.runs import load_config_file, new_run_dir, resolve_data, write_config
 
@@ -29,7 +31,19 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--profile", default="local", help="profile name in cluster_profiles/ or a YAML path")
     parser.add_argument("--nodes", type=int, help="number of nodes (overrides the profile)")
     parser.add_argument("--gpus-per-node", type=int, help="tasks per node, one per GPU (overrides the profile)")
+    parser.add_argument("--time", type=int, metavar="MINUTES", help="time limit (overrides the profile)")
+    parser.add_argument("--partition", help="Slurm partition (overrides the profile)")
+    parser.add_argument("--name", help="run directory name under run_root (default: date-time-task-id)")
+    parser.add_argument(
+        "--sweep",
+        action="append",
+        default=[],
+        metavar="KEY=V1,V2",
+        help="repeatable; one array job over the product of the values",
+    )
+    parser.add_argument("--array-parallelism", type=int, help="sweep points running at once (overrides the profile)")
     parser.add_argument("--resume", metavar="RUN_DIR", help="continue a run from its newest checkpoint")
+    parser.add_argument("--dry-run", action="store_true", help="print the sbatch script and submit nothing")
     parser.add_argument("--wait", action="store_true", help="follow rank 0's output and exit with the job's outcome")
     parser.add_argument(
         "overrides", nargs="*", metavar="key=value", help="trainer settings, e.g. steps=100 data.root=DIR"
@@ -42,52 +56,106 @@ def has_local_gpus() -> bool:
     return Path("/dev/nvidiactl").exists() and os.environ.get("CUDA_VISIBLE_DEVICES") != ""
 
 
-def prepare(argv: list[str] | None) -> tuple[Plan, bool, bool]:
-    """Validate everything, then create the run directory; nothing is written before all checks pass."""
+@dataclasses.dataclass(frozen=True)
+class Request:
+    plan: Plan
+    folder: Path  # the run directory, or the sweep's folder holding one run directory per point
+    wait: bool
+    dry_run: bool
+    resuming: bool
+
+
+def prepare(argv: list[str] | None) -> Request:
+    """Validate everything and build the plan; nothing is written to disk here but the sample data."""
     args = parse_args(argv)
-    profile = load_profile(args.profile).with_overrides(nodes=args.nodes, gpus_per_node=args.gpus_per_node)
-    run_root = Path(profile.run_root).expanduser()
+    profile = load_profile(args.profile).with_overrides(
+        nodes=args.nodes,
+        gpus_per_node=args.gpus_per_node,
+        timeout_min=args.time,
+        partition=args.partition,
+        array_parallelism=args.array_parallelism,
+    )
+    run_root = Path(os.path.expandvars(profile.run_root)).expanduser().resolve()
+    points = sweep_points(args.sweep) if args.sweep else [[]]
     if args.resume:
-        run_dir = Path(args.resume).resolve()
-        config = build_config(args.overrides, base=load_config_file(run_dir))
+        if args.sweep:
+            raise UserError("--resume continues one run; drop --sweep")
+        folder = Path(args.resume).resolve()
+        base = load_config_file(folder)
     else:
-        config = build_config(args.overrides, base=profile.trainer)
-        run_dir = new_run_dir(run_root, config.task)
-    config = dataclasses.replace(config, run_dir=str(run_dir))
-    config = resolve_data(config, run_root.resolve() / "sample_data")
-    plan = make_plan(profile, config, has_gpus=has_local_gpus())
-    return plan, args.wait or profile.executor == "debug", bool(args.resume)
+        base = profile.trainer
+    configs = [build_config([*args.overrides, *point], base=base) for point in points]
+    if not args.resume:
+        folder = run_root / args.name if args.name else new_run_dir(run_root, configs[0].task)
+    if len(configs) == 1:
+        run_dirs = [folder]
+    else:
+        run_dirs = [folder / f"{i}-" + "-".join(p.split("=", 1)[1] for p in point) for i, point in enumerate(points)]
+    configs = [dataclasses.replace(c, run_dir=str(d)) for c, d in zip(configs, run_dirs, strict=True)]
+    if not args.dry_run:
+        configs = [resolve_data(c, run_root / "sample_data") for c in configs]
+    plan = make_plan(profile, [to_dict(c) for c in configs], folder / "logs", has_local_gpus(), sys.executable)
+    wait = args.wait or profile.executor == "debug"
+    if args.dry_run and plan.executor != "slurm":
+        raise UserError(
+            f"--dry-run prints an sbatch script; profile {profile.name} runs with the {plan.executor} executor"
+        )
+    return Request(plan, folder, wait, args.dry_run, bool(args.resume))
+
+
+def create_and_submit(request: Request) -> list:  # type: ignore[type-arg]
+    """Write the run directories, then submit; on a refusal remove what was written."""
+    plan = request.plan
+    if request.resuming:
+        write_config(plan.run_dirs[0], build_config(base=plan.configs[0]))
+        return launch.submit(plan)
+    if request.folder.exists():
+        raise UserError(f"{request.folder} already exists; choose another --name or --resume it")
+    try:
+        for run_dir, config in zip(plan.run_dirs, plan.configs, strict=True):
+            run_dir.mkdir(parents=True)
+            write_config(run_dir, build_config(base=config))
+        jobs = launch.submit(plan)
+    except BaseException:
+        shutil.rmtree(request.folder, ignore_errors=True)  # leave nothing that looks like a run
+        raise
+    for job, run_dir in zip(jobs, plan.run_dirs, strict=True):
+        record = {
+            "job_id": job.job_id,
+            "executor": plan.executor,
+            "log": str(launch.rank0_log(job)),
+            "tasks": plan.tasks,
+        }
+        write_text(run_dir / "job.json", json.dumps(record, indent=2) + "\n")
+    return jobs
 
 
 def main(argv: list[str] | None = None) -> int:
     try:
-        plan, wait, resuming = prepare(argv)
-        if resuming:
-            write_config(plan.run_dir, build_config(base=plan.config))
-            job = launch.submit(plan)
-        else:
-            plan.run_dir.mkdir(parents=True)
-            try:
-                write_config(plan.run_dir, build_config(base=plan.config))
-                job = launch.submit(plan)
-            except BaseException:
-                shutil.rmtree(plan.run_dir, ignore_errors=True)  # leave nothing that looks like a run
-                raise
-        print(f"submitted job {job.job_id} ({plan.tasks} task(s), {plan.executor})")
-        print(f"run directory: {plan.run_dir}")
-        print(f"rank 0 log:    {launch.rank0_log(job)}")
-        print(f"TensorBoard:   {plan.tensorboard_command()}")
-        if not wait:
+        request = prepare(argv)
+        if request.dry_run:
+            print(sbatch_script(request.plan), end="")
             return 0
-        launch.follow(job)
-        failure = launch.outcome(job, plan)
+        jobs = create_and_submit(request)
+        plan = request.plan
+        kind = "array job" if len(jobs) > 1 else "job"
+        job_id = jobs[0].job_id.split("_")[0] if len(jobs) > 1 else jobs[0].job_id
+        print(f"submitted {kind} {job_id} ({len(jobs)} x {plan.tasks} task(s), {plan.executor})")
+        print(f"run directory: {request.folder}")
+        print(f"rank 0 log:    {launch.rank0_log(jobs[0])}")
+        print(f"TensorBoard:   tensorboard --logdir {request.folder}")
+        if not request.wait:
+            return 0
+        for job in jobs:
+            launch.follow(job)
+        failures = [f for job, d in zip(jobs, plan.run_dirs, strict=True) if (f := launch.outcome(job, d))]
     except UserError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    if failure:
-        print(f"error: {failure}", file=sys.stderr)
+    if failures:
+        print(f"error: {failures[0]}", file=sys.stderr)
         return 1
-    print(f"finished; TensorBoard: {plan.tensorboard_command()}")
+    print(f"finished; TensorBoard: tensorboard --logdir {request.folder}")
     return 0
 
 

@@ -75,12 +75,17 @@ def unreadable(root: Path) -> None:
     ("breakage", "message"),
     [
         (lambda r: (r / "pairs.csv").unlink(), "pairs.csv does not exist"),
-        (lambda r: (r / "pairs.csv").write_text("input,target\na.png,b.png\n"), "lacks column(s) image_name, target_name"),
+        (
+            lambda r: (r / "pairs.csv").write_text("input,target\na.png,b.png\n"),
+            "lacks column(s) image_name, target_name",
+        ),
         (lambda r: (r / "targets" / "0003.png").unlink(), "pairs.csv row 5: image"),
         (corrupt, "pairs.csv row 5: image"),
         (unreadable, "pairs.csv row 5: image"),
-        (lambda r: (r / "pairs.csv").write_text("image_name,target_name\n../../etc/passwd,targets/0001.png\n"),
-         "pairs.csv row 2: path '../../etc/passwd' escapes the data root"),
+        (
+            lambda r: (r / "pairs.csv").write_text("image_name,target_name\n../../etc/passwd,targets/0001.png\n"),
+            "pairs.csv row 2: path '../../etc/passwd' escapes the data root",
+        ),
     ],
 )
 def test_bad_data(breakage, message: str, pairs: Path, local_profile: Path, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]

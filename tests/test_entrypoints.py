@@ -11,25 +11,52 @@ from tests.conftest import ROOT, submit, write_profile
 
 def test_trainer_runs_under_torchrun(tmp_path: Path, sample_root: Path) -> None:
     run_dir = tmp_path / "run"
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", "29531",
-           "-m", "trainer", f"run_dir={run_dir}", f"data.root={sample_root / 'pix2pix'}", "steps=6", "log.every=3"]
-    result = subprocess.run(cmd, cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(ROOT)},
-                            capture_output=True, text=True, timeout=300)
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc-per-node",
+        "2",
+        "--master-port",
+        "29531",
+        "-m",
+        "trainer",
+        f"run_dir={run_dir}",
+        f"data.root={sample_root / 'pix2pix'}",
+        "steps=6",
+        "log.every=3",
+    ]
+    result = subprocess.run(
+        cmd, cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True, timeout=300
+    )
     assert result.returncode == 0, result.stderr
     assert json.loads((run_dir / "summary.json").read_text())["world_size"] == 2
 
 
 def test_trainer_refuses_bad_input_in_one_line(tmp_path: Path) -> None:
-    result = subprocess.run([sys.executable, "-m", "trainer", "steps=-1"], cwd=tmp_path, capture_output=True,
-                            text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    result = subprocess.run(
+        [sys.executable, "-m", "trainer", "steps=-1"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
     assert (result.returncode, result.stderr) == (2, "error: steps: must be >= 1\n")
     assert not (tmp_path / "runs" / "pix2pix").exists()
 
 
 def test_debug_profile_runs_in_process(tmp_path: Path, sample_root: Path) -> None:
     profile = write_profile(tmp_path, f"executor: debug\nrun_root: {tmp_path / 'runs'}\n")
-    result = submit("--profile", str(profile), f"data.root={sample_root / 'classify'}", "task=classify",
-                    "model.name=resnet18", "steps=3", "log.every=1", "data.image_size=32")
+    result = submit(
+        "--profile",
+        str(profile),
+        f"data.root={sample_root / 'classify'}",
+        "task=classify",
+        "model.name=resnet18",
+        "steps=3",
+        "log.every=1",
+        "data.image_size=32",
+    )
     assert result.returncode == 0, result.stderr
     [summary] = (tmp_path / "runs").glob("*/summary.json")
     data = json.loads(summary.read_text())

@@ -18,7 +18,9 @@ SMALL = ["steps=24", "log.every=4", "log.image_every=12", "checkpoint.every=8", 
 def run_local(profile: Path, sample_root: Path, *extra: str) -> Path:
     result = submit("--profile", str(profile), "--wait", f"data.root={sample_root / 'pix2pix'}", *SMALL, *extra)
     assert result.returncode == 0, result.stdout + result.stderr
-    [run_dir] = [Path(line.split(":", 1)[1].strip()) for line in result.stdout.splitlines() if line.startswith("run directory:")]
+    [run_dir] = [
+        Path(line.split(":", 1)[1].strip()) for line in result.stdout.splitlines() if line.startswith("run directory:")
+    ]
     return run_dir
 
 
@@ -31,14 +33,19 @@ def test_two_process_run_writes_scalars_images_and_summary(local_profile: Path, 
     events = EventAccumulator(str(run_dir / "tensorboard"), size_guidance={"images": 0, "scalars": 0})
     events.Reload()
     tags = events.Tags()
-    assert {"train/loss", "train/lr", "perf/samples_per_s", "perf/step_time_s", "perf/data_wait_s"} <= set(tags["scalars"])
+    assert {"train/loss", "train/lr", "perf/samples_per_s", "perf/step_time_s", "perf/data_wait_s"} <= set(
+        tags["scalars"]
+    )
     assert [e.step for e in events.Scalars("train/loss")] == [4, 8, 12, 16, 20, 24]
     images = events.Images("images/input_target_output")
     assert [e.step for e in images] == [12, 24] and images[0].width == 3 * 64 + 4 * 2  # input | target | output
     result = summary(run_dir)
     assert result["world_size"] == 2 and result["final_step"] == 24 and len(result["weights_sha256"]) == 64
     assert sorted(p.name for p in (run_dir / "checkpoints").glob("*.pt")) == [
-        "step_00000008.pt", "step_00000016.pt", "step_00000024.pt"]
+        "step_00000008.pt",
+        "step_00000016.pt",
+        "step_00000024.pt",
+    ]
 
 
 def test_same_seed_same_weights(local_profile: Path, sample_root: Path) -> None:
@@ -52,8 +59,13 @@ def test_same_seed_same_weights(local_profile: Path, sample_root: Path) -> None:
 def test_killed_run_resumes_to_the_same_weights(local_profile: Path, sample_root: Path, tmp_path: Path) -> None:
     reference = run_local(local_profile, sample_root, "steps=48")
     args = ["--profile", str(local_profile), "--wait", f"data.root={sample_root / 'pix2pix'}", *SMALL, "steps=48"]
-    proc = subprocess.Popen([sys.executable, "-m", "jobs.submit", *args], cwd=ROOT, start_new_session=True,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "jobs.submit", *args],
+        cwd=ROOT,
+        start_new_session=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     deadline = time.monotonic() + 120
     while not list((tmp_path / "runs").glob("*/checkpoints/step_00000016.pt.sha256")):
         assert time.monotonic() < deadline and proc.poll() is None, "no checkpoint appeared"

@@ -4,7 +4,9 @@ Order: torchrun, then Slurm (srun tasks), then submitit's local executor, else o
 Functions take a Mapping so tests pass a dict instead of patching os.environ.
 """
 
+import dataclasses
 import os
+import socket
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -31,6 +33,13 @@ class DistEnv:
     master_port: int
     job_id: str | None
     cpus_per_task: int
+    node_name: str = ""
+
+    def describe(self) -> str:
+        return (
+            f"dist: source={self.source} rank={self.rank} local_rank={self.local_rank} world_size={self.world_size} "
+            f"node={self.node_name} node_rank={self.node_rank} master={self.master_addr}:{self.master_port}"
+        )
 
     @property
     def is_main(self) -> bool:
@@ -71,6 +80,11 @@ def _address(env: Mapping[str, str], default_addr: str, job_id: str | None) -> t
 
 def resolve(env: Mapping[str, str]) -> DistEnv:
     """Work out rank, world size and rendezvous address from environment variables."""
+    # Slurm names the node (several slurmd can share a host); elsewhere the host name does.
+    return dataclasses.replace(_resolve(env), node_name=env.get("SLURMD_NODENAME") or socket.gethostname())
+
+
+def _resolve(env: Mapping[str, str]) -> DistEnv:
     if all(k in env for k in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")):
         local_ws = _int(env, "LOCAL_WORLD_SIZE") if "LOCAL_WORLD_SIZE" in env else _int(env, "WORLD_SIZE")
         world = _int(env, "WORLD_SIZE")

@@ -24,6 +24,7 @@ def run(config_dict: dict[str, Any]) -> dict[str, Any] | None:
     config: TrainConfig = from_dict(TrainConfig, config_dict)
     from trainer.train import train  # torch is imported here, in the task, not at submit time
 
+    print(env.describe(), flush=True)  # every rank, into its own log
     if env.is_main:
         (Path(config.run_dir) / "error.txt").unlink(missing_ok=True)  # from an earlier, failed attempt
     try:

@@ -163,9 +163,19 @@ def start_mariadb() -> None:
         _run("mariadb-install-db", "--user=mysql", f"--datadir={data}", "--auth-root-authentication-method=socket")
     log = open(HOME / "log" / "mariadb.log", "a")  # noqa: SIM115 - handed to the daemon
     subprocess.Popen(
-        ["mariadbd", "--user=mysql", f"--datadir={data}", f"--socket={sock}", f"--port={DB_PORT}",
-         "--bind-address=127.0.0.1", f"--pid-file={HOME / 'mysql' / 'mariadb.pid'}", "--skip-log-bin"],
-        stdout=log, stderr=log, start_new_session=True,
+        [
+            "mariadbd",
+            "--user=mysql",
+            f"--datadir={data}",
+            f"--socket={sock}",
+            f"--port={DB_PORT}",
+            "--bind-address=127.0.0.1",
+            f"--pid-file={HOME / 'mysql' / 'mariadb.pid'}",
+            "--skip-log-bin",
+        ],
+        stdout=log,
+        stderr=log,
+        start_new_session=True,
     )
     _wait("MariaDB", lambda: _port_open(DB_PORT))
     sql = "".join(
