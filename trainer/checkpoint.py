@@ -2,7 +2,6 @@
 
 import hashlib
 import io
-import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -10,18 +9,7 @@ from typing import Any
 import torch
 
 from trainer.atomic import write_bytes, write_text
-
-_NAME = re.compile(r"step_(\d+)\.pt$")
-
-
-def checkpoint_path(folder: Path, step: int) -> Path:
-    return folder / f"step_{step:08d}.pt"
-
-
-def list_checkpoints(folder: Path) -> list[tuple[int, Path]]:
-    """(step, path) of every checkpoint file, newest first."""
-    found = [(int(m.group(1)), p) for p in folder.glob("step_*.pt") if (m := _NAME.search(p.name))]
-    return sorted(found, reverse=True)
+from trainer.checkpoint_names import checkpoint_path, list_checkpoints
 
 
 def save(folder: Path, step: int, state: dict[str, Any], keep: int) -> Path:

@@ -210,6 +210,8 @@ def train(config: TrainConfig, env: DistEnv) -> dict[str, Any] | None:
                         "perf/data_wait_s": data_time / interval_steps,
                     }
                     logger.scalars(values, step)
+                    if env.is_main:  # for jobs.status
+                        write_text(run_dir / "progress.json", json.dumps({"step": step, "time": time.time()}))
                     progress.update(step, values)
                     interval_loss.zero_()
                     interval_metrics, interval_steps, step_time, data_time = {}, 0, 0.0, 0.0

@@ -110,6 +110,7 @@ AccountingStorageType=accounting_storage/slurmdbd
 AccountingStorageHost=127.0.0.1
 AccountingStoragePort={DBD_PORT}
 AccountingStorageTRES=gres/gpu
+EnforcePartLimits=ALL
 PreemptType=preempt/partition_prio
 PreemptMode=REQUEUE
 SlurmctldParameters=preempt_send_user_signal

@@ -1,0 +1,39 @@
+"""`python -m jobs.status RUN_DIR|JOB_ID`: state, restarts, nodes, last step and checkpoint."""
+
+import argparse
+import sys
+
+from jobs.tracking import find, info, progress
+from trainer.errors import UserError
+
+
+def report(target_text: str) -> str:
+    target = find(target_text)
+    job = info(target)
+    lines = [f"job {target.job_id}: {job.state}", f"restarts: {job.restarts}", f"nodes: {job.nodes or '-'}"]
+    if target.run_dir is not None:
+        step, ckpt = progress(target.run_dir)
+        lines += [
+            f"run directory: {target.run_dir}",
+            f"last step: {step if step is not None else '-'}",
+            f"last checkpoint: {ckpt or '-'}",
+        ]
+        if (target.run_dir / "error.txt").exists():
+            lines.append(f"error: {(target.run_dir / 'error.txt').read_text().strip()}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m jobs.status", description=__doc__.splitlines()[0])
+    parser.add_argument("target", help="a run directory printed by jobs.submit, or a Slurm job id")
+    args = parser.parse_args(argv)
+    try:
+        print(report(args.target))
+    except UserError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,117 @@
+"""Finding a submitted job again, and asking Slurm (or the local process table) how it is doing."""
+
+import json
+import os
+import shlex
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+from trainer.checkpoint_names import list_checkpoints
+from trainer.errors import UserError
+
+TERMINAL = {
+    "COMPLETED",
+    "FAILED",
+    "CANCELLED",
+    "TIMEOUT",
+    "PREEMPTED",
+    "NODE_FAIL",
+    "OUT_OF_MEMORY",
+    "BOOT_FAIL",
+    "DEADLINE",
+}
+
+
+@dataclass(frozen=True)
+class Target:
+    job_id: str
+    executor: str  # "slurm" | "local" | "debug"
+    run_dir: Path | None
+    log0: Path | None  # rank 0's log
+
+
+@dataclass(frozen=True)
+class JobInfo:
+    state: str
+    restarts: int
+    nodes: str
+
+
+def parse_scontrol(text: str) -> list[dict[str, str]]:
+    """`scontrol show job -o` output: one record per line of key=value pairs."""
+    records = []
+    for line in text.splitlines():
+        pairs = (item.split("=", 1) for item in shlex.split(line) if "=" in item)
+        records.append({k: v for k, v in pairs})
+    return [r for r in records if r]
+
+
+def _slurm(*cmd: str) -> subprocess.CompletedProcess[str]:
+    try:
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+    except FileNotFoundError:
+        raise UserError(f"{cmd[0]} not found: run this on a Slurm login node") from None
+
+
+def find(target: str) -> Target:
+    """A run directory (holding job.json) or a job id."""
+    path = Path(target)
+    if path.is_dir():
+        record_file = path / "job.json"
+        if not record_file.exists():
+            raise UserError(
+                f"{path} holds no job.json: it was never submitted; pass a run directory printed by jobs.submit"
+            )
+        record = json.loads(record_file.read_text())
+        return Target(str(record["job_id"]), record["executor"], path.resolve(), Path(record["log"]))
+    if not target.replace("_", "").isdigit():
+        raise UserError(f"{target!r} is neither a run directory nor a job id; pass one of them")
+    records = parse_scontrol(_slurm("scontrol", "show", "job", "-o", target).stdout)
+    log0 = Path(records[0]["StdOut"].replace("%t", "0")) if records and "StdOut" in records[0] else None
+    run_dir = log0.parent.parent if log0 and (log0.parent.parent / "config.yaml").exists() else None
+    return Target(target, "slurm", run_dir, log0)
+
+
+def slurm_info(job_id: str) -> JobInfo:
+    records = parse_scontrol(_slurm("scontrol", "show", "job", "-o", job_id).stdout)
+    if records:
+        r = records[0]
+        return JobInfo(r.get("JobState", "UNKNOWN"), int(r.get("Restarts", "0")), r.get("NodeList", ""))
+    # Gone from the controller's memory: accounting still knows.
+    out = _slurm("sacct", "-j", job_id, "-X", "-n", "-P", "-o", "State,NodeList").stdout.split("\n")[0]
+    if not out:
+        raise UserError(f"Slurm knows no job {job_id}; check the id with squeue or sacct")
+    state, _, nodes = out.partition("|")
+    return JobInfo(state.split()[0], 0, nodes)
+
+
+def local_info(target: Target) -> JobInfo:
+    try:
+        os.kill(int(target.job_id), 0)
+        state = "RUNNING"
+    except (ProcessLookupError, ValueError):
+        done = target.run_dir is not None and (target.run_dir / "summary.json").exists()
+        state = "COMPLETED" if done else "FAILED"
+    return JobInfo(state, 0, "localhost")
+
+
+def info(target: Target) -> JobInfo:
+    return slurm_info(target.job_id) if target.executor == "slurm" else local_info(target)
+
+
+def progress(run_dir: Path) -> tuple[int | None, Path | None]:
+    """The last step reached and the newest checkpoint of a run."""
+    step = None
+    for name, key in (("summary.json", "final_step"), ("progress.json", "step")):
+        if (run_dir / name).exists():
+            step = json.loads((run_dir / name).read_text())[key]
+            break
+    checkpoints = list_checkpoints(run_dir / "checkpoints")
+    return step, checkpoints[0][1] if checkpoints else None
+
+
+def rank_log(target: Target, rank: int) -> Path:
+    if target.log0 is None:
+        raise UserError(f"the log folder of job {target.job_id} is unknown; pass its run directory instead")
+    return target.log0.with_name(target.log0.name.replace("_0_log.out", f"_{rank}_log.out"))
