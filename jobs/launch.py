@@ -74,6 +74,15 @@ def follow(job: submitit.Job[Any], poll_s: float = 0.5) -> None:
         time.sleep(poll_s)
 
 
+def settle(job: submitit.Job[Any], timeout_s: float = 120) -> None:
+    """Wait until Slurm itself calls the job ended: results are written a moment before the epilog ends."""
+    from jobs.tracking import TERMINAL, slurm_info
+
+    deadline = time.monotonic() + timeout_s
+    while slurm_info(job.job_id).state not in TERMINAL and time.monotonic() < deadline:
+        time.sleep(0.5)
+
+
 def outcome(job: submitit.Job[Any], run_dir: Path) -> str | None:
     """None when the job succeeded, else one line saying why it did not."""
     try:

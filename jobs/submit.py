@@ -90,7 +90,8 @@ def prepare(argv: list[str] | None) -> Request:
     if len(configs) == 1:
         run_dirs = [folder]
     else:
-        run_dirs = [folder / f"{i}-" + "-".join(p.split("=", 1)[1] for p in point) for i, point in enumerate(points)]
+        names = ["-".join(p.split("=", 1)[1].replace("/", "_") for p in point) for point in points]
+        run_dirs = [folder / f"{i}-{name}" for i, name in enumerate(names)]
     configs = [dataclasses.replace(c, run_dir=str(d)) for c, d in zip(configs, run_dirs, strict=True)]
     if not args.dry_run:
         configs = [resolve_data(c, run_root / "sample_data") for c in configs]
@@ -148,6 +149,8 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         for job in jobs:
             launch.follow(job)
+            if plan.executor == "slurm":
+                launch.settle(job)
         failures = [f for job, d in zip(jobs, plan.run_dirs, strict=True) if (f := launch.outcome(job, d))]
     except UserError as exc:
         print(f"error: {exc}", file=sys.stderr)

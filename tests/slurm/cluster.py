@@ -208,6 +208,10 @@ def start_slurm() -> None:
 def up() -> None:
     check_platform()
     if status_ok():
+        before = CONF.read_text()
+        write_configs()
+        if CONF.read_text() != before:  # a newer harness: apply its settings to the running cluster
+            _run("scontrol", "reconfigure")
         return
     install_packages()
     write_configs()

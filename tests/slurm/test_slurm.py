@@ -1,0 +1,159 @@
+"""Every user-facing flow on the real two-node Slurm cluster."""
+
+import json
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+from tests.conftest import ROOT, run_dirs, submit, write_profile
+from tests.test_hostlist import CASES
+from trainer.hostlist import expand_hostlist
+
+
+def cli(module: str, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", module, *args], cwd=ROOT, capture_output=True, text=True, timeout=120)
+
+
+def run_dir_of(result: subprocess.CompletedProcess[str]) -> Path:
+    return Path(re.search(r"^run directory: (.+)$", result.stdout, re.M).group(1))  # type: ignore[union-attr]
+
+
+def poll(what: str, condition, timeout: float = 120):  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while not (value := condition()):
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.5)
+    return value
+
+
+def test_two_nodes_four_tasks_complete(mini: Path, sample_root: Path) -> None:
+    result = submit(
+        "--profile", str(mini), "--nodes", "2", "--gpus-per-node", "2", "--wait", f"data.root={sample_root / 'pix2pix'}"
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    run_dir = run_dir_of(result)
+    job_id = json.loads((run_dir / "job.json").read_text())["job_id"]
+    dist_lines = [
+        line
+        for rank in range(4)
+        for line in (run_dir / "logs" / f"{job_id}_{rank}_log.out").read_text().splitlines()
+        if line.startswith("dist: ")
+    ]
+    fields = [dict(item.split("=", 1) for item in line.split()[1:]) for line in dist_lines]
+    assert [f["rank"] for f in fields] == ["0", "1", "2", "3"]
+    assert [f["local_rank"] for f in fields] == ["0", "1", "0", "1"]
+    assert [f["node"] for f in fields] == ["node1", "node1", "node2", "node2"]
+    assert {f["world_size"] for f in fields} == {"4"} and {f["source"] for f in fields} == {"slurm"}
+    assert {f["master"].split(":")[0] for f in fields} == {"node1"}
+    assert json.loads((run_dir / "summary.json").read_text())["world_size"] == 4
+    events = EventAccumulator(str(run_dir / "tensorboard"))
+    events.Reload()
+    assert "train/loss" in events.Tags()["scalars"]
+    status = cli("jobs.status", str(run_dir))
+    assert f"job {job_id}: COMPLETED" in status.stdout and "nodes: node[1-2]" in status.stdout
+    assert "last step: 40" in status.stdout
+
+
+@pytest.mark.parametrize(("hostlist", "_"), CASES)
+def test_hostlist_matches_scontrol(hostlist: str, _: list[str], slurm_cluster: None) -> None:
+    out = subprocess.run(["scontrol", "show", "hostnames", hostlist], capture_output=True, text=True, check=True)
+    assert expand_hostlist(hostlist) == out.stdout.split()
+
+
+def test_dry_run_of_the_example_profile_matches_golden_file() -> None:
+    result = submit("--profile", "example", "--dry-run", "--name", "golden")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == (ROOT / "tests" / "golden" / "example.sbatch").read_text()
+    assert not Path("/shared/runs/golden").exists()
+
+
+def test_dry_run_is_the_script_submitit_submits(mini: Path, tmp_path: Path, sample_root: Path) -> None:
+    args = ["--profile", str(mini), "--name", "same", f"data.root={sample_root / 'pix2pix'}", "steps=1"]
+    dry = submit(*args, "--dry-run")
+    assert dry.returncode == 0 and run_dirs(tmp_path / "runs") == []
+    real = submit(*args, "--wait")
+    assert real.returncode == 0, real.stderr
+    job_id = json.loads((tmp_path / "runs" / "same" / "job.json").read_text())["job_id"]
+    assert (tmp_path / "runs" / "same" / "logs" / f"{job_id}_submission.sh").read_text() == dry.stdout
+
+
+def test_sweep_is_one_array_job(mini: Path, tmp_path: Path, sample_root: Path) -> None:
+    result = submit(
+        "--profile",
+        str(mini),
+        "--wait",
+        "--sweep",
+        "seed=0,1,2",
+        f"data.root={sample_root / 'pix2pix'}",
+        "steps=4",
+        "--array-parallelism",
+        "3",
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    array_id = re.search(r"submitted array job (\d+)", result.stdout).group(1)  # type: ignore[union-attr]
+    sweep_dir = run_dir_of(result)
+    points = sorted(p.name for p in sweep_dir.iterdir() if (p / "summary.json").exists())
+    assert points == ["0-0", "1-1", "2-2"]
+    seeds = {json.loads((sweep_dir / p / "summary.json").read_text())["weights_sha256"] for p in points}
+    assert len(seeds) == 3
+    acct = subprocess.run(
+        ["sacct", "-j", array_id, "-X", "-n", "-P", "-o", "JobID,State"], capture_output=True, text=True
+    )
+    rows = poll(
+        "accounting of 3 tasks",
+        lambda: [
+            r
+            for r in subprocess.run(
+                ["sacct", "-j", array_id, "-X", "-n", "-P", "-o", "JobID,State"], capture_output=True, text=True
+            ).stdout.split()
+            if r.endswith("COMPLETED")
+        ],
+        timeout=30,
+    )
+    assert sorted(r.split("|")[0] for r in rows) == [f"{array_id}_{i}" for i in range(3)], acct.stdout
+
+
+def test_cancel_stops_a_running_job(mini: Path, sample_root: Path) -> None:
+    result = submit("--profile", str(mini), f"data.root={sample_root / 'pix2pix'}", "steps=100000")
+    assert result.returncode == 0, result.stderr
+    run_dir = run_dir_of(result)
+    poll("the job to run", lambda: "RUNNING" in cli("jobs.status", str(run_dir)).stdout)
+    cancelled = cli("jobs.cancel", str(run_dir))
+    assert cancelled.returncode == 0, cancelled.stderr
+    poll("the job to be cancelled", lambda: "CANCELLED" in cli("jobs.status", str(run_dir)).stdout, timeout=60)
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (
+            ["--partition", "nosuch"],
+            "Slurm refused the job: Batch job submission failed: Invalid partition name specified",
+        ),
+        (["--nodes", "3"], "Batch job submission failed: Node count specification invalid"),
+        (["--gpus-per-node", "9"], "Batch job submission failed: Requested node configuration is not available"),
+        (["--time", "120"], "Batch job submission failed: Requested time limit is invalid"),
+    ],
+)
+def test_slurm_refusals_are_one_line(
+    args: list[str], message: str, mini: Path, tmp_path: Path, sample_root: Path
+) -> None:
+    result = submit("--profile", str(mini), *args, f"data.root={sample_root / 'pix2pix'}")
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert result.stderr.count("\n") == 1 and "Traceback" not in result.stderr
+    assert message.lower() in result.stderr.lower(), result.stderr
+    assert run_dirs(tmp_path / "runs") == [] and not any(p.name != "sample_data" for p in (tmp_path / "runs").glob("*"))
+
+
+def test_smuggled_newline_is_refused_before_sbatch(tmp_path: Path, slurm_cluster: None) -> None:
+    before = subprocess.run(["squeue", "-h", "-o", "%i"], capture_output=True, text=True).stdout
+    profile = write_profile(tmp_path, f'executor: slurm\nrun_root: {tmp_path}\npartition: "normal\\n#SBATCH --uid=0"\n')
+    result = submit("--profile", str(profile))
+    assert result.returncode == 2 and result.stderr.count("\n") == 1
+    assert "partition: a newline or #SBATCH inside a value would rewrite the sbatch script" in result.stderr
+    assert subprocess.run(["squeue", "-h", "-o", "%i"], capture_output=True, text=True).stdout == before
