@@ -152,6 +152,7 @@ def start_munge() -> None:
     Path("/run/munge").mkdir(exist_ok=True)
     shutil.chown("/run/munge", "munge", "munge")
     subprocess.run(["runuser", "-u", "munge", "--", "munged", "--force"], check=True)
+    (HOME / "run" / "started-munge").touch()  # so that `down` stops munge only if `up` started it
     _wait("munge", lambda: _run("bash", "-c", "munge -n | unmunge", check=False).returncode == 0)
 
 
@@ -235,10 +236,14 @@ def node_states() -> list[str]:
 
 
 def down() -> None:
-    """Stop what `up` started (munge is left running: other programs may share it)."""
+    """Stop what `up` started, and nothing else."""
     run = HOME / "run"
     pidfiles = [run / "slurmd-node1.pid", run / "slurmd-node2.pid", run / "slurmctld.pid", run / "slurmdbd.pid"]
-    for path in [*pidfiles, HOME / "mysql" / "mariadb.pid"]:
+    pidfiles.append(HOME / "mysql" / "mariadb.pid")
+    if (run / "started-munge").exists():
+        pidfiles.append(Path("/run/munge/munged.pid"))
+        (run / "started-munge").unlink()
+    for path in pidfiles:
         if _alive(path):
             pid = int(path.read_text().split()[0])
             os.kill(pid, 15)

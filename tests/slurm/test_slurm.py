@@ -57,6 +57,8 @@ def test_two_nodes_four_tasks_complete(mini: Path, sample_root: Path) -> None:
     status = cli("jobs.status", str(run_dir))
     assert f"job {job_id}: COMPLETED" in status.stdout and "nodes: node[1-2]" in status.stdout
     assert "last step: 40" in status.stdout
+    logs = cli("jobs.logs", str(run_dir), "--rank", "3")
+    assert logs.returncode == 0 and "dist: source=slurm rank=3 local_rank=1 world_size=4 node=node2" in logs.stdout
 
 
 @pytest.mark.parametrize(("hostlist", "_"), CASES)
