@@ -61,3 +61,38 @@ def test_debug_profile_runs_in_process(tmp_path: Path, sample_root: Path) -> Non
     [summary] = (tmp_path / "runs").glob("*/summary.json")
     data = json.loads(summary.read_text())
     assert data["world_size"] == 1 and data["task"] == "classify" and 0 <= data["final_metrics"]["accuracy"] <= 1
+
+
+def test_mixed_precision_modes_train(tmp_path: Path, sample_root: Path) -> None:
+    for amp in ("bf16", "fp16"):
+        result = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "trainer",
+                f"amp={amp}",
+                "steps=2",
+                "log.every=1",
+                f"run_dir={tmp_path / amp}",
+                f"data.root={sample_root / 'pix2pix'}",
+            ],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            env={**os.environ, "PYTHONPATH": str(ROOT)},
+            timeout=300,
+        )
+        assert result.returncode == 0, result.stderr
+        loss = json.loads((tmp_path / amp / "summary.json").read_text())["final_loss"]
+        assert 0 < loss < 2
+
+
+def test_submitting_does_not_import_torch() -> None:
+    code = (
+        "import sys, jobs.submit, jobs.status, jobs.logs, jobs.cancel\n"
+        "try:\n    jobs.submit.main(['--profile', 'example', '--dry-run', '--name', 'x'])\nexcept SystemExit:\n    pass\n"
+        "assert 'torch' not in sys.modules, 'torch was imported'\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert "#SBATCH --nodes=2" in result.stdout
