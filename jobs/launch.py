@@ -41,9 +41,9 @@ def submit(plan: Plan) -> list[submitit.Job[Any]]:
         # submitit prints sbatch's stderr itself; we turn it into our one-line error instead.
         with contextlib.redirect_stderr(captured):
             if len(plan.configs) == 1:
-                return [executor.submit(trainer.entry.run, plan.configs[0])]
+                return [executor.submit(trainer.entry.run, plan.configs[0], plan.settings)]
             with executor.batch():
-                jobs = [executor.submit(trainer.entry.run, config) for config in plan.configs]
+                jobs = [executor.submit(trainer.entry.run, config, plan.settings) for config in plan.configs]
             return jobs
     except (submitit.core.utils.FailedJobError, subprocess.CalledProcessError) as exc:
         reason = refusal(str(exc) or captured.getvalue())

@@ -2,7 +2,7 @@
 
 import itertools
 import shlex
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +18,7 @@ class Plan:
     configs: list[dict[str, Any]]  # one resolved trainer config per job (several: an array job)
     python: str = ""  # the interpreter on the nodes (Slurm)
     max_num_timeout: int = 3
+    settings: dict[str, Any] = field(default_factory=dict)  # trainer.preemption.JobSettings, for every task
 
     @property
     def run_dirs(self) -> list[Path]:
@@ -77,18 +78,46 @@ def slurm_parameters(profile: Profile) -> dict[str, Any]:
     return params
 
 
+def failure_requeue_lines(limit: int, log_dir: Path) -> list[str]:
+    """Batch-script lines run after srun: requeue a failed job up to `limit` times.
+
+    The trainer cannot do it: the rank that failed may be rank 0, or its node may be gone. A file per
+    job id counts the failure requeues, apart from the requeues after a signal (those end with status 0).
+    """
+    return [
+        "status=$?",
+        f'count_file={shlex.quote(str(log_dir))}/failures_"$SLURM_JOB_ID"',
+        f'if [ "$status" -ne 0 ] && [ "$(wc -l < "$count_file" 2>/dev/null || echo 0)" -lt {limit} ]; then',
+        '    echo "$(date +%s) $status" >> "$count_file"',
+        '    echo "srun failed with status $status: requeueing (failure $(wc -l < "$count_file") of '
+        + str(limit)
+        + ')"',
+        '    scontrol requeue "$SLURM_JOB_ID"',
+        "fi",
+    ]
+
+
 def make_plan(profile: Profile, configs: list[dict[str, Any]], log_dir: Path, has_gpus: bool, python: str) -> Plan:
+    settings = {
+        "signal": profile.signal.removeprefix("SIG"),
+        "signal_delay_s": profile.signal_delay_s,
+        "max_num_timeout": profile.max_num_timeout,
+    }
     if profile.executor == "slurm":
-        return Plan(
-            "slurm", log_dir, slurm_parameters(profile), configs, profile.python or python, profile.max_num_timeout
-        )
-    parameters: dict[str, Any] = {"timeout_min": profile.timeout_min}
+        params = slurm_parameters(profile)
+        if profile.requeue_on_failure:
+            params["teardown"] = failure_requeue_lines(profile.requeue_on_failure, log_dir)
+        python = profile.python or python
+        return Plan("slurm", log_dir, params, configs, python, profile.max_num_timeout, settings)
+    parameters: dict[str, Any] = {"timeout_min": profile.timeout_min, "signal_delay_s": profile.signal_delay_s}
     if profile.executor == "local":
         # One process per GPU; on a machine without GPUs, gpus_per_node is the process count.
         parameters |= {"nodes": 1, "tasks_per_node": profile.gpus_per_node}
         if has_gpus:
             parameters["gpus_per_node"] = profile.gpus_per_node
-    return Plan(profile.executor, log_dir, parameters, configs)
+    return Plan(
+        profile.executor, log_dir, parameters, configs, max_num_timeout=profile.max_num_timeout, settings=settings
+    )
 
 
 def sbatch_script(plan: Plan) -> str:

@@ -37,6 +37,7 @@ class Profile:
     signal: str = "USR2"  # sent signal_delay_s before the time limit, and on preemption
     signal_delay_s: int = 120
     max_num_timeout: int = 3  # requeues after a time limit before the job is left to end
+    requeue_on_failure: int = 0  # requeues after a failed task (killed, node lost) before the job fails
     array_parallelism: int = 0  # sweeps: array tasks running at once; 0: no limit
     setup: list = field(default_factory=list)  # shell lines before srun: module load, source activate
     srun_args: list = field(default_factory=list)
@@ -67,8 +68,8 @@ class Profile:
             raise UserError(f"cpus_per_task must be at least 1, got {self.cpus_per_task}")
         if self.mem_gb < 0 or self.mem_per_gpu_gb < 0 or (self.mem_gb and self.mem_per_gpu_gb):
             raise UserError("memory: set mem_gb (per node) or mem_per_gpu_gb, not both, and not below 0")
-        if self.signal_delay_s < 0 or self.max_num_timeout < 0 or self.array_parallelism < 0:
-            raise UserError("signal_delay_s, max_num_timeout and array_parallelism must be >= 0")
+        if min(self.signal_delay_s, self.max_num_timeout, self.array_parallelism, self.requeue_on_failure) < 0:
+            raise UserError("signal_delay_s, max_num_timeout, requeue_on_failure and array_parallelism must be >= 0")
         if self.signal.removeprefix("SIG") not in SIGNALS:
             raise UserError(f"signal {self.signal!r} is unknown; use one of {', '.join(SIGNALS)}")
 

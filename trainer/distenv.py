@@ -34,11 +34,13 @@ class DistEnv:
     job_id: str | None
     cpus_per_task: int
     node_name: str = ""
+    restart_count: int = 0  # SLURM_RESTART_COUNT: times Slurm has requeued this job
 
     def describe(self) -> str:
         return (
             f"dist: source={self.source} rank={self.rank} local_rank={self.local_rank} world_size={self.world_size} "
-            f"node={self.node_name} node_rank={self.node_rank} master={self.master_addr}:{self.master_port}"
+            f"node={self.node_name} node_rank={self.node_rank} master={self.master_addr}:{self.master_port} "
+            f"pid={os.getpid()} restart={self.restart_count}"
         )
 
     @property
@@ -81,7 +83,11 @@ def _address(env: Mapping[str, str], default_addr: str, job_id: str | None) -> t
 def resolve(env: Mapping[str, str]) -> DistEnv:
     """Work out rank, world size and rendezvous address from environment variables."""
     # Slurm names the node (several slurmd can share a host); elsewhere the host name does.
-    return dataclasses.replace(_resolve(env), node_name=env.get("SLURMD_NODENAME") or socket.gethostname())
+    return dataclasses.replace(
+        _resolve(env),
+        node_name=env.get("SLURMD_NODENAME") or socket.gethostname(),
+        restart_count=_int(env, "SLURM_RESTART_COUNT") if env.get("SLURM_RESTART_COUNT") else 0,
+    )
 
 
 def _resolve(env: Mapping[str, str]) -> DistEnv:

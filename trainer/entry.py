@@ -18,18 +18,19 @@ def record_error(run_dir: Path, rank: int, exc: BaseException) -> None:
     write_text(run_dir / "error.txt", f"rank {rank} on {socket.gethostname()}: {kind}{first_line}\n")
 
 
-def run(config_dict: dict[str, Any]) -> dict[str, Any] | None:
+def run(config_dict: dict[str, Any], settings: dict[str, Any] | None = None) -> dict[str, Any] | None:
     """Train with the resolved config in this task's distributed environment."""
     env = resolve(os.environ)
     config: TrainConfig = from_dict(TrainConfig, config_dict)
-    from trainer.train import train  # torch is imported here, in the task, not at submit time
+    from trainer.preemption import JobSettings  # torch is imported here, in the task, not at submit time
+    from trainer.train import train
 
     print(env.describe(), flush=True)  # every rank, into its own log
     if env.is_main:
         (Path(config.run_dir) / "error.txt").unlink(missing_ok=True)  # from an earlier, failed attempt
     try:
-        return train(config, env)
+        return train(config, env, JobSettings(**(settings or {})))
     except BaseException as exc:
-        if not isinstance(exc, KeyboardInterrupt):
+        if not isinstance(exc, KeyboardInterrupt | SystemExit):
             record_error(Path(config.run_dir), env.rank, exc)
         raise

@@ -21,6 +21,7 @@ from trainer.config import TrainConfig, to_dict
 from trainer.data import make_loader
 from trainer.distenv import DistEnv
 from trainer.errors import UserError
+from trainer.preemption import Attempts, JobSettings, StopFlag, decide, leave
 from trainer.tblog import NullLogger, TensorBoardLogger
 
 AMP_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
@@ -102,9 +103,14 @@ class Progress:
             print(flush=True)
 
 
-def train(config: TrainConfig, env: DistEnv) -> dict[str, Any] | None:
-    """Train to `config.steps`, resuming from the newest valid checkpoint. Rank 0 returns the summary."""
+def train(config: TrainConfig, env: DistEnv, settings: JobSettings | None = None) -> dict[str, Any] | None:
+    """Train to `config.steps`, resuming from the newest valid checkpoint. Rank 0 returns the summary.
+
+    On the requeue signal every rank stops at the same step boundary, saves, and leaves for a requeue.
+    """
     started = time.monotonic()
+    settings = settings or JobSettings()
+    stop_flag = StopFlag(settings.signal)  # first, so an early signal is not lost
     run_dir = Path(config.run_dir)
     device = pick_device(env)
     torch.set_num_threads(env.cpus_per_task)
@@ -146,6 +152,16 @@ def train(config: TrainConfig, env: DistEnv) -> dict[str, Any] | None:
                 print(f"resumed from {path} at step {step}", flush=True)
 
         logger = TensorBoardLogger(run_dir / "tensorboard") if env.is_main else NullLogger()
+        attempts = Attempts(run_dir) if env.is_main else None
+        if attempts is not None:
+            cost = attempts.start(step, env.restart_count)
+            if len(attempts.items) > 1:
+                totals = attempts.totals()
+                logger.scalars(
+                    {f"restarts/{k}": v for k, v in totals.items()}
+                    | {"restarts/last_time_lost_s": cost["time_lost_s"]},
+                    step,
+                )
         progress = Progress(config.steps, enabled=env.is_main)
         interval_loss, interval_metrics, interval_steps = torch.zeros((), device=device), {}, 0
         step_time = data_time = 0.0
@@ -223,8 +239,16 @@ def train(config: TrainConfig, env: DistEnv) -> dict[str, Any] | None:
                     # Summary metrics from the last step alone: the same whether or not the run was resumed.
                     final_loss = mean_over_ranks(loss, env)
                     final_metrics = {k: mean_over_ranks(v, env) for k, v in metrics.items()}
-                if step % config.checkpoint.every == 0 or step == config.steps:
+                saved = step % config.checkpoint.every == 0 or step == config.steps
+                if saved:
                     save()
+                if step < config.steps and stop_flag.agreed(env, device):
+                    if not saved:
+                        save()
+                    requeued = decide(env, attempts, settings, step, run_dir, device)
+                    progress.close()
+                    logger.close()
+                    raise leave(env, requeued)
                 if step >= config.steps or batch_in_epoch == 0:
                     break  # a new epoch needs set_epoch and a fresh sampler start
         progress.close()
@@ -237,9 +261,10 @@ def train(config: TrainConfig, env: DistEnv) -> dict[str, Any] | None:
                 "final_loss": final_loss,
                 "final_metrics": final_metrics,
                 "world_size": env.world_size,
-                "wall_time_s": round(time.monotonic() - started, 3),
+                # From the first attempt's start when the run was requeued: the time a user waited.
+                "wall_time_s": round(attempts.wall_time_s() if attempts else time.monotonic() - started, 3),
                 "weights_sha256": checkpoint.weights_sha256(model.state_dict()),
-            }
+            } | (attempts.totals() if attempts else {})
             hparams = {k: v for k, v in _flat(to_dict(config)).items() if k != "run_dir"}
             logger.hparams(hparams, {"final_loss": final_loss, **final_metrics})
             logger.close()

@@ -1,0 +1,177 @@
+"""Stopping on a signal at a step boundary, telling a time limit from a preemption, and requeueing.
+
+The signal handler only sets a flag: no I/O, no collectives, nothing that can block. At the next step
+boundary the ranks agree (an all-reduce of the flag), save together, and rank 0 requeues the job.
+"""
+
+import json
+import re
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from trainer.atomic import write_text
+from trainer.distenv import DistEnv
+
+LOCAL_REQUEUE_EXIT = 144  # submitit's local controller restarts tasks that exit with this code
+TIMEOUT_SLACK_S = 30  # Slurm checks time limits periodically: the signal can come a little late
+
+
+@dataclass(frozen=True)
+class JobSettings:
+    """What the submitter tells each task about requeueing (from the profile)."""
+
+    signal: str = "USR2"
+    signal_delay_s: int = 120
+    max_num_timeout: int = 3
+
+
+class StopFlag:
+    """Set asynchronously by the requeue signal, read by the training loop."""
+
+    def __init__(self, name: str) -> None:
+        self.raised = False
+        self.signum = getattr(signal, "SIG" + name.removeprefix("SIG"))
+        signal.signal(self.signum, self._handle)
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        self.raised = True  # nothing else: the loop acts at the next step boundary
+
+    def agreed(self, env: DistEnv, device: torch.device) -> bool:
+        """True on every rank as soon as any rank got the signal (a collective: all ranks call it)."""
+        if not env.distributed:
+            return self.raised
+        flag = torch.tensor([int(self.raised)], device=device)
+        dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+        return bool(flag.item())
+
+
+def parse_time_left(text: str) -> int | None:
+    """squeue's %L (`[D-]HH:MM:SS`, `MM:SS`, `UNLIMITED`) in seconds; None when unknown or unlimited."""
+    match = re.fullmatch(r"(?:(\d+)-)?(?:(\d+):)?(\d+):(\d+)", text.strip())
+    if not match:
+        return None
+    days, hours, minutes, seconds = (int(g or 0) for g in match.groups())
+    return ((days * 24 + hours) * 60 + minutes) * 60 + seconds
+
+
+def slurm_time_left(job_id: str) -> int | None:
+    try:
+        out = subprocess.run(["squeue", "-h", "-j", job_id, "-o", "%L"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return parse_time_left(out.stdout)
+
+
+def stop_reason(time_left_s: int | None, signal_delay_s: int) -> str:
+    """A signal with about signal_delay_s left is the time limit; with more left, a preemption.
+
+    Asked of Slurm, not guessed from elapsed time the way submitit does (it counts every signal of a
+    job shorter than 10 minutes as a timeout).
+    """
+    if time_left_s is None:
+        return "preempted"
+    return "timeout" if time_left_s <= signal_delay_s + TIMEOUT_SLACK_S else "preempted"
+
+
+class Attempts:
+    """The history of a run's attempts (`attempts.json`, written by rank 0 alone)."""
+
+    def __init__(self, run_dir: Path) -> None:
+        self.path = run_dir / "attempts.json"
+        self.progress_path = run_dir / "progress.json"
+        self.items: list[dict[str, Any]] = json.loads(self.path.read_text()) if self.path.exists() else []
+
+    def _write(self) -> None:
+        write_text(self.path, json.dumps(self.items, indent=1) + "\n")
+
+    def start(self, resumed_step: int, restart_count: int) -> dict[str, float]:
+        """Record this attempt; returns what the previous one cost (time lost, steps recomputed)."""
+        cost = {"time_lost_s": 0.0, "steps_recomputed": 0.0}
+        if self.items:
+            previous = self.items[-1]
+            stop = previous.get("stop")
+            if stop is None:  # it died without saving: killed, node failure, crash
+                reached = json.loads(self.progress_path.read_text()) if self.progress_path.exists() else {}
+                stop = {
+                    "reason": "failure",
+                    "step": reached.get("step", resumed_step),
+                    "time": reached.get("time", previous["started"]),
+                }
+                previous["stop"] = stop
+            cost = {"time_lost_s": time.time() - stop["time"], "steps_recomputed": max(0, stop["step"] - resumed_step)}
+            previous["cost"] = cost
+        self.items.append({"started": time.time(), "resumed_step": resumed_step, "slurm_restart_count": restart_count})
+        self._write()
+        return cost
+
+    def stop(self, reason: str, step: int) -> None:
+        self.items[-1]["stop"] = {"reason": reason, "step": step, "time": time.time()}
+        self._write()
+
+    def count(self, reason: str) -> int:
+        return sum(1 for a in self.items if (a.get("stop") or {}).get("reason") == reason)
+
+    def wall_time_s(self) -> float:
+        return time.time() - self.items[0]["started"]
+
+    def totals(self) -> dict[str, float]:
+        costs = [a["cost"] for a in self.items if "cost" in a]
+        return {
+            "restarts": len(self.items) - 1,
+            "timeouts": self.count("timeout"),
+            "preemptions": self.count("preempted"),
+            "failures": self.count("failure"),
+            "time_lost_s": round(sum(c["time_lost_s"] for c in costs), 3),
+            "steps_recomputed": sum(int(c["steps_recomputed"]) for c in costs),
+        }
+
+
+class RequeueExit(SystemExit):
+    """Leave the task without a result, so the job is requeued rather than reported finished."""
+
+
+def decide(
+    env: DistEnv, attempts: Attempts | None, settings: JobSettings, step: int, run_dir: Path, device: torch.device
+) -> bool:
+    """Rank 0 records why the run stopped and whether to requeue; every rank learns the decision."""
+    go_on = True
+    if attempts is not None:
+        if env.source == "slurm" and env.job_id:
+            reason = stop_reason(slurm_time_left(env.job_id), settings.signal_delay_s)
+        else:
+            reason = "timeout"  # submitit's local controller signals only before its time limit
+        attempts.stop(reason, step)
+        timeouts = attempts.count("timeout")
+        if reason == "timeout" and timeouts > settings.max_num_timeout:
+            go_on = False
+            message = (
+                f"time limit reached {timeouts} time(s), more than max_num_timeout={settings.max_num_timeout}: "
+                f"stopped at step {step} with a checkpoint; resubmit with --resume {run_dir} and a longer --time"
+            )
+            write_text(run_dir / "error.txt", message + "\n")
+            print(f"error: {message}", file=sys.stderr, flush=True)
+        else:
+            print(f"{reason}: saved at step {step}, requeueing", flush=True)
+            if env.source == "slurm" and env.job_id:
+                # Under PreemptMode=REQUEUE Slurm requeues by itself; asking again is then harmless.
+                subprocess.run(["scontrol", "requeue", env.job_id], capture_output=True, timeout=60)
+    if env.distributed:
+        decision = torch.tensor([int(go_on)], device=device)
+        dist.broadcast(decision, src=0)
+        go_on = bool(decision.item())
+    return go_on
+
+
+def leave(env: DistEnv, requeued: bool) -> SystemExit:
+    """The exit each rank takes after a stop: requeued, or stopped for good (exit 3)."""
+    if not requeued:
+        return SystemExit(3)
+    return RequeueExit(LOCAL_REQUEUE_EXIT if env.source == "submitit-local" else 0)
