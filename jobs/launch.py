@@ -91,6 +91,10 @@ def outcome(job: submitit.Job[Any], run_dir: Path) -> str | None:
         error_file = run_dir / "error.txt"
         if error_file.exists():
             return error_file.read_text().strip()
+        from jobs.tracking import failed_tasks
+
+        if failed := failed_tasks(rank0_log(job)):
+            return f"job {job.job_id} failed: {failed[0]}"
         return f"job {job.job_id} failed ({type(exc).__name__}); see {rank0_log(job)}"
     if not (run_dir / "summary.json").exists():
         return f"job {job.job_id} ended without a summary; see {rank0_log(job)}"

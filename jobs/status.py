@@ -3,7 +3,7 @@
 import argparse
 import sys
 
-from jobs.tracking import find, info, progress
+from jobs.tracking import failed_tasks, find, info, progress
 from trainer.errors import UserError
 
 
@@ -20,6 +20,8 @@ def report(target_text: str) -> str:
         ]
         if (target.run_dir / "error.txt").exists():
             lines.append(f"error: {(target.run_dir / 'error.txt').read_text().strip()}")
+    if job.state not in ("RUNNING", "COMPLETED", "PENDING"):
+        lines += [f"failed task: {line}" for line in failed_tasks(target.log0)]
     return "\n".join(lines)
 
 

@@ -111,6 +111,18 @@ def progress(run_dir: Path) -> tuple[int | None, Path | None]:
     return step, checkpoints[0][1] if checkpoints else None
 
 
+def failed_tasks(log0: Path | None) -> list[str]:
+    """srun's own lines naming the task and node that failed, e.g. 'node2: task 3: Killed'."""
+    if log0 is None or not log0.exists():
+        return []
+    lines = [
+        line.split("srun: error:", 1)[1].strip()
+        for line in log0.read_text(errors="replace").splitlines()
+        if "srun: error:" in line and ": task " in line
+    ]
+    return list(dict.fromkeys(lines))
+
+
 def rank_log(target: Target, rank: int) -> Path:
     if target.log0 is None:
         raise UserError(f"the log folder of job {target.job_id} is unknown; pass its run directory instead")

@@ -79,3 +79,21 @@ def test_killed_run_resumes_to_the_same_weights(local_profile: Path, sample_root
     assert result.returncode == 0, result.stdout + result.stderr
     assert "resumed from" in result.stdout
     assert summary(interrupted)["weights_sha256"] == summary(reference)["weights_sha256"]
+
+
+def test_local_timeout_signal_saves_requeues_and_resumes(tmp_path: Path, sample_root: Path) -> None:
+    """submitit's local controller signals signal_delay_s before its time limit, then restarts the tasks."""
+    profile = tmp_path / "short.yaml"
+    # A 60 s limit with the signal 52 s before it: the signal comes after about 8 s, mid-run.
+    profile.write_text(
+        f"executor: local\ngpus_per_node: 2\ntimeout_min: 1\nsignal_delay_s: 52\nrun_root: {tmp_path / 'runs'}\n"
+    )
+    reference = run_local(profile, sample_root, "steps=120", "checkpoint.every=1000", "log.every=20")
+    assert summary(reference)["restarts"] >= 1, "the run ended before the signal: make it longer"
+    assert summary(reference)["timeouts"] == summary(reference)["restarts"]
+    assert summary(reference)["steps_recomputed"] == 0
+    plain = tmp_path / "plain.yaml"
+    plain.write_text(f"executor: local\ngpus_per_node: 2\nrun_root: {tmp_path / 'plain'}\n")
+    uninterrupted = run_local(plain, sample_root, "steps=120", "checkpoint.every=1000", "log.every=20")
+    assert summary(uninterrupted)["restarts"] == 0
+    assert summary(reference)["weights_sha256"] == summary(uninterrupted)["weights_sha256"]

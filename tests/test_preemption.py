@@ -1,0 +1,129 @@
+"""Pure parts of save-on-signal and resume: time-left parsing, stop reasons, attempts, checkpoints."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from tests.conftest import ROOT
+from trainer import checkpoint
+from trainer.preemption import Attempts, parse_time_left, stop_reason
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [
+        ("0:29", 29),
+        ("1:00", 60),
+        ("12:34:56", 45296),
+        ("2-01:00:00", 176400),
+        ("UNLIMITED", None),
+        ("", None),
+        ("INVALID", None),
+    ],
+)
+def test_parse_squeue_time_left(text: str, seconds: int | None) -> None:
+    assert parse_time_left(text) == seconds
+
+
+@pytest.mark.parametrize(
+    ("time_left", "delay", "reason"),
+    [
+        (30, 30, "timeout"),
+        (55, 30, "timeout"),
+        (120, 30, "preempted"),
+        (100, 120, "timeout"),
+        (3600, 120, "preempted"),
+        (None, 120, "preempted"),
+        (200, 300, "timeout"),
+    ],
+)
+def test_stop_reason_asks_how_much_time_is_left(time_left: int | None, delay: int, reason: str) -> None:
+    # A 5-minute job preempted at minute 1 is a preemption, although submitit would count a timeout.
+    assert stop_reason(time_left, delay) == reason
+
+
+def test_attempts_count_restarts_and_recomputed_steps(tmp_path: Path) -> None:
+    first = Attempts(tmp_path)
+    first.start(resumed_step=0, restart_count=0)
+    first.stop("preempted", step=40)
+    second = Attempts(tmp_path)  # a new process reads the history back
+    assert second.start(resumed_step=40, restart_count=1)["steps_recomputed"] == 0
+    (tmp_path / "progress.json").write_text(json.dumps({"step": 70, "time": 0}))  # then it dies at step 70
+    third = Attempts(tmp_path)
+    assert third.start(resumed_step=60, restart_count=2)["steps_recomputed"] == 10
+    third.stop("timeout", step=80)
+    totals = Attempts(tmp_path).totals()
+    assert {k: totals[k] for k in ("restarts", "preemptions", "failures", "timeouts", "steps_recomputed")} == {
+        "restarts": 2,
+        "preemptions": 1,
+        "failures": 1,
+        "timeouts": 1,
+        "steps_recomputed": 10,
+    }
+
+
+def test_newest_valid_checkpoint_wins_and_broken_ones_are_named(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    for step in (5, 10, 15):
+        checkpoint.save(tmp_path, step, {"w": torch.full((3,), float(step))}, keep=3)
+    newest = tmp_path / "step_00000015.pt"
+    newest.write_bytes(newest.read_bytes()[:50])  # torn
+    (tmp_path / "step_00000020.pt").write_bytes(b"no checksum beside it")  # killed before its checksum
+    state, path = checkpoint.load_latest(tmp_path, torch.device("cpu"))  # type: ignore[misc]
+    assert path.name == "step_00000010.pt" and state["w"][0].item() == 10
+    err = capsys.readouterr().err
+    assert "skipping checkpoint" in err and str(newest) in err and "step_00000020.pt" in err
+
+
+def test_only_the_newest_k_are_kept(tmp_path: Path) -> None:
+    for step in range(1, 6):
+        checkpoint.save(tmp_path, step, {"step": step}, keep=2)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "step_00000004.pt",
+        "step_00000004.pt.sha256",
+        "step_00000005.pt",
+        "step_00000005.pt.sha256",
+    ]
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="mounting a small tmpfs needs root")
+def test_full_disk_is_a_clear_error_and_keeps_the_previous_checkpoint(tmp_path: Path, sample_root: Path) -> None:
+    args = [f"data.root={sample_root / 'pix2pix'}", "checkpoint.every=2", "steps=4", "log.image_every=0"]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    probe = subprocess.run(
+        [sys.executable, "-m", "trainer", f"run_dir={tmp_path / 'probe'}", *args],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    assert probe.returncode == 0, probe.stderr
+    size = (tmp_path / "probe" / "checkpoints" / "step_00000002.pt").stat().st_size
+    small = tmp_path / "small"
+    small.mkdir()
+    # Room for one checkpoint and the small files beside it, not for a second one.
+    subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={int(size * 1.6) + 256 * 1024}", "tmpfs", str(small)], check=True
+    )
+    try:
+        result = subprocess.run(
+            [sys.executable, "-m", "trainer", f"run_dir={small / 'run'}", *args],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+        )
+        assert result.returncode == 2, result.stderr
+        assert result.stderr.startswith("error: no space left writing ") and "step_00000004.pt" in result.stderr
+        assert result.stderr.count("\n") == 1
+        state = checkpoint.load_latest(small / "run" / "checkpoints", torch.device("cpu"))
+        assert state is not None and state[1].name == "step_00000002.pt"
+        assert not list((small / "run" / "checkpoints").glob(".*tmp"))  # no torn temporary left behind
+    finally:
+        subprocess.run(["umount", str(small)], check=True)
