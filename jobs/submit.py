@@ -48,7 +48,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "overrides", nargs="*", metavar="key=value", help="trainer settings, e.g. steps=100 data.root=DIR"
     )
-    return parser.parse_args(argv)
+    return parser.parse_intermixed_args(argv)  # key=value may come before or after flags
 
 
 def has_local_gpus() -> bool:

@@ -1,0 +1,242 @@
+"""Preemption, time limits and failures on the real cluster: requeue and resume exactly where it stopped."""
+
+import json
+import os
+import re
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+from tests.conftest import submit
+from tests.slurm.test_slurm import cli, poll, run_dir_of
+
+# 2 nodes x 1 task; long enough to be preempted three times, short enough for CI.
+ARGS = ["--nodes", "2", "--gpus-per-node", "1", "steps=240", "log.every=5", "checkpoint.every=100", "log.image_every=0"]
+
+
+def squeue_state(job_id: str) -> str:
+    return subprocess.run(["squeue", "-h", "-j", job_id, "-o", "%T"], capture_output=True, text=True).stdout.strip()
+
+
+def job_id_of(run_dir: Path) -> str:
+    return json.loads((run_dir / "job.json").read_text())["job_id"]
+
+
+def attempts(run_dir: Path) -> list[dict]:
+    path = run_dir / "attempts.json"
+    return json.loads(path.read_text()) if path.exists() else []
+
+
+def training(run_dir: Path, attempt: int) -> bool:
+    """Attempt number `attempt` (0-based) has started and logged a step past where it resumed."""
+    items = attempts(run_dir)
+    if len(items) <= attempt or (run_dir / "summary.json").exists():
+        return False
+    progress = run_dir / "progress.json"
+    return progress.exists() and json.loads(progress.read_text())["step"] > items[attempt]["resumed_step"]
+
+
+def release_when_requeued(job_id: str) -> None:
+    """A requeued job waits ~120 s before it is eligible; move its start time to now once it is pending."""
+    poll("the job to be pending again", lambda: squeue_state(job_id) == "PENDING", timeout=90)
+    poll(
+        "the start time update",
+        lambda: (
+            subprocess.run(["scontrol", "update", f"jobid={job_id}", "StartTime=now"], capture_output=True).returncode
+            == 0
+        ),
+    )
+
+
+def preempt(run_dir: Path, attempt: int) -> None:
+    poll(f"attempt {attempt} to train", lambda: training(run_dir, attempt), timeout=120)
+    subprocess.run(
+        ["sbatch", "-p", "urgent", "--exclusive", "-N2", "-o", "/dev/null", "--wrap", "sleep 1"],
+        check=True,
+        capture_output=True,
+    )
+    release_when_requeued(job_id_of(run_dir))
+
+
+def summary(run_dir: Path, timeout: float = 240) -> dict:
+    poll("the summary", lambda: (run_dir / "summary.json").exists(), timeout=timeout)
+    return json.loads((run_dir / "summary.json").read_text())
+
+
+@pytest.fixture(scope="module")
+def reference_hash(tmp_path_factory: pytest.TempPathFactory, sample_root: Path, slurm_cluster: None) -> str:
+    """The final weights of the same run, uninterrupted."""
+    folder = tmp_path_factory.mktemp("reference")
+    profile = mini_profile(folder)
+    result = submit("--profile", str(profile), "--wait", f"data.root={sample_root / 'pix2pix'}", *ARGS)
+    assert result.returncode == 0, result.stdout + result.stderr
+    data = summary(run_dir_of(result))
+    assert data["restarts"] == 0
+    return data["weights_sha256"]
+
+
+def mini_profile(folder: Path, extra: str = "") -> Path:
+    from tests.conftest import ROOT, write_profile
+
+    text = (
+        (ROOT / "cluster_profiles" / "mini.yaml").read_text().replace("run_root: runs", f"run_root: {folder / 'runs'}")
+    )
+    return write_profile(folder, text + extra, "profile.yaml")
+
+
+@pytest.mark.parametrize("times", [1, 3])
+def test_preempted_run_resumes_to_the_same_weights(
+    times: int, reference_hash: str, tmp_path: Path, sample_root: Path
+) -> None:
+    result = submit("--profile", str(mini_profile(tmp_path)), f"data.root={sample_root / 'pix2pix'}", *ARGS)
+    assert result.returncode == 0, result.stderr
+    run_dir = run_dir_of(result)
+    for attempt in range(times):
+        preempt(run_dir, attempt)
+    data = summary(run_dir)
+    assert data["weights_sha256"] == reference_hash
+    assert (data["preemptions"], data["timeouts"], data["restarts"], data["steps_recomputed"]) == (times, 0, times, 0)
+    stops = [a["stop"] for a in attempts(run_dir)[:-1]]
+    assert [s["reason"] for s in stops] == ["preempted"] * times
+    # Each stop saved the step it stopped at, and the next attempt resumed there.
+    assert [a["resumed_step"] for a in attempts(run_dir)[1:]] == [s["step"] for s in stops]
+    status = cli("jobs.status", str(run_dir))
+    assert f"restarts: {times}" in status.stdout
+    events = EventAccumulator(str(run_dir / "tensorboard"))
+    events.Reload()
+    assert [e.value for e in events.Scalars("restarts/restarts")][-1] == times
+    assert {"restarts/time_lost_s", "restarts/steps_recomputed"} <= set(events.Tags()["scalars"])
+
+
+def test_time_limit_saves_requeues_and_counts_one_timeout(
+    reference_hash: str, tmp_path: Path, sample_root: Path
+) -> None:
+    profile = mini_profile(tmp_path, "")
+    text = profile.read_text().replace("timeout_min: 10", "timeout_min: 1")
+    profile.write_text(text)  # a 1-minute limit, the signal 30 s before it
+    result = submit(
+        "--profile",
+        str(profile),
+        f"data.root={sample_root / 'pix2pix'}",
+        *ARGS[:-3],
+        "steps=240",
+        "log.every=5",
+        "checkpoint.every=100",
+        "log.image_every=0",
+        "optim.warmup_steps=0",
+    )
+    assert result.returncode == 0, result.stderr
+    run_dir, job_id = run_dir_of(result), job_id_of(run_dir_of(result))
+    # Slowed down so the first attempt meets its time limit: it sleeps a little at every step.
+    deadline = time.monotonic() + 240
+    while not (run_dir / "summary.json").exists():
+        assert time.monotonic() < deadline, "the run did not finish"
+        if squeue_state(job_id) == "PENDING" and attempts(run_dir) and attempts(run_dir)[-1].get("stop"):
+            subprocess.run(["scontrol", "update", f"jobid={job_id}", "StartTime=now"], capture_output=True)
+        time.sleep(0.5)
+    data = summary(run_dir)
+    if data["restarts"] == 0:
+        pytest.fail("the run finished inside its first minute; the time limit was never met")
+    assert data["timeouts"] >= 1 and data["preemptions"] == 0 and data["steps_recomputed"] == 0
+    assert data["weights_sha256"] == reference_hash
+
+
+def test_past_the_timeout_budget_it_stops_with_a_usable_checkpoint(tmp_path: Path, sample_root: Path) -> None:
+    profile = mini_profile(tmp_path, "max_num_timeout: 0\n")
+    profile.write_text(profile.read_text().replace("timeout_min: 10", "timeout_min: 1"))
+    result = submit(
+        "--profile",
+        str(profile),
+        "--wait",
+        f"data.root={sample_root / 'pix2pix'}",
+        "--nodes",
+        "2",
+        "--gpus-per-node",
+        "1",
+        "steps=100000",
+        "log.every=20",
+        "checkpoint.every=100000",
+    )
+    assert result.returncode == 1, result.stdout + result.stderr
+    run_dir = run_dir_of(result)
+    message = (run_dir / "error.txt").read_text()
+    assert "time limit reached 1 time(s), more than max_num_timeout=0" in message and "--resume" in message
+    assert "time limit reached" in result.stderr and result.stderr.count("\n") == 1
+    stop = attempts(run_dir)[0]["stop"]
+    assert stop["reason"] == "timeout"
+    assert (run_dir / "checkpoints" / f"step_{stop['step']:08d}.pt").exists()
+    assert (
+        "last checkpoint: " + str(run_dir / "checkpoints" / f"step_{stop['step']:08d}.pt")
+        in cli("jobs.status", str(run_dir)).stdout
+    )
+
+
+def kill_rank(run_dir: Path, rank: int) -> None:
+    log = run_dir / "logs" / f"{job_id_of(run_dir)}_{rank}_log.out"
+    pid = poll(f"rank {rank}'s pid", lambda: log.exists() and re.findall(r"^dist: .* pid=(\d+)", log.read_text(), re.M))
+    os.kill(int(pid[-1]), signal.SIGKILL)
+
+
+def test_killed_task_ends_the_job_quickly_and_names_it(tmp_path: Path, sample_root: Path) -> None:
+    result = submit(
+        "--profile",
+        str(mini_profile(tmp_path)),
+        f"data.root={sample_root / 'pix2pix'}",
+        "--nodes",
+        "2",
+        "--gpus-per-node",
+        "2",
+        "steps=100000",
+        "log.every=5",
+    )
+    assert result.returncode == 0, result.stderr
+    run_dir = run_dir_of(result)
+    poll("training", lambda: training(run_dir, 0))
+    kill_rank(run_dir, 3)
+    killed = time.monotonic()
+    poll("the job to fail", lambda: "FAILED" in cli("jobs.status", str(run_dir)).stdout, timeout=60)
+    assert time.monotonic() - killed < 60
+    status = cli("jobs.status", str(run_dir)).stdout
+    assert "failed task: node2: task 3: Killed" in status, status
+
+
+def test_requeue_on_failure_resumes_from_the_last_checkpoint(
+    reference_hash: str, tmp_path: Path, sample_root: Path
+) -> None:
+    profile = mini_profile(tmp_path, "requeue_on_failure: 1\n")
+    args = [a if a != "checkpoint.every=100" else "checkpoint.every=20" for a in ARGS]
+    result = submit("--profile", str(profile), f"data.root={sample_root / 'pix2pix'}", *args)
+    assert result.returncode == 0, result.stderr
+    run_dir = run_dir_of(result)
+    poll("a checkpoint", lambda: list((run_dir / "checkpoints").glob("step_*.pt.sha256")), timeout=120)
+    kill_rank(run_dir, 1)
+    release_when_requeued(job_id_of(run_dir))
+    data = summary(run_dir)
+    assert (data["failures"], data["restarts"]) == (1, 1)
+    assert data["weights_sha256"] == reference_hash
+
+
+def test_truncated_newest_checkpoint_falls_back_to_the_one_before(
+    reference_hash: str, tmp_path: Path, sample_root: Path
+) -> None:
+    args = [a if a != "checkpoint.every=100" else "checkpoint.every=20" for a in ARGS]
+    result = submit("--profile", str(mini_profile(tmp_path)), f"data.root={sample_root / 'pix2pix'}", *args)
+    assert result.returncode == 0, result.stderr
+    run_dir = run_dir_of(result)
+    poll("two checkpoints", lambda: len(list((run_dir / "checkpoints").glob("step_*.pt.sha256"))) >= 2, timeout=120)
+    assert cli("jobs.cancel", str(run_dir)).returncode == 0
+    poll("the job to end", lambda: squeue_state(job_id_of(run_dir)) == "", timeout=60)
+    newest, previous = (
+        sorted((run_dir / "checkpoints").glob("step_*.pt"))[-1],
+        sorted((run_dir / "checkpoints").glob("step_*.pt"))[-2],
+    )
+    newest.write_bytes(newest.read_bytes()[: newest.stat().st_size // 2])
+    resumed = submit("--profile", str(mini_profile(tmp_path)), "--resume", str(run_dir), "--wait")
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    assert f"warning: skipping checkpoint {newest}" in resumed.stdout
+    assert f"resumed from {previous}" in resumed.stdout
+    assert summary(run_dir)["weights_sha256"] == reference_hash
