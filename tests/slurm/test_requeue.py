@@ -115,23 +115,13 @@ def test_preempted_run_resumes_to_the_same_weights(
 def test_time_limit_saves_requeues_and_counts_one_timeout(
     reference_hash: str, tmp_path: Path, sample_root: Path
 ) -> None:
-    profile = mini_profile(tmp_path, "")
-    text = profile.read_text().replace("timeout_min: 10", "timeout_min: 1")
-    profile.write_text(text)  # a 1-minute limit, the signal 30 s before it
-    result = submit(
-        "--profile",
-        str(profile),
-        f"data.root={sample_root / 'pix2pix'}",
-        *ARGS[:-3],
-        "steps=240",
-        "log.every=5",
-        "checkpoint.every=100",
-        "log.image_every=0",
-        "optim.warmup_steps=0",
-    )
+    profile = mini_profile(tmp_path)
+    profile.write_text(profile.read_text().replace("timeout_min: 10", "timeout_min: 1"))  # signal 30 s before
+    result = submit("--profile", str(profile), f"data.root={sample_root / 'pix2pix'}", *ARGS)
     assert result.returncode == 0, result.stderr
     run_dir, job_id = run_dir_of(result), job_id_of(run_dir_of(result))
-    # Slowed down so the first attempt meets its time limit: it sleeps a little at every step.
+    # Slurm checks time limits every few seconds to a minute, so the signal can come early in an attempt:
+    # release the job whenever it is pending after a stop, until it finishes.
     deadline = time.monotonic() + 240
     while not (run_dir / "summary.json").exists():
         assert time.monotonic() < deadline, "the run did not finish"
