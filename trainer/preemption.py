@@ -6,7 +6,6 @@ boundary the ranks agree (an all-reduce of the flag), save together, and rank 0 
 
 import json
 import re
-import signal
 import subprocess
 import sys
 import time
@@ -19,6 +18,7 @@ import torch.distributed as dist
 
 from trainer.atomic import write_text
 from trainer.distenv import DistEnv
+from trainer.stopflag import StopFlag
 
 LOCAL_REQUEUE_EXIT = 144  # submitit's local controller restarts tasks that exit with this code
 TIMEOUT_SLACK_S = 30  # Slurm checks time limits periodically: the signal can come a little late
@@ -33,24 +33,13 @@ class JobSettings:
     max_num_timeout: int = 3
 
 
-class StopFlag:
-    """Set asynchronously by the requeue signal, read by the training loop."""
-
-    def __init__(self, name: str) -> None:
-        self.raised = False
-        self.signum = getattr(signal, "SIG" + name.removeprefix("SIG"))
-        signal.signal(self.signum, self._handle)
-
-    def _handle(self, signum: int, frame: Any) -> None:
-        self.raised = True  # nothing else: the loop acts at the next step boundary
-
-    def agreed(self, env: DistEnv, device: torch.device) -> bool:
-        """True on every rank as soon as any rank got the signal (a collective: all ranks call it)."""
-        if not env.distributed:
-            return self.raised
-        flag = torch.tensor([int(self.raised)], device=device)
-        dist.all_reduce(flag, op=dist.ReduceOp.MAX)
-        return bool(flag.item())
+def agreed(flag: StopFlag, env: DistEnv, device: torch.device) -> bool:
+    """True on every rank as soon as any rank got the signal (a collective: all ranks call it)."""
+    if not env.distributed:
+        return flag.raised
+    tensor = torch.tensor([int(flag.raised)], device=device)
+    dist.all_reduce(tensor, op=dist.ReduceOp.MAX)
+    return bool(tensor.item())
 
 
 def parse_time_left(text: str) -> int | None:

@@ -21,7 +21,8 @@ from trainer.config import TrainConfig, to_dict
 from trainer.data import make_loader
 from trainer.distenv import DistEnv
 from trainer.errors import UserError
-from trainer.preemption import Attempts, JobSettings, StopFlag, decide, leave
+from trainer.preemption import Attempts, JobSettings, agreed, decide, leave
+from trainer.stopflag import StopFlag
 from trainer.tblog import NullLogger, TensorBoardLogger
 
 AMP_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
@@ -103,14 +104,16 @@ class Progress:
             print(flush=True)
 
 
-def train(config: TrainConfig, env: DistEnv, settings: JobSettings | None = None) -> dict[str, Any] | None:
+def train(
+    config: TrainConfig, env: DistEnv, settings: JobSettings | None = None, stop_flag: StopFlag | None = None
+) -> dict[str, Any] | None:
     """Train to `config.steps`, resuming from the newest valid checkpoint. Rank 0 returns the summary.
 
     On the requeue signal every rank stops at the same step boundary, saves, and leaves for a requeue.
     """
     started = time.monotonic()
     settings = settings or JobSettings()
-    stop_flag = StopFlag(settings.signal)  # first, so an early signal is not lost
+    stop_flag = stop_flag or StopFlag(settings.signal)
     run_dir = Path(config.run_dir)
     device = pick_device(env)
     torch.set_num_threads(env.cpus_per_task)
@@ -242,7 +245,7 @@ def train(config: TrainConfig, env: DistEnv, settings: JobSettings | None = None
                 saved = step % config.checkpoint.every == 0 or step == config.steps
                 if saved:
                     save()
-                if step < config.steps and stop_flag.agreed(env, device):
+                if step < config.steps and agreed(stop_flag, env, device):
                     if not saved:
                         save()
                     requeued = decide(env, attempts, settings, step, run_dir, device)

@@ -1,0 +1,20 @@
+"""The requeue signal's flag (torch-free: installed before the slow imports, so no signal is missed)."""
+
+import signal
+from typing import Any
+
+
+class StopFlag:
+    """Set asynchronously by the requeue signal, read by the training loop at step boundaries.
+
+    The handler only sets a flag: no I/O, no collectives, nothing that can block.
+    """
+
+    def __init__(self, name: str) -> None:
+        self.raised = False
+        self.signum = getattr(signal, "SIG" + name.removeprefix("SIG"))
+        # Replaces submitit's handler, which would requeue from inside the handler on rank 0 alone.
+        signal.signal(self.signum, self._handle)
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        self.raised = True
