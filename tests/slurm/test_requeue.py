@@ -112,28 +112,28 @@ def test_preempted_run_resumes_to_the_same_weights(
     assert {"restarts/time_lost_s", "restarts/steps_recomputed"} <= set(events.Tags()["scalars"])
 
 
-def test_time_limit_saves_requeues_and_counts_one_timeout(
-    reference_hash: str, tmp_path: Path, sample_root: Path
-) -> None:
+def test_time_limit_saves_requeues_and_counts_the_timeout(tmp_path: Path, sample_root: Path) -> None:
     # Slurm may signal up to a minute early, so several attempts can meet the limit: allow them.
     profile = mini_profile(tmp_path, "max_num_timeout: 10\n")
     profile.write_text(profile.read_text().replace("timeout_min: 10", "timeout_min: 1"))  # signal 30 s before
-    result = submit("--profile", str(profile), f"data.root={sample_root / 'pix2pix'}", *ARGS)
+    # About 50 s of training: longer than the 30 s before the signal is due, whenever Slurm sends it.
+    args = [a if a != "steps=240" else "steps=700" for a in ARGS]
+    result = submit("--profile", str(profile), f"data.root={sample_root / 'pix2pix'}", *args)
     assert result.returncode == 0, result.stderr
     run_dir, job_id = run_dir_of(result), job_id_of(run_dir_of(result))
     # Slurm checks time limits every few seconds to a minute, so the signal can come early in an attempt:
     # release the job whenever it is pending after a stop, until it finishes.
-    deadline = time.monotonic() + 240
+    deadline = time.monotonic() + 360
     while not (run_dir / "summary.json").exists():
         assert time.monotonic() < deadline, "the run did not finish"
         if squeue_state(job_id) == "PENDING" and attempts(run_dir) and attempts(run_dir)[-1].get("stop"):
             subprocess.run(["scontrol", "update", f"jobid={job_id}", "StartTime=now"], capture_output=True)
         time.sleep(0.5)
     data = summary(run_dir)
-    if data["restarts"] == 0:
-        pytest.fail("the run finished inside its first minute; the time limit was never met")
-    assert data["timeouts"] >= 1 and data["preemptions"] == 0 and data["steps_recomputed"] == 0
-    assert data["weights_sha256"] == reference_hash
+    assert data["final_step"] == 700
+    assert data["timeouts"] >= 1 and data["restarts"] == data["timeouts"], data
+    assert data["preemptions"] == 0 and data["steps_recomputed"] == 0
+    assert [a["stop"]["reason"] for a in attempts(run_dir)[:-1]] == ["timeout"] * data["timeouts"]
 
 
 def test_past_the_timeout_budget_it_stops_with_a_usable_checkpoint(tmp_path: Path, sample_root: Path) -> None:
