@@ -87,7 +87,7 @@ def failure_requeue_lines(limit: int, log_dir: Path) -> list[str]:
     return [
         "status=$?",
         f'count_file={shlex.quote(str(log_dir))}/failures_"$SLURM_JOB_ID"',
-        f'if [ "$status" -ne 0 ] && [ "$(wc -l < "$count_file" 2>/dev/null || echo 0)" -lt {limit} ]; then',
+        f'if [ "$status" -ne 0 ] && [ "$(cat "$count_file" 2>/dev/null | wc -l)" -lt {limit} ]; then',
         '    echo "$(date +%s) $status" >> "$count_file"',
         '    echo "srun failed with status $status: requeueing (failure $(wc -l < "$count_file") of '
         + str(limit)
