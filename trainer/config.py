@@ -76,6 +76,7 @@ class LogConfig:
 class CheckpointConfig:
     every: int = 50  # steps between checkpoints; the last step is always saved
     keep: int = 3  # newest checkpoints kept
+    background: bool = False  # write in a thread while training goes on (only serialising blocks)
 
     def __post_init__(self) -> None:
         _check(self.every >= 1, "checkpoint.every", "must be >= 1")
@@ -85,9 +86,11 @@ class CheckpointConfig:
 @dataclass(frozen=True)
 class DistConfig:
     timeout_s: int = 300  # process-group init and collective timeout
+    stop_check_every: int = 5  # steps between the ranks' votes on a requeue signal (an all-reduce each)
 
     def __post_init__(self) -> None:
         _check(self.timeout_s >= 1, "dist.timeout_s", "must be >= 1")
+        _check(self.stop_check_every >= 1, "dist.stop_check_every", "must be >= 1")
 
 
 @dataclass(frozen=True)

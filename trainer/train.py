@@ -21,7 +21,7 @@ from trainer.config import TrainConfig, to_dict
 from trainer.data import make_loader
 from trainer.distenv import DistEnv
 from trainer.errors import UserError
-from trainer.preemption import Attempts, JobSettings, agreed, decide, leave
+from trainer.preemption import Attempts, JobSettings, decide, leave, stop_agreed
 from trainer.stopflag import StopFlag
 from trainer.tblog import NullLogger, TensorBoardLogger
 
@@ -171,6 +171,8 @@ def train(
         final_loss = float("nan")
         final_metrics: dict[str, float] = {}
 
+        writer = checkpoint.Writer(config.checkpoint.background)
+
         def save() -> None:
             rng = gather_rng(env, device)  # a collective: every rank takes part
             if env.is_main:
@@ -182,7 +184,7 @@ def train(
                     "progress": {"step": step, "epoch": epoch, "batch_in_epoch": batch_in_epoch},
                     "rng": rng,
                 }
-                checkpoint.save(ckpt_dir, step, state, config.checkpoint.keep)
+                writer.save(ckpt_dir, step, state, config.checkpoint.keep)
             if env.distributed:
                 dist.barrier()  # nobody runs ahead of a checkpoint that is still being written
 
@@ -245,9 +247,10 @@ def train(
                 saved = step % config.checkpoint.every == 0 or step == config.steps
                 if saved:
                     save()
-                if step < config.steps and agreed(stop_flag, env, device):
+                if step < config.steps and stop_agreed(stop_flag, env, device, step, config.dist.stop_check_every):
                     if not saved:
                         save()
+                    writer.wait()  # the checkpoint is on disk before anyone leaves
                     requeued = decide(env, attempts, settings, step, run_dir, device)
                     progress.close()
                     logger.close()
@@ -255,6 +258,7 @@ def train(
                 if step >= config.steps or batch_in_epoch == 0:
                     break  # a new epoch needs set_epoch and a fresh sampler start
         progress.close()
+        writer.wait()
 
         summary = None
         if env.is_main:

@@ -1,0 +1,25 @@
+"""Benchmark 5: `python -m jobs.submit --dry-run` wall time against `python -c "import submitit"`.
+
+Target: at most 1.3x (the submit path must not import torch). Usage: python benchmarks/submit_speed.py [--repeats N]
+"""
+
+import argparse
+
+from _common import median, python, report, time_command
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=15)
+    args = parser.parse_args()
+    baseline, ours = [], []
+    # Interleaved, so both see the same machine load and file cache.
+    for _ in range(args.repeats):
+        baseline += time_command([python(), "-c", "import submitit"], 1)
+        ours += time_command([python(), "-m", "jobs.submit", "--profile", "example", "--dry-run", "--name", "bench"], 1)
+    b, o = median(baseline), median(ours)
+    report("submit --dry-run", o, b, "s", "<= 1.3x", o / b <= 1.3)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,201 @@
+"""Benchmark 1: our trainer against a textbook DDP loop and PyTorch Lightning (2 processes, gloo, CPU).
+
+Same model (the pix2pix U-Net), data, batch size and seed. Prints the median step time of each after
+warm-up (means over windows of 10 steps, every cost of a step included), the ratios, and whether our
+final weights equal the textbook loop's. Targets: ours within 2% of the textbook loop, and less overhead
+than Lightning. Usage: python benchmarks/trainer_overhead.py [--steps N] [--skip-lightning]
+"""
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+WINDOW = 10
+SEED, BATCH, LR = 0, 8, 2e-3
+
+
+def windows(step_ends: list[float], start: float) -> list[float]:
+    """Mean step time over consecutive windows of WINDOW steps, from a list of step end times."""
+    times = [b - a for a, b in zip([start, *step_ends[:-1]], step_ends, strict=True)]
+    return [sum(times[i : i + WINDOW]) / WINDOW for i in range(0, len(times) - WINDOW + 1, WINDOW)]
+
+
+def run_ours(steps: int, data: Path, out: Path) -> dict:
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from trainer.config import build_config
+    from trainer.distenv import resolve
+    from trainer.train import train
+
+    config = build_config(
+        [
+            f"run_dir={out / 'ours'}",
+            f"data.root={data}",
+            f"steps={steps}",
+            f"seed={SEED}",
+            f"batch_size={BATCH}",
+            f"optim.lr={LR}",
+            f"log.every={WINDOW}",
+            "log.image_every=0",
+            f"checkpoint.every={steps}",
+        ]
+    )
+    summary = train(config, resolve(os.environ))
+    if summary is None:
+        return {}
+    events = EventAccumulator(str(out / "ours" / "tensorboard"))
+    events.Reload()
+    return {"windows": [e.value for e in events.Scalars("perf/step_time_s")], "sha": summary["weights_sha256"]}
+
+
+def textbook_parts(data: Path):  # type: ignore[no-untyped-def]
+    import torch
+
+    from trainer.pairs import read_pairs
+    from trainer.tasks.pix2pix import PairsDataset, UNet
+
+    torch.manual_seed(SEED)
+    dataset = PairsDataset(read_pairs(data, "pairs.csv", verify=False), 64)
+    return dataset, UNet(16, 3)
+
+
+def run_textbook(steps: int, data: Path, out: Path) -> dict:
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    from torch.utils.data import DataLoader, DistributedSampler
+
+    from trainer.checkpoint import weights_sha256
+
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    torch.set_num_threads(max(1, len(os.sched_getaffinity(0)) // world))  # as the trainer does
+    dist.init_process_group("gloo")
+    dataset, model = textbook_parts(data)
+    sampler = DistributedSampler(dataset, shuffle=True, seed=SEED)
+    loader = DataLoader(dataset, batch_size=BATCH, sampler=sampler, drop_last=True)
+    ddp = DDP(model)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=LR, weight_decay=0.0)
+    ends, step, epoch, start = [], 0, 0, time.perf_counter()
+    while step < steps:
+        sampler.set_epoch(epoch)
+        for source, target in loader:
+            loss = torch.nn.functional.l1_loss(ddp(source).float(), target)
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            optimizer.step()
+            step += 1
+            ends.append(time.perf_counter())
+            if step == steps:
+                break
+        epoch += 1
+    dist.destroy_process_group()
+    return {"windows": windows(ends, start), "sha": weights_sha256(model.state_dict())} if rank == 0 else {}
+
+
+def run_lightning(steps: int, data: Path, out: Path) -> dict:
+    import lightning as L
+    import torch
+    from torch.utils.data import DataLoader
+
+    dataset, model = textbook_parts(data)
+    ends: list[float] = []
+
+    class Module(L.LightningModule):
+        def __init__(self) -> None:
+            super().__init__()
+            self.net = model
+
+        def training_step(self, batch, batch_idx):  # type: ignore[no-untyped-def]
+            source, target = batch
+            return torch.nn.functional.l1_loss(self.net(source).float(), target)
+
+        def configure_optimizers(self):  # type: ignore[no-untyped-def]
+            return torch.optim.AdamW(self.parameters(), lr=LR, weight_decay=0.0)
+
+    class Clock(L.Callback):
+        def on_train_batch_end(self, *args, **kwargs) -> None:  # type: ignore[no-untyped-def]
+            ends.append(time.perf_counter())
+
+    torch.set_num_threads(max(1, len(os.sched_getaffinity(0)) // int(os.environ["WORLD_SIZE"])))
+    trainer = L.Trainer(
+        accelerator="cpu",
+        devices=int(os.environ["WORLD_SIZE"]),
+        strategy="ddp",
+        max_steps=steps,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        callbacks=[Clock()],
+        default_root_dir=str(out / "lightning"),
+    )
+    start = time.perf_counter()
+    trainer.fit(Module(), DataLoader(dataset, batch_size=BATCH, shuffle=True, drop_last=True))
+    return {"windows": windows(ends, start)} if trainer.global_rank == 0 else {}
+
+
+VARIANTS = {"ours": run_ours, "textbook": run_textbook, "lightning": run_lightning}
+
+
+def worker(variant: str, steps: int, data: Path, out: Path) -> None:
+    result = VARIANTS[variant](steps, data, out)
+    if result:
+        (out / f"{variant}.json").write_text(json.dumps(result))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=200)
+    parser.add_argument("--rounds", type=int, default=3, help="runs of each variant, interleaved (machine noise)")
+    parser.add_argument("--skip-lightning", action="store_true", help="when lightning is not installed")
+    parser.add_argument("--worker", nargs=3, metavar=("VARIANT", "DATA", "OUT"), help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.worker:
+        variant, data, out = args.worker
+        worker(variant, args.steps, Path(data), Path(out))
+        return
+    sys.path.insert(0, str(ROOT))
+    from trainer.sample_data import ensure_sample_data
+
+    out = Path(tempfile.mkdtemp(prefix="bench-overhead-"))
+    data = ensure_sample_data(out / "sample") / "pix2pix"
+    variants = ["textbook", "ours"] + ([] if args.skip_lightning else ["lightning"])
+    windows_of: dict[str, list[float]] = {v: [] for v in variants}
+    hashes: dict[str, str] = {}
+    port = 29611
+    for round_ in range(args.rounds):
+        for variant in variants if round_ % 2 == 0 else variants[::-1]:  # alternate the order: machine noise
+            port += 1
+            folder = out / f"{variant}{round_}"
+            folder.mkdir()
+            cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", str(port)]
+            cmd += [__file__, "--steps", str(args.steps), "--worker", variant, str(data), str(folder)]
+            env = {**os.environ, "PYTHONPATH": str(ROOT)}
+            subprocess.run(cmd, check=True, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+            result = json.loads((folder / f"{variant}.json").read_text())
+            windows_of[variant] += result["windows"][1:]  # the first window is warm-up
+            if "sha" in result:
+                hashes[variant] = result["sha"]
+    median = {v: statistics.median(w) for v, w in windows_of.items()}
+    base, ours = median["textbook"], median["ours"]
+    print(f"{args.rounds} interleaved round(s) of {args.steps} steps per variant; 2 processes, gloo, batch {BATCH}")
+    print(f"textbook DDP loop: {base * 1000:.2f} ms/step (median of {WINDOW}-step means after warm-up)")
+    verdict = "meets" if ours / base <= 1.02 else "MISSES"
+    print(f"our trainer:       {ours * 1000:.2f} ms/step -> ratio {ours / base:.3f} ({verdict} target <= 1.02)")
+    if "lightning" in median:
+        light = median["lightning"]
+        verdict = "ours has less overhead" if ours < light else "ours has MORE overhead"
+        print(f"Lightning:         {light * 1000:.2f} ms/step -> ratio {light / base:.3f} ({verdict})")
+    same = hashes["ours"] == hashes["textbook"]
+    print(f"weights after {args.steps} steps: ours {'==' if same else '!='} textbook loop")
+
+
+if __name__ == "__main__":
+    main()

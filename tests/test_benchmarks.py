@@ -1,0 +1,27 @@
+"""Each benchmark runs once at a tiny size: proof that it still works, not a judgement of speed."""
+
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import ROOT
+
+TINY = [
+    ["submit_speed.py", "--repeats", "1"],
+    ["checkpoint_cost.py", "--repeats", "1", "--width", "4"],
+    ["trainer_overhead.py", "--steps", "20", "--rounds", "1"],
+]
+
+
+@pytest.mark.parametrize("args", TINY, ids=[a[0] for a in TINY])
+def test_benchmark_runs_and_reports_a_ratio(args: list[str]) -> None:
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / args[0]), *args[1:]],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "ratio" in result.stdout or "% of training" in result.stdout, result.stdout
