@@ -73,6 +73,7 @@ def run_textbook(steps: int, data: Path, out: Path) -> dict:
     from torch.utils.data import DataLoader, DistributedSampler
 
     from trainer.checkpoint import weights_sha256
+    from trainer.tasks.pix2pix import to_unit
 
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     torch.set_num_threads(max(1, len(os.sched_getaffinity(0)) // world))  # as the trainer does
@@ -86,7 +87,7 @@ def run_textbook(steps: int, data: Path, out: Path) -> dict:
     while step < steps:
         sampler.set_epoch(epoch)
         for source, target in loader:
-            loss = torch.nn.functional.l1_loss(ddp(source).float(), target)
+            loss = torch.nn.functional.l1_loss(ddp(to_unit(source)).float(), to_unit(target))
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             optimizer.step()
@@ -104,6 +105,8 @@ def run_lightning(steps: int, data: Path, out: Path) -> dict:
     import torch
     from torch.utils.data import DataLoader
 
+    from trainer.tasks.pix2pix import to_unit
+
     dataset, model = textbook_parts(data)
     ends: list[float] = []
 
@@ -114,7 +117,7 @@ def run_lightning(steps: int, data: Path, out: Path) -> dict:
 
         def training_step(self, batch, batch_idx):  # type: ignore[no-untyped-def]
             source, target = batch
-            return torch.nn.functional.l1_loss(self.net(source).float(), target)
+            return torch.nn.functional.l1_loss(self.net(to_unit(source)).float(), to_unit(target))
 
         def configure_optimizers(self):  # type: ignore[no-untyped-def]
             return torch.optim.AdamW(self.parameters(), lr=LR, weight_decay=0.0)

@@ -10,7 +10,6 @@ from typing import Any
 
 import submitit
 
-import trainer.entry
 from jobs.plan import Plan
 from trainer.errors import UserError
 
@@ -35,6 +34,8 @@ def refusal(text: str) -> str:
 
 def submit(plan: Plan) -> list[submitit.Job[Any]]:
     """Queue the plan's jobs: one job, or one array job in a single sbatch call for a sweep."""
+    import trainer.entry  # the function every task runs; imported here to keep --dry-run quick
+
     executor = make_executor(plan)
     captured = io.StringIO()
     try:

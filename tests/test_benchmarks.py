@@ -11,6 +11,7 @@ TINY = [
     ["submit_speed.py", "--repeats", "1"],
     ["checkpoint_cost.py", "--repeats", "1", "--width", "4"],
     ["trainer_overhead.py", "--steps", "20", "--rounds", "1"],
+    ["data_pipeline.py", "--count", "24", "--epochs", "1"],
 ]
 
 

@@ -11,7 +11,6 @@ from trainer.atomic import write_text
 from trainer.config import TrainConfig, to_dict
 from trainer.errors import UserError
 from trainer.pairs import check_data
-from trainer.sample_data import ensure_sample_data
 
 
 def resolve_data(config: TrainConfig, sample_root: Path) -> TrainConfig:
@@ -19,6 +18,8 @@ def resolve_data(config: TrainConfig, sample_root: Path) -> TrainConfig:
     if config.data.root:
         root = Path(config.data.root).expanduser().resolve()
     else:
+        from trainer.sample_data import ensure_sample_data  # Pillow: only when the sample data is used
+
         root = ensure_sample_data(sample_root).resolve() / config.task
         if not root.is_dir():
             raise UserError(f"task {config.task} has no built-in sample data; set data.root=PATH")

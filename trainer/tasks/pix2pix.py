@@ -16,11 +16,14 @@ from trainer.pairs import read_pairs
 
 
 class PairsDataset(Dataset[tuple[torch.Tensor, torch.Tensor]]):
+    """Image pairs as uint8 tensors: a quarter of float32's bytes between workers and to the device.
+
+    Scaling to [-1, 1] happens on the device, on whole batches (`to_unit`).
+    """
+
     def __init__(self, pairs: list[tuple[Path, Path]], image_size: int) -> None:
         self.pairs = pairs
-        self.transform = transforms.Compose(
-            [transforms.Resize((image_size, image_size)), transforms.ToTensor(), transforms.Normalize(0.5, 0.5)]
-        )
+        self.size = (image_size, image_size)
 
     def __len__(self) -> int:
         return len(self.pairs)
@@ -28,13 +31,21 @@ class PairsDataset(Dataset[tuple[torch.Tensor, torch.Tensor]]):
     def _load(self, path: Path) -> torch.Tensor:
         try:
             with Image.open(path) as image:
-                return self.transform(image.convert("RGB"))
+                image = image.convert("RGB")
+                if image.size != self.size:  # resizing costs as much as decoding: only when needed
+                    image = image.resize(self.size, Image.Resampling.BILINEAR)
+                return transforms.functional.pil_to_tensor(image)
         except OSError as exc:
             raise UserError(f"cannot read image {path} ({exc}); fix or remove it") from None
 
     def __getitem__(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
         source, target = self.pairs[index]
         return self._load(source), self._load(target)
+
+
+def to_unit(images: torch.Tensor) -> torch.Tensor:
+    """uint8 [0, 255] -> float [-1, 1]."""
+    return images.float() / 127.5 - 1
 
 
 def _block(c_in: int, c_out: int, stride: int = 1) -> nn.Sequential:
@@ -74,13 +85,13 @@ class Pix2Pix:
         return UNet(config.model.width, config.model.depth)
 
     def forward(self, model: nn.Module, batch: Any) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        source, target = batch
+        source, target = (to_unit(t) for t in batch)
         loss = nn.functional.l1_loss(model(source).float(), target)
         return loss, {}
 
     @torch.no_grad()
     def images(self, model: nn.Module, batch: Any) -> torch.Tensor:
-        source, target = (t[:4] for t in batch)
+        source, target = (to_unit(t[:4]) for t in batch)
         output = model(source).float()
         rows = torch.stack([source, target, output], dim=1).flatten(0, 1)  # input | target | output
         return make_grid(rows, nrow=3, normalize=True, value_range=(-1, 1))
