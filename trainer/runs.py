@@ -23,10 +23,7 @@ def resolve_data(config: TrainConfig, sample_root: Path) -> TrainConfig:
         root = ensure_sample_data(sample_root).resolve() / config.task
         if not root.is_dir():
             raise UserError(f"task {config.task} has no built-in sample data; set data.root=PATH")
-    if config.data.verify_images or not config.data.root:
-        check_data(config.task, root, config.data.csv, config.data.verify_images)
-    else:
-        check_data(config.task, root, config.data.csv, verify=False)
+    check_data(config.task, root, config.data.csv, config.data.verify_images)
     return dataclasses.replace(config, data=dataclasses.replace(config.data, root=str(root)))
 
 
