@@ -87,10 +87,15 @@ class CheckpointConfig:
 class DistConfig:
     timeout_s: int = 300  # process-group init and collective timeout
     stop_check_every: int = 5  # steps between the ranks' votes on a requeue signal (an all-reduce each)
+    # DDP's gradient communication (benchmarks/communication.py measures their effect); defaults are DDP's.
+    bucket_cap_mb: float = 25.0  # gradient bytes per all-reduce
+    gradient_as_bucket_view: bool = False  # .grad as views into the buckets: one copy less per step
+    static_graph: bool = False  # the same parameters get gradients every step
 
     def __post_init__(self) -> None:
         _check(self.timeout_s >= 1, "dist.timeout_s", "must be >= 1")
         _check(self.stop_check_every >= 1, "dist.stop_check_every", "must be >= 1")
+        _check(self.bucket_cap_mb > 0, "dist.bucket_cap_mb", "must be > 0, e.g. 25 (DDP's default)")
 
 
 @dataclass(frozen=True)

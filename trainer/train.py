@@ -1,18 +1,14 @@
 """The training loop, top to bottom. Rank 0 alone writes logs, TensorBoard and checkpoints."""
 
-import contextlib
 import json
 import random
 import sys
 import time
-from collections.abc import Iterator
-from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import torch
 import torch.distributed as dist
-from torch.nn.parallel import DistributedDataParallel as DDP
 
 import trainer.tasks
 from trainer import checkpoint
@@ -20,71 +16,13 @@ from trainer.atomic import write_text
 from trainer.config import TrainConfig, to_dict
 from trainer.data import make_loader
 from trainer.distenv import DistEnv
+from trainer.distributed import gather_rng, mean_over_ranks, pick_device, process_group, restore_rng, wrap
 from trainer.errors import UserError
 from trainer.preemption import Attempts, JobSettings, decide, leave, stop_agreed
 from trainer.stopflag import StopFlag
 from trainer.tblog import NullLogger, TensorBoardLogger
 
 AMP_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
-
-
-@contextlib.contextmanager
-def process_group(env: DistEnv, timeout_s: int, device: torch.device) -> Iterator[None]:
-    """Join the process group for the duration of the block, and always leave it."""
-    if not env.distributed:
-        yield
-        return
-    backend = "nccl" if device.type == "cuda" else "gloo"
-    dist.init_process_group(
-        backend,
-        init_method=f"tcp://{env.master_addr}:{env.master_port}",
-        rank=env.rank,
-        world_size=env.world_size,
-        timeout=timedelta(seconds=timeout_s),
-        device_id=device if device.type == "cuda" else None,
-    )
-    try:
-        yield
-    finally:
-        dist.destroy_process_group()
-
-
-def pick_device(env: DistEnv) -> torch.device:
-    if torch.cuda.is_available():
-        device = torch.device("cuda", env.local_rank % torch.cuda.device_count())
-        torch.cuda.set_device(device)
-        return device
-    return torch.device("cpu")
-
-
-def mean_over_ranks(value: torch.Tensor, env: DistEnv) -> float:
-    value = value.detach().clone().float()
-    if env.distributed:
-        dist.all_reduce(value)
-        value /= env.world_size
-    return value.item()
-
-
-def gather_rng(env: DistEnv, device: torch.device) -> list[torch.Tensor]:
-    """Every rank's generator state, so a resumed run continues each stream exactly."""
-    state = torch.get_rng_state()
-    if device.type == "cuda":
-        state = torch.cat([state, torch.cuda.get_rng_state(device)])
-    if not env.distributed:
-        return [state]
-    states: list[Any] = [None] * env.world_size
-    dist.all_gather_object(states, state)
-    return states
-
-
-def restore_rng(states: list[torch.Tensor], env: DistEnv, device: torch.device) -> None:
-    if len(states) != env.world_size:
-        return  # a different world size: the streams cannot match anyway
-    state = states[env.rank].cpu()
-    cpu_size = torch.get_rng_state().numel()
-    torch.set_rng_state(state[:cpu_size])
-    if device.type == "cuda" and state.numel() > cpu_size:
-        torch.cuda.set_rng_state(state[cpu_size:], device)
 
 
 class Progress:
@@ -130,8 +68,7 @@ def train(
                 f"processes; lower batch_size or add data"
             )
         model = task.model(config, dataset).to(device)
-        # One process: the bare model; DDP needs a process group and adds nothing there.
-        ddp = DDP(model, device_ids=[device.index] if device.type == "cuda" else None) if env.distributed else model
+        ddp = wrap(model, env, device, config.dist)
         optimizer = torch.optim.AdamW(model.parameters(), lr=config.optim.lr, weight_decay=config.optim.weight_decay)
         warmup = config.optim.warmup_steps
         scheduler = torch.optim.lr_scheduler.LambdaLR(

@@ -1,0 +1,41 @@
+"""The DDP settings reach DDP, and change how gradients travel, not what they are."""
+
+from pathlib import Path
+
+import pytest
+import torch
+import torch.distributed as dist
+
+from trainer.config import DistConfig
+from trainer.distenv import DistEnv
+from trainer.distributed import wrap
+
+TWO_RANKS = DistEnv("torchrun", 0, 0, 2, 2, 0, 1, "127.0.0.1", 29500, None, 1)
+ONE_RANK = DistEnv("single", 0, 0, 1, 1, 0, 1, "127.0.0.1", 29500, None, 1)
+
+
+@pytest.fixture
+def group(tmp_path: Path):
+    # A one-process gloo group is enough for DDP to build its reducer with our settings.
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
+    yield
+    dist.destroy_process_group()
+
+
+def test_wrap_passes_the_bucket_settings_to_ddp(group: None) -> None:
+    settings = DistConfig(bucket_cap_mb=1.5, gradient_as_bucket_view=True, static_graph=True)
+    ddp = wrap(torch.nn.Linear(4, 4), TWO_RANKS, torch.device("cpu"), settings)
+    assert ddp.bucket_bytes_cap == int(1.5 * 1024 * 1024)
+    assert ddp.gradient_as_bucket_view is True
+    assert ddp.static_graph is True
+    defaults = wrap(torch.nn.Linear(4, 4), TWO_RANKS, torch.device("cpu"), DistConfig())
+    assert (defaults.bucket_bytes_cap, defaults.gradient_as_bucket_view, defaults.static_graph) == (
+        25 * 1024 * 1024,
+        False,
+        False,
+    )
+
+
+def test_one_process_gets_the_bare_model() -> None:
+    model = torch.nn.Linear(4, 4)
+    assert wrap(model, ONE_RANK, torch.device("cpu"), DistConfig()) is model

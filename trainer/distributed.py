@@ -1,0 +1,90 @@
+"""The process group and what the ranks do together: join, wrap the model in DDP, average, share RNG state."""
+
+import contextlib
+from collections.abc import Iterator
+from datetime import timedelta
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+from trainer.config import DistConfig
+from trainer.distenv import DistEnv
+
+
+@contextlib.contextmanager
+def process_group(env: DistEnv, timeout_s: int, device: torch.device) -> Iterator[None]:
+    """Join the process group for the duration of the block, and always leave it."""
+    if not env.distributed:
+        yield
+        return
+    backend = "nccl" if device.type == "cuda" else "gloo"
+    dist.init_process_group(
+        backend,
+        init_method=f"tcp://{env.master_addr}:{env.master_port}",
+        rank=env.rank,
+        world_size=env.world_size,
+        timeout=timedelta(seconds=timeout_s),
+        device_id=device if device.type == "cuda" else None,
+    )
+    try:
+        yield
+    finally:
+        dist.destroy_process_group()
+
+
+def pick_device(env: DistEnv) -> torch.device:
+    if torch.cuda.is_available():
+        device = torch.device("cuda", env.local_rank % torch.cuda.device_count())
+        torch.cuda.set_device(device)
+        return device
+    return torch.device("cpu")
+
+
+def mean_over_ranks(value: torch.Tensor, env: DistEnv) -> float:
+    value = value.detach().clone().float()
+    if env.distributed:
+        dist.all_reduce(value)
+        value /= env.world_size
+    return value.item()
+
+
+def gather_rng(env: DistEnv, device: torch.device) -> list[torch.Tensor]:
+    """Every rank's generator state, so a resumed run continues each stream exactly."""
+    state = torch.get_rng_state()
+    if device.type == "cuda":
+        state = torch.cat([state, torch.cuda.get_rng_state(device)])
+    if not env.distributed:
+        return [state]
+    states: list[Any] = [None] * env.world_size
+    dist.all_gather_object(states, state)
+    return states
+
+
+def restore_rng(states: list[torch.Tensor], env: DistEnv, device: torch.device) -> None:
+    if len(states) != env.world_size:
+        return  # a different world size: the streams cannot match anyway
+    state = states[env.rank].cpu()
+    cpu_size = torch.get_rng_state().numel()
+    torch.set_rng_state(state[:cpu_size])
+    if device.type == "cuda" and state.numel() > cpu_size:
+        torch.cuda.set_rng_state(state[cpu_size:], device)
+
+
+def wrap(model: torch.nn.Module, env: DistEnv, device: torch.device, settings: DistConfig) -> torch.nn.Module:
+    """DDP with the gradient bucket settings of `settings`; one process gets the bare model.
+
+    bucket_cap_mb sets how many gradient bytes go into one all-reduce (fewer, larger messages against
+    earlier overlap with backward); gradient_as_bucket_view makes .grad a view into the buckets (one copy
+    less per step); static_graph lets DDP skip re-discovering which parameters get gradients.
+    """
+    if not env.distributed:
+        return model  # DDP needs a process group and adds nothing with one process
+    return DDP(
+        model,
+        device_ids=[device.index] if device.type == "cuda" else None,
+        bucket_cap_mb=settings.bucket_cap_mb,
+        gradient_as_bucket_view=settings.gradient_as_bucket_view,
+        static_graph=settings.static_graph,
+    )
