@@ -108,8 +108,9 @@ class Attempts:
         self._write()
         return cost
 
-    def stop(self, reason: str, step: int) -> None:
-        self.items[-1]["stop"] = {"reason": reason, "step": step, "time": time.time()}
+    def stop(self, reason: str, step: int, signalled_at: float | None = None) -> None:
+        """Record why and where this attempt stopped; `time` is when the checkpoint was on disk."""
+        self.items[-1]["stop"] = {"reason": reason, "step": step, "time": time.time(), "signal_time": signalled_at}
         self._write()
 
     def count(self, reason: str) -> int:
@@ -135,7 +136,13 @@ class RequeueExit(SystemExit):
 
 
 def decide(
-    env: DistEnv, attempts: Attempts | None, settings: JobSettings, step: int, run_dir: Path, device: torch.device
+    env: DistEnv,
+    attempts: Attempts | None,
+    settings: JobSettings,
+    step: int,
+    run_dir: Path,
+    device: torch.device,
+    signalled_at: float | None = None,
 ) -> bool:
     """Rank 0 records why the run stopped and whether to requeue; every rank learns the decision."""
     go_on = True
@@ -144,7 +151,7 @@ def decide(
             reason = stop_reason(slurm_time_left(env.job_id), settings.signal_delay_s)
         else:
             reason = "timeout"  # submitit's local controller signals only before its time limit
-        attempts.stop(reason, step)
+        attempts.stop(reason, step, signalled_at)
         timeouts = attempts.count("timeout")
         if reason == "timeout" and timeouts > settings.max_num_timeout:
             go_on = False

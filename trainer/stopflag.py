@@ -1,6 +1,7 @@
 """The requeue signal's flag (torch-free: installed before the slow imports, so no signal is missed)."""
 
 import signal
+import time
 from typing import Any
 
 
@@ -12,9 +13,12 @@ class StopFlag:
 
     def __init__(self, name: str) -> None:
         self.raised = False
+        self.raised_at: float | None = None  # wall time of the first signal, for attempts.json
         self.signum = getattr(signal, "SIG" + name.removeprefix("SIG"))
         # Replaces submitit's handler, which would requeue from inside the handler on rank 0 alone.
         signal.signal(self.signum, self._handle)
 
     def _handle(self, signum: int, frame: Any) -> None:
+        if not self.raised:
+            self.raised_at = time.time()  # a clock read: it cannot block
         self.raised = True

@@ -188,7 +188,7 @@ def train(
                     if not saved:
                         save()
                     writer.wait()  # the checkpoint is on disk before anyone leaves
-                    requeued = decide(env, attempts, settings, step, run_dir, device)
+                    requeued = decide(env, attempts, settings, step, run_dir, device, stop_flag.raised_at)
                     progress.close()
                     logger.close()
                     raise leave(env, requeued)

@@ -235,6 +235,30 @@ def node_states() -> list[str]:
     return out.stdout.split() if out.returncode == 0 else []
 
 
+def squeue_state(job_id: str) -> str:
+    """The job's state as squeue shows it; empty once the job has left the queue."""
+    return _run("squeue", "-h", "-j", job_id, "-o", "%T", check=False).stdout.strip()
+
+
+def preempt_normal_jobs() -> None:
+    """Queue a one-second exclusive job on both nodes in `urgent`: it preempts whatever runs in `normal`."""
+    _run("sbatch", "-p", "urgent", "--exclusive", "-N2", "-o", "/dev/null", "--wrap", "sleep 1")
+
+
+def release_when_requeued(job_id: str) -> None:
+    """A requeued job waits ~120 s before it is eligible; move its start time to now once it is pending."""
+    _wait("the job to be pending again", lambda: squeue_state(job_id) == "PENDING", timeout=90)
+    # slurmd compares credential times in whole seconds: a restart within the second of the requeue is
+    # killed as "Job credential revoked". Slurm's own 120 s delay avoids that; we wait for the clock instead.
+    requeued_at = int(time.time())
+    _wait("the next second", lambda: int(time.time()) > requeued_at + 1, timeout=5)
+    _wait("the nodes to be idle", lambda: node_states() == ["idle", "idle"], timeout=60)
+    _wait(
+        "the start time update",
+        lambda: _run("scontrol", "update", f"jobid={job_id}", "StartTime=now", check=False).returncode == 0,
+    )
+
+
 def down() -> None:
     """Stop what `up` started, and nothing else."""
     run = HOME / "run"

@@ -4,7 +4,6 @@ import json
 import os
 import re
 import signal
-import subprocess
 import time
 from pathlib import Path
 
@@ -12,15 +11,11 @@ import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from tests.conftest import submit
-from tests.slurm.cluster import node_states
+from tests.slurm.cluster import preempt_normal_jobs, release_when_requeued, squeue_state
 from tests.slurm.test_slurm import cli, poll, run_dir_of
 
 # 2 nodes x 1 task; long enough to be preempted three times, short enough for CI.
 ARGS = ["--nodes", "2", "--gpus-per-node", "1", "steps=240", "log.every=5", "checkpoint.every=100", "log.image_every=0"]
-
-
-def squeue_state(job_id: str) -> str:
-    return subprocess.run(["squeue", "-h", "-j", job_id, "-o", "%T"], capture_output=True, text=True).stdout.strip()
 
 
 def job_id_of(run_dir: Path) -> str:
@@ -41,30 +36,9 @@ def training(run_dir: Path, attempt: int) -> bool:
     return progress.exists() and json.loads(progress.read_text())["step"] > items[attempt]["resumed_step"]
 
 
-def release_when_requeued(job_id: str) -> None:
-    """A requeued job waits ~120 s before it is eligible; move its start time to now once it is pending."""
-    poll("the job to be pending again", lambda: squeue_state(job_id) == "PENDING", timeout=90)
-    # slurmd compares credential times in whole seconds: a restart within the second of the requeue is
-    # killed as "Job credential revoked". Slurm's own 120 s delay avoids that; we wait for the clock instead.
-    requeued_at = int(time.time())
-    poll("the next second", lambda: int(time.time()) > requeued_at + 1, timeout=5)
-    poll("the nodes to be idle", lambda: node_states() == ["idle", "idle"], timeout=60)
-    poll(
-        "the start time update",
-        lambda: (
-            subprocess.run(["scontrol", "update", f"jobid={job_id}", "StartTime=now"], capture_output=True).returncode
-            == 0
-        ),
-    )
-
-
 def preempt(run_dir: Path, attempt: int) -> None:
     poll(f"attempt {attempt} to train", lambda: training(run_dir, attempt), timeout=120)
-    subprocess.run(
-        ["sbatch", "-p", "urgent", "--exclusive", "-N2", "-o", "/dev/null", "--wrap", "sleep 1"],
-        check=True,
-        capture_output=True,
-    )
+    preempt_normal_jobs()
     release_when_requeued(job_id_of(run_dir))
 
 
