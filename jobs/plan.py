@@ -10,8 +10,10 @@ from jobs.profiles import Profile
 from trainer.errors import UserError
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Plan:
+    """Everything needed to submit: executor parameters, one config per job, what each task is told."""
+
     executor: str
     log_dir: Path  # submitit's folder: pickles and per-task logs
     parameters: dict[str, Any]  # for submitit's update_parameters

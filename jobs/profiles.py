@@ -15,8 +15,10 @@ SIGNALS = ("USR1", "USR2", "TERM", "INT", "HUP", "URG")
 PROFILE_DIRS = (Path.cwd() / "cluster_profiles", Path(__file__).resolve().parents[1] / "cluster_profiles")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Profile:
+    """A cluster profile, validated: where and how the job runs, and the trainer defaults it brings."""
+
     name: str
     executor: str  # local: this machine, N processes; debug: in-process; slurm: sbatch
     nodes: int = 1

@@ -5,7 +5,6 @@ Thin on purpose: parse, build the plan, act, report. No torch import on this pat
 
 import argparse
 import dataclasses
-import json
 import os
 import shutil
 import sys
@@ -106,6 +105,8 @@ def prepare(argv: list[str] | None) -> Request:
 
 def create_and_submit(request: Request) -> list:  # type: ignore[type-arg]
     """Write the run directories, then submit; on a refusal remove what was written."""
+    import json  # here, not at the top: --dry-run never needs it and must stay quick
+
     plan = request.plan
     if request.resuming:
         write_config(plan.run_dirs[0], build_config(base=plan.configs[0]))

@@ -14,14 +14,19 @@ from trainer.errors import UserError
 
 AMP_MODES = ("off", "bf16", "fp16")
 
+# The config classes are frozen (validated once, never changed) with eq=False: nothing compares configs,
+# and each generated method is compiled at import, on the submit path (benchmarks/submit_speed.py).
+
 
 def _check(ok: bool, key: str, message: str) -> None:
     if not ok:
         raise UserError(f"{key}: {message}")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class DataConfig:
+    """Where the data is and how it is loaded."""
+
     root: str = ""  # empty: the built-in sample data, generated on first use
     csv: str = "pairs.csv"  # pix2pix only, relative to root
     image_size: int = 64
@@ -37,8 +42,10 @@ class DataConfig:
         _check(self.num_workers >= -1, "data.num_workers", "must be -1 (auto) or >= 0")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class ModelConfig:
+    """Which model the task builds."""
+
     name: str = "resnet18"  # classify: any torchvision model name; pix2pix: ignored
     width: int = 16  # pix2pix U-Net base channels
     depth: int = 3  # pix2pix U-Net down/up levels
@@ -48,8 +55,10 @@ class ModelConfig:
         _check(1 <= self.depth <= 6, "model.depth", "must be between 1 and 6")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class OptimConfig:
+    """AdamW and its schedule."""
+
     lr: float = 2e-3
     weight_decay: float = 0.0
     warmup_steps: int = 0
@@ -62,8 +71,10 @@ class OptimConfig:
         _check(self.grad_clip >= 0, "optim.grad_clip", "must be >= 0 (0 turns clipping off)")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class LogConfig:
+    """How often scalars and image grids are logged."""
+
     every: int = 10  # steps between scalar logs and progress lines
     image_every: int = 50  # steps between TensorBoard image grids; 0: never
 
@@ -72,8 +83,10 @@ class LogConfig:
         _check(self.image_every >= 0, "log.image_every", "must be >= 0 (0 turns image grids off)")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class CheckpointConfig:
+    """How often checkpoints are written and how many are kept."""
+
     every: int = 50  # steps between checkpoints; the last step is always saved
     keep: int = 3  # newest checkpoints kept
     background: bool = False  # write in a thread while training goes on (only serialising blocks)
@@ -83,8 +96,10 @@ class CheckpointConfig:
         _check(self.keep >= 1, "checkpoint.keep", "must be >= 1")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class DistConfig:
+    """The process group, the requeue vote, and DDP's gradient communication."""
+
     timeout_s: int = 300  # process-group init and collective timeout
     stop_check_every: int = 5  # steps between the ranks' votes on a requeue signal (an all-reduce each)
     # DDP's gradient communication (benchmarks/communication.py measures their effect); defaults are DDP's.
@@ -98,8 +113,10 @@ class DistConfig:
         _check(self.bucket_cap_mb > 0, "dist.bucket_cap_mb", "must be > 0, e.g. 25 (DDP's default)")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class TrainConfig:
+    """Everything a training run needs; built from the profile's trainer section and overrides."""
+
     task: str = "pix2pix"
     run_dir: str = ""  # set by the submitter; with torchrun, defaults to runs/<task>
     seed: int = 0

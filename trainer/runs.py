@@ -1,7 +1,7 @@
 """Run directories and the data a run points at (torch-free: the submitter uses it)."""
 
 import dataclasses
-import secrets
+import os
 import time
 from pathlib import Path
 
@@ -10,11 +10,12 @@ import yaml
 from trainer.atomic import write_text
 from trainer.config import TrainConfig, to_dict
 from trainer.errors import UserError
-from trainer.pairs import check_data
 
 
 def resolve_data(config: TrainConfig, sample_root: Path) -> TrainConfig:
     """Point an empty data.root at the built-in sample data (made on first use) and check the data."""
+    from trainer.pairs import check_data  # not needed by --dry-run, which must stay quick
+
     if config.data.root:
         root = Path(config.data.root).expanduser().resolve()
     else:
@@ -29,7 +30,7 @@ def resolve_data(config: TrainConfig, sample_root: Path) -> TrainConfig:
 
 def new_run_dir(run_root: Path, task: str) -> Path:
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    return (run_root / f"{stamp}-{task}-{secrets.token_hex(2)}").resolve()
+    return (run_root / f"{stamp}-{task}-{os.urandom(2).hex()}").resolve()
 
 
 def write_config(run_dir: Path, config: TrainConfig) -> None:

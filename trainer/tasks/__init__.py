@@ -2,7 +2,7 @@
 adding a task is adding one module. Importing this package does not import torch."""
 
 import importlib
-import pkgutil
+import os
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
@@ -27,7 +27,8 @@ class Task(Protocol):
 
 
 def available() -> list[str]:
-    return sorted(m.name for m in pkgutil.iter_modules(__path__) if not m.name.startswith("_"))
+    # A directory listing rather than pkgutil, whose import the submit path would pay for.
+    return sorted(n.removesuffix(".py") for n in os.listdir(__path__[0]) if n.endswith(".py") and n[0] != "_")
 
 
 def get(name: str) -> Task:
