@@ -62,14 +62,6 @@ class StateLog:
         return next(t for t, s in self.transitions if s not in states and t >= after)
 
 
-def wait_for(what: str, condition, timeout: float = 300) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise SystemExit(f"timed out waiting for {what}")
-        time.sleep(0.2)
-
-
 def attempts(run_dir: Path) -> list[dict]:
     path = run_dir / "attempts.json"
     return json.loads(path.read_text()) if path.exists() else []
@@ -124,10 +116,10 @@ def main() -> None:
     states = StateLog(job_id)
     try:
         for attempt in range(args.preemptions):
-            wait_for(f"attempt {attempt} to train", lambda a=attempt: training(run_dir, a))
+            cluster.wait_for(f"attempt {attempt} to train", lambda a=attempt: training(run_dir, a))
             cluster.preempt_normal_jobs()
             cluster.release_when_requeued(job_id)
-        wait_for("the run to finish", lambda: (run_dir / "summary.json").exists(), timeout=600)
+        cluster.wait_for("the run to finish", lambda: (run_dir / "summary.json").exists(), timeout=600)
     finally:
         states.stop()
     report(run_dir, states)

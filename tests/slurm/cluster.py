@@ -47,7 +47,7 @@ def _port_open(port: int, host: str = "127.0.0.1") -> bool:
         return s.connect_ex((host, port)) == 0
 
 
-def _wait(what: str, ready, timeout: float = 60) -> None:  # type: ignore[no-untyped-def]
+def wait_for(what: str, ready, timeout: float = 60) -> None:  # type: ignore[no-untyped-def]
     deadline = time.monotonic() + timeout
     while not ready():
         if time.monotonic() > deadline:
@@ -153,7 +153,7 @@ def start_munge() -> None:
     shutil.chown("/run/munge", "munge", "munge")
     subprocess.run(["runuser", "-u", "munge", "--", "munged", "--force"], check=True)
     (HOME / "run" / "started-munge").touch()  # so that `down` stops munge only if `up` started it
-    _wait("munge", lambda: _run("bash", "-c", "munge -n | unmunge", check=False).returncode == 0)
+    wait_for("munge", lambda: _run("bash", "-c", "munge -n | unmunge", check=False).returncode == 0)
 
 
 def start_mariadb() -> None:
@@ -179,7 +179,7 @@ def start_mariadb() -> None:
         stderr=log,
         start_new_session=True,
     )
-    _wait("MariaDB", lambda: _port_open(DB_PORT))
+    wait_for("MariaDB", lambda: _port_open(DB_PORT))
     sql = "".join(
         f"CREATE USER IF NOT EXISTS 'slurm'@'{h}' IDENTIFIED BY 'slurm'; "
         f"GRANT ALL ON slurm_acct_db.* TO 'slurm'@'{h}'; "
@@ -191,7 +191,7 @@ def start_mariadb() -> None:
 def start_slurmdbd() -> None:
     if not _alive(HOME / "run" / "slurmdbd.pid"):
         _run("slurmdbd")
-    _wait("slurmdbd", lambda: _port_open(DBD_PORT))
+    wait_for("slurmdbd", lambda: _port_open(DBD_PORT))
     if CLUSTER not in _run("sacctmgr", "-n", "-P", "list", "cluster", "format=cluster", check=False).stdout:
         _run("sacctmgr", "-i", "add", "cluster", CLUSTER)
 
@@ -199,11 +199,11 @@ def start_slurmdbd() -> None:
 def start_slurm() -> None:
     if not _alive(HOME / "run" / "slurmctld.pid"):
         _run("slurmctld")
-    _wait("slurmctld", lambda: _run("scontrol", "ping", check=False).returncode == 0)
+    wait_for("slurmctld", lambda: _run("scontrol", "ping", check=False).returncode == 0)
     for name in NODES:
         if not _alive(HOME / "run" / f"slurmd-{name}.pid"):
             _run("slurmd", "-N", name)
-    _wait("both nodes idle", lambda: node_states().count("idle") == 2)
+    wait_for("both nodes idle", lambda: node_states().count("idle") == 2)
 
 
 def up() -> None:
@@ -247,13 +247,13 @@ def preempt_normal_jobs() -> None:
 
 def release_when_requeued(job_id: str) -> None:
     """A requeued job waits ~120 s before it is eligible; move its start time to now once it is pending."""
-    _wait("the job to be pending again", lambda: squeue_state(job_id) == "PENDING", timeout=90)
+    wait_for("the job to be pending again", lambda: squeue_state(job_id) == "PENDING", timeout=90)
     # slurmd compares credential times in whole seconds: a restart within the second of the requeue is
     # killed as "Job credential revoked". Slurm's own 120 s delay avoids that; we wait for the clock instead.
     requeued_at = int(time.time())
-    _wait("the next second", lambda: int(time.time()) > requeued_at + 1, timeout=5)
-    _wait("the nodes to be idle", lambda: node_states() == ["idle", "idle"], timeout=60)
-    _wait(
+    wait_for("the next second", lambda: int(time.time()) > requeued_at + 1, timeout=5)
+    wait_for("the nodes to be idle", lambda: node_states() == ["idle", "idle"], timeout=60)
+    wait_for(
         "the start time update",
         lambda: _run("scontrol", "update", f"jobid={job_id}", "StartTime=now", check=False).returncode == 0,
     )
