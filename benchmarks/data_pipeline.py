@@ -71,8 +71,8 @@ def our_loader(pairs: list[tuple[Path, Path]], workers: int, epochs: int) -> flo
     start = time.perf_counter()
     seen = 0
     for _ in range(epochs):
-        for source, _ in loader:
-            seen += source.shape[0]
+        for pairs in loader:
+            seen += pairs.shape[0]
     return seen / (time.perf_counter() - start)
 
 

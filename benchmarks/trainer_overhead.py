@@ -86,8 +86,9 @@ def run_textbook(steps: int, data: Path, out: Path) -> dict:
     ends, step, epoch, start = [], 0, 0, time.perf_counter()
     while step < steps:
         sampler.set_epoch(epoch)
-        for source, target in loader:
-            loss = torch.nn.functional.l1_loss(ddp(to_unit(source)).float(), to_unit(target))
+        for pairs in loader:
+            source, target = to_unit(pairs).unbind(1)
+            loss = torch.nn.functional.l1_loss(ddp(source).float(), target)
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             optimizer.step()
@@ -116,8 +117,8 @@ def run_lightning(steps: int, data: Path, out: Path) -> dict:
             self.net = model
 
         def training_step(self, batch, batch_idx):  # type: ignore[no-untyped-def]
-            source, target = batch
-            return torch.nn.functional.l1_loss(self.net(to_unit(source)).float(), to_unit(target))
+            source, target = to_unit(batch).unbind(1)
+            return torch.nn.functional.l1_loss(self.net(source).float(), target)
 
         def configure_optimizers(self):  # type: ignore[no-untyped-def]
             return torch.optim.AdamW(self.parameters(), lr=LR, weight_decay=0.0)

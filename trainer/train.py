@@ -25,6 +25,13 @@ from trainer.tblog import NullLogger, TensorBoardLogger
 AMP_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
 
+def to_device(batch: Any, device: torch.device) -> Any:
+    """A batch as the task's dataset collates it (one tensor, or a tuple of them) moved to the device."""
+    if isinstance(batch, torch.Tensor):
+        return batch.to(device, non_blocking=True)
+    return [t.to(device, non_blocking=True) for t in batch]
+
+
 class Progress:
     """A live line on a terminal, plain periodic lines in batch logs."""
 
@@ -130,7 +137,7 @@ def train(
             sampler.start = batch_in_epoch * config.batch_size
             tick = time.perf_counter()
             for batch in loader:
-                batch = [t.to(device, non_blocking=True) for t in batch]
+                batch = to_device(batch, device)
                 loaded = time.perf_counter()
                 with autocast:
                     loss, metrics = task.forward(ddp, batch)
