@@ -172,6 +172,7 @@ def main() -> None:
     data = ensure_sample_data(out / "sample") / "pix2pix"
     variants = ["textbook", "ours"] + ([] if args.skip_lightning else ["lightning"])
     windows_of: dict[str, list[float]] = {v: [] for v in variants}
+    per_round: dict[str, list[float]] = {v: [] for v in variants}
     hashes: dict[str, str] = {}
     port = 29611
     for round_ in range(args.rounds):
@@ -185,6 +186,7 @@ def main() -> None:
             subprocess.run(cmd, check=True, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
             result = json.loads((folder / f"{variant}.json").read_text())
             windows_of[variant] += result["windows"][1:]  # the first window is warm-up
+            per_round[variant].append(statistics.median(result["windows"][1:]))
             if "sha" in result:
                 hashes[variant] = result["sha"]
     median = {v: statistics.median(w) for v, w in windows_of.items()}
@@ -197,6 +199,10 @@ def main() -> None:
         light = median["lightning"]
         verdict = "ours has less overhead" if ours < light else "ours has MORE overhead"
         print(f"Lightning:         {light * 1000:.2f} ms/step -> ratio {light / base:.3f} ({verdict})")
+    # The machine's speed drifts; a round's variants ran back to back, so their ratio cancels most of it.
+    for variant in variants[1:]:
+        paired = statistics.median(o / b for o, b in zip(per_round[variant], per_round["textbook"], strict=True))
+        print(f"{variant}: median of the per-round ratios to the textbook loop {paired:.3f}")
     same = hashes["ours"] == hashes["textbook"]
     print(f"weights after {args.steps} steps: ours {'==' if same else '!='} textbook loop")
 
