@@ -252,11 +252,15 @@ def release_when_requeued(job_id: str) -> None:
     # killed as "Job credential revoked". Slurm's own 120 s delay avoids that; we wait for the clock instead.
     requeued_at = int(time.time())
     wait_for("the next second", lambda: int(time.time()) > requeued_at + 1, timeout=5)
-    wait_for("the nodes to be idle", lambda: node_states() == ["idle", "idle"], timeout=60)
-    wait_for(
-        "the start time update",
-        lambda: _run("scontrol", "update", f"jobid={job_id}", "StartTime=now", check=False).returncode == 0,
-    )
+
+    def released() -> bool:
+        if squeue_state(job_id) != "PENDING":
+            return True  # it started or ended meanwhile: nothing is left to release
+        if node_states() != ["idle", "idle"]:
+            return False
+        return _run("scontrol", "update", f"jobid={job_id}", "StartTime=now", check=False).returncode == 0
+
+    wait_for("the job's release (nodes idle, start time now)", released, timeout=60)
 
 
 def down() -> None:

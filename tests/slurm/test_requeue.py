@@ -102,13 +102,15 @@ def test_time_limit_saves_requeues_and_counts_the_timeout(tmp_path: Path, sample
     assert result.returncode == 0, result.stderr
     run_dir, job_id = run_dir_of(result), job_id_of(run_dir_of(result))
     # Slurm checks time limits every few seconds to a minute, so the signal can come early in an attempt:
-    # release the job whenever it is pending after a stop, until it finishes.
-    deadline = time.monotonic() + 360
+    # release the job once after each stop, until it finishes. (A stop stays the newest entry until the next
+    # attempt has started, so "the newest entry is a stop" alone would release the same stop twice.)
+    deadline, released = time.monotonic() + 360, 0
     while not (run_dir / "summary.json").exists():
         assert time.monotonic() < deadline, "the run did not finish"
-        stopped = attempts(run_dir) and attempts(run_dir)[-1].get("stop")
-        if stopped and squeue_state(job_id) == "PENDING":
+        stops = sum(1 for a in attempts(run_dir) if a.get("stop"))
+        if stops > released and squeue_state(job_id) == "PENDING":
             release_when_requeued(job_id)
+            released = stops
         time.sleep(0.5)
     data = summary(run_dir)
     assert data["final_step"] == 700
