@@ -133,7 +133,7 @@ def report(run_dir: Path, states: StateLog) -> None:
     fresh = logged[items[0]["resumed_step"] + 1] - started[0]
     print(f"run {run_dir}: {summary['restarts']} restart(s), world size {summary['world_size']}")
     print(f"fresh start: RUNNING to first step {fresh:.2f} s")
-    exits, resumes = [], []
+    exits, resumes, requeue_to_step = [], [], []
     for i, (stopped, resumed) in enumerate(zip(items[:-1], items[1:], strict=True)):
         stop = stopped["stop"]
         signal_time = stop.get("signal_time") or stop["time"]
@@ -144,11 +144,13 @@ def report(run_dir: Path, states: StateLog) -> None:
         first_step = logged[resumed["resumed_step"] + 1]
         exits.append(left - signal_time)
         resumes.append(first_step - running)
+        requeue_to_step.append(first_step - requeued)
         print(
             f"preemption {i + 1} ({stop['reason']} at step {stop['step']}): signal to checkpoint on disk "
             f"{stop['time'] - signal_time:.2f} s, to requeued {requeued - signal_time:.2f} s, to job exited "
             f"{left - signal_time:.2f} s; pending until running again {running - left:.2f} s (the cluster); "
-            f"RUNNING to first resumed step {first_step - running:.2f} s"
+            f"RUNNING to first resumed step {first_step - running:.2f} s; requeued to first resumed step "
+            f"{first_step - requeued:.2f} s"
         )
     if not resumes:
         raise SystemExit("the run was never preempted: give it more --steps")
@@ -158,6 +160,7 @@ def report(run_dir: Path, states: StateLog) -> None:
         f"restart to first resumed step: median {statistics.median(resumes):.2f} s vs fresh start {fresh:.2f} s "
         f"-> ratio {ratio:.3f}"
     )
+    print(f"requeued to first resumed step (exit, pending, start): median {statistics.median(requeue_to_step):.2f} s")
     recomputed = summary["steps_recomputed"]
     verdict = "meets" if recomputed == 0 else "MISSES"
     print(f"steps recomputed: {recomputed} ({verdict} target 0); time lost in all: {summary['time_lost_s']:.1f} s")
