@@ -129,8 +129,7 @@ def main() -> None:
 def report(run_dir: Path, states: StateLog) -> None:
     summary = json.loads((run_dir / "summary.json").read_text())
     items, logged = attempts(run_dir), step_times(run_dir)
-    started = [states.first("RUNNING", after=0)]
-    fresh = logged[items[0]["resumed_step"] + 1] - started[0]
+    fresh = logged[items[0]["resumed_step"] + 1] - states.first("RUNNING", after=0)
     print(f"run {run_dir}: {summary['restarts']} restart(s), world size {summary['world_size']}")
     print(f"fresh start: RUNNING to first step {fresh:.2f} s")
     exits, resumes, requeue_to_step = [], [], []

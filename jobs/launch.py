@@ -3,7 +3,6 @@
 import contextlib
 import io
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -59,20 +58,9 @@ def rank0_log(job: submitit.Job[Any]) -> Path:
 
 def follow(job: submitit.Job[Any], poll_s: float = 0.5) -> None:
     """Copy rank 0's output to our stdout until the job ends."""
-    position = 0
-    while True:
-        finished = job.done()
-        path = rank0_log(job)
-        if path.exists():
-            with path.open() as f:
-                f.seek(position)
-                chunk = f.read()
-                position = f.tell()
-            sys.stdout.write(chunk)
-            sys.stdout.flush()
-        if finished:
-            return
-        time.sleep(poll_s)
+    from jobs.tracking import tail
+
+    tail(rank0_log(job), job.done, poll_s)
 
 
 def settle(job: submitit.Job[Any], timeout_s: float = 120) -> None:

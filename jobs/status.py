@@ -4,7 +4,7 @@ import argparse
 import sys
 
 from jobs.tracking import failed_tasks, find, info, progress
-from trainer.errors import UserError
+from trainer.errors import one_line_errors
 
 
 def report(target_text: str) -> str:
@@ -25,15 +25,12 @@ def report(target_text: str) -> str:
     return "\n".join(lines)
 
 
+@one_line_errors
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m jobs.status", description=__doc__.splitlines()[0])
     parser.add_argument("target", help="a run directory printed by jobs.submit, or a Slurm job id")
     args = parser.parse_args(argv)
-    try:
-        print(report(args.target))
-    except UserError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+    print(report(args.target))
     return 0
 
 

@@ -15,7 +15,7 @@ from jobs.plan import Plan, make_plan, sbatch_script, sweep_points
 from jobs.profiles import load_profile
 from trainer.atomic import write_text
 from trainer.config import build_config, to_dict
-from trainer.errors import UserError
+from trainer.errors import UserError, one_line_errors
 from trainer.runs import load_config_file, new_run_dir, resolve_data, write_config
 
 
@@ -132,30 +132,27 @@ def create_and_submit(request: Request) -> list:  # type: ignore[type-arg]
     return jobs
 
 
+@one_line_errors
 def main(argv: list[str] | None = None) -> int:
-    try:
-        request = prepare(argv)
-        if request.dry_run:
-            print(sbatch_script(request.plan), end="")
-            return 0
-        jobs = create_and_submit(request)
-        plan = request.plan
-        kind = "array job" if len(jobs) > 1 else "job"
-        job_id = jobs[0].job_id.split("_")[0] if len(jobs) > 1 else jobs[0].job_id
-        print(f"submitted {kind} {job_id} ({len(jobs)} x {plan.tasks} task(s), {plan.executor})")
-        print(f"run directory: {request.folder}")
-        print(f"rank 0 log:    {launch.rank0_log(jobs[0])}")
-        print(f"TensorBoard:   tensorboard --logdir {request.folder}")
-        if not request.wait:
-            return 0
-        for job in jobs:
-            launch.follow(job)
-            if plan.executor == "slurm":
-                launch.settle(job)
-        failures = [f for job, d in zip(jobs, plan.run_dirs, strict=True) if (f := launch.outcome(job, d))]
-    except UserError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+    request = prepare(argv)
+    if request.dry_run:
+        print(sbatch_script(request.plan), end="")
+        return 0
+    jobs = create_and_submit(request)
+    plan = request.plan
+    kind = "array job" if len(jobs) > 1 else "job"
+    job_id = jobs[0].job_id.split("_")[0] if len(jobs) > 1 else jobs[0].job_id
+    print(f"submitted {kind} {job_id} ({len(jobs)} x {plan.tasks} task(s), {plan.executor})")
+    print(f"run directory: {request.folder}")
+    print(f"rank 0 log:    {launch.rank0_log(jobs[0])}")
+    print(f"TensorBoard:   tensorboard --logdir {request.folder}")
+    if not request.wait:
+        return 0
+    for job in jobs:
+        launch.follow(job)
+        if plan.executor == "slurm":
+            launch.settle(job)
+    failures = [f for job, d in zip(jobs, plan.run_dirs, strict=True) if (f := launch.outcome(job, d))]
     if failures:
         print(f"error: {failures[0]}", file=sys.stderr)
         return 1

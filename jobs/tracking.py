@@ -4,6 +4,9 @@ import json
 import os
 import shlex
 import subprocess
+import sys
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -127,3 +130,19 @@ def rank_log(target: Target, rank: int) -> Path:
     if target.log0 is None:
         raise UserError(f"the log folder of job {target.job_id} is unknown; pass its run directory instead")
     return target.log0.with_name(target.log0.name.replace("_0_log.out", f"_{rank}_log.out"))
+
+
+def tail(path: Path, done: Callable[[], bool], poll_s: float) -> None:
+    """Copy what is written to `path` to stdout, until a read made after done() said yes."""
+    position = 0
+    while True:
+        finished = done()
+        if path.exists():
+            with path.open() as f:
+                f.seek(position)
+                sys.stdout.write(f.read())
+                position = f.tell()
+            sys.stdout.flush()
+        if finished:
+            return
+        time.sleep(poll_s)

@@ -96,13 +96,12 @@ def test_only_the_newest_k_are_kept(tmp_path: Path) -> None:
 def test_full_disk_is_a_clear_error_and_keeps_the_previous_checkpoint(tmp_path: Path, sample_root: Path) -> None:
     args = [f"data.root={sample_root / 'pix2pix'}", "checkpoint.every=2", "steps=4", "log.image_every=0"]
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    probe = subprocess.run(
-        [sys.executable, "-m", "trainer", f"run_dir={tmp_path / 'probe'}", *args],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-    )
+
+    def train(run_dir: Path) -> subprocess.CompletedProcess[str]:
+        cmd = [sys.executable, "-m", "trainer", f"run_dir={run_dir}", *args]
+        return subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True)
+
+    probe = train(tmp_path / "probe")
     assert probe.returncode == 0, probe.stderr
     size = (tmp_path / "probe" / "checkpoints" / "step_00000002.pt").stat().st_size
     small = tmp_path / "small"
@@ -112,13 +111,7 @@ def test_full_disk_is_a_clear_error_and_keeps_the_previous_checkpoint(tmp_path: 
         ["mount", "-t", "tmpfs", "-o", f"size={int(size * 1.6) + 256 * 1024}", "tmpfs", str(small)], check=True
     )
     try:
-        result = subprocess.run(
-            [sys.executable, "-m", "trainer", f"run_dir={small / 'run'}", *args],
-            cwd=tmp_path,
-            env=env,
-            capture_output=True,
-            text=True,
-        )
+        result = train(small / "run")
         assert result.returncode == 2, result.stderr
         assert result.stderr.startswith("error: no space left writing ") and "step_00000004.pt" in result.stderr
         assert result.stderr.count("\n") == 1

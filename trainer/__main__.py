@@ -7,27 +7,24 @@ from pathlib import Path
 
 from trainer.config import build_config
 from trainer.distenv import resolve
-from trainer.errors import UserError
+from trainer.errors import one_line_errors
 from trainer.runs import resolve_data, write_config
 
 
+@one_line_errors
 def main(argv: list[str]) -> int:
-    try:
-        env = resolve(os.environ)
-        config = build_config(argv)
-        # A fixed default folder: running the same command again resumes the run.
-        run_dir = Path(config.run_dir or f"runs/{config.task}").resolve()
-        config = dataclasses.replace(config, run_dir=str(run_dir))
-        config = resolve_data(config, Path("runs/sample_data"))
-        if env.is_main:
-            run_dir.mkdir(parents=True, exist_ok=True)
-            write_config(run_dir, config)
-        from trainer.entry import run
+    env = resolve(os.environ)
+    config = build_config(argv)
+    # A fixed default folder: running the same command again resumes the run.
+    run_dir = Path(config.run_dir or f"runs/{config.task}").resolve()
+    config = dataclasses.replace(config, run_dir=str(run_dir))
+    config = resolve_data(config, Path("runs/sample_data"))
+    if env.is_main:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        write_config(run_dir, config)
+    from trainer.entry import run
 
-        run(dataclasses.asdict(config))
-    except UserError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+    run(dataclasses.asdict(config))
     return 0
 
 
