@@ -102,3 +102,24 @@ def test_local_timeout_signal_saves_requeues_and_resumes(tmp_path: Path, sample_
     uninterrupted = run_local(plain, sample_root, "steps=120", "checkpoint.every=1000", "log.every=20")
     assert summary(uninterrupted)["restarts"] == 0
     assert summary(reference)["weights_sha256"] == summary(uninterrupted)["weights_sha256"]
+
+
+def test_logs_follow_streams_rank_0_until_the_job_ends(local_profile: Path, sample_root: Path) -> None:
+    # Output to a file, not a pipe: the job's processes inherit it, and a pipe would hold us until they end.
+    out = local_profile.parent / "submit.out"
+    with out.open("w") as f:
+        cmd = [sys.executable, "-m", "jobs.submit", "--profile", str(local_profile), *SMALL]
+        result = subprocess.run([*cmd, f"data.root={sample_root / 'pix2pix'}"], cwd=ROOT, stdout=f, timeout=120)
+    assert result.returncode == 0, out.read_text()
+    [run_dir] = run_dirs(local_profile.parent / "runs")
+    assert not (run_dir / "summary.json").exists(), "the job ended before jobs.logs started: make it longer"
+    follow = subprocess.run(
+        [sys.executable, "-m", "jobs.logs", str(run_dir), "--follow"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert follow.returncode == 0, follow.stderr
+    # It returned only once the job had ended, with rank 0's last line read.
+    assert "done: step 24" in follow.stdout
