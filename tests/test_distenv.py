@@ -1,8 +1,10 @@
 import pytest
 
-from trainer.distenv import PORT_BASE, PORT_SPAN, port_from_job_id, resolve
+from trainer.distenv import PORT_BASE, PORT_SPAN, port_from_job_id, resolve, tasks_on_node
+from trainer.errors import UserError
 
 TORCHRUN = {
+    "TORCHELASTIC_RUN_ID": "abc",
     "RANK": "3",
     "LOCAL_RANK": "1",
     "WORLD_SIZE": "4",
@@ -25,11 +27,13 @@ def slurm(
         "SLURM_JOB_NODELIST": nodelist,
         "SLURM_JOB_ID": "123456",
         "SLURM_CPUS_PER_TASK": "4",
+        "SLURM_STEP_ID": "0",  # set in srun tasks, not in the batch script or an salloc shell
     }
     return env | extra
 
 
 LOCAL = {
+    "SUBMITIT_EXECUTOR": "local",
     "SUBMITIT_LOCAL_GLOBALID": "1",
     "SUBMITIT_LOCAL_LOCALID": "1",
     "SUBMITIT_LOCAL_NTASKS": "2",
@@ -53,6 +57,8 @@ CASES = [
         ),
     ),
     (TORCHRUN | slurm(0, 0, 0, "node[1-2]"), dict(source="torchrun", rank=3)),
+    # RANK/WORLD_SIZE/MASTER_* from another launcher (env://), outside Slurm.
+    ({k: v for k, v in TORCHRUN.items() if k != "TORCHELASTIC_RUN_ID"}, dict(source="env", rank=3, world_size=4)),
     (
         slurm(2, 0, 1, "node[1-2]"),
         dict(
@@ -84,6 +90,51 @@ CASES = [
             job_id="4242",
         ),
     ),
+    # The local executor started from inside a Slurm allocation: its own variables win.
+    (
+        LOCAL | slurm(0, 0, 0, "node[1-2]", ntasks=4) | {"MASTER_ADDR": "node1", "MASTER_PORT": "1234"},
+        dict(source="submitit-local", rank=1, world_size=2, master_addr="127.0.0.1", cpus_per_task=1),
+    ),
+    # Leftovers of a torchrun session without TORCHELASTIC_RUN_ID do not make an srun task "torchrun".
+    (
+        slurm(2, 0, 1, "node[1-2]") | {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "LOCAL_WORLD_SIZE": "1"},
+        dict(source="slurm", rank=2, world_size=4),
+    ),
+    # `srun -n4 bash -c "python ..."`: the job is named bash, but these are real tasks.
+    (slurm(3, 1, 1, "node[1-2]", SLURM_JOB_NAME="bash"), dict(source="slurm", rank=3, world_size=4)),
+    # An interactive `srun --pty bash` shell of a 4-task step: one process, not rank 0 of 4.
+    (
+        slurm(0, 0, 0, "node[1-2]", SLURM_PTY_PORT="39191", SLURM_JOB_NAME="bash"),
+        dict(source="single", rank=0, world_size=1, distributed=False),
+    ),
+    # An salloc shell, or a batch script outside srun: no step, so not a task.
+    (
+        {k: v for k, v in slurm(0, 0, 0, "node[1-2]").items() if k != "SLURM_STEP_ID"},
+        dict(source="single", world_size=1),
+    ),
+    # torchrun inside a Slurm task: its 4 workers share the task's 32 CPUs; the Slurm job still counts.
+    (
+        TORCHRUN | {"LOCAL_WORLD_SIZE": "4"} | slurm(0, 0, 0, "node1", SLURM_CPUS_PER_TASK="32"),
+        dict(source="torchrun", cpus_per_task=8, slurm_job_id="123456", job_id="abc"),
+    ),
+    # A step on a subset of the job's nodes rendezvouses on the step's first node.
+    (
+        slurm(
+            0,
+            0,
+            0,
+            "node[1-2]",
+            ntasks=2,
+            SLURM_STEP_NODELIST="node2",
+            SLURM_STEP_NUM_NODES="1",
+            SLURM_STEP_NUM_TASKS="2",
+            SLURM_STEP_TASKS_PER_NODE="2",
+        ),
+        dict(master_addr="node2", num_nodes=1, world_size=2, local_world_size=2),
+    ),
+    # Slurm may place tasks unevenly: 3 on the first node, 1 on the second.
+    (slurm(3, 0, 1, "node[1-2]", SLURM_STEP_TASKS_PER_NODE="3,1"), dict(local_world_size=1, node_rank=1)),
+    (slurm(0, 0, 0, "node[1-2]", SLURM_STEP_TASKS_PER_NODE="3,1"), dict(local_world_size=3)),
     ({}, dict(source="single", rank=0, world_size=1, master_addr="127.0.0.1", is_main=True, distributed=False)),
     ({"MASTER_ADDR": "h", "MASTER_PORT": "7"}, dict(source="single", master_addr="h", master_port=7)),
 ]
@@ -105,3 +156,24 @@ def test_slurm_port_comes_from_the_job_id_and_avoids_ephemeral_ports() -> None:
 def test_every_task_of_a_job_agrees_on_the_address() -> None:
     envs = [slurm(r, r % 2, r // 2, "node[1-2]") for r in range(4)]
     assert len({(resolve(e).master_addr, resolve(e).master_port) for e in envs}) == 1
+
+
+@pytest.mark.parametrize(("text", "node", "count"), [("2(x3)", 2, 2), ("3,1", 1, 1), ("2(x2),1", 2, 1), ("4", 0, 4)])
+def test_tasks_on_node_reads_slurms_compressed_list(text: str, node: int, count: int) -> None:
+    assert tasks_on_node(text, node) == count
+
+
+@pytest.mark.parametrize(("text", "node"), [("2(x2)", 2), ("x", 0), ("2(xa)", 0)])
+def test_tasks_on_node_refuses_what_slurm_never_writes(text: str, node: int) -> None:
+    with pytest.raises(UserError, match="SLURM_STEP_TASKS_PER_NODE"):
+        tasks_on_node(text, node)
+
+
+def test_a_slurm_shell_says_why_it_runs_one_process() -> None:
+    env = resolve(slurm(0, 0, 0, "node[1-2]", SLURM_PTY_PORT="1"))
+    assert "use srun" in env.note and "use srun" in env.describe()
+
+
+def test_a_second_task_of_an_interactive_step_refuses_to_run_a_copy() -> None:
+    with pytest.raises(UserError, match="without --pty"):
+        resolve(slurm(1, 1, 0, "node[1-2]", SLURM_PTY_PORT="39191"))

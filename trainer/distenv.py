@@ -1,7 +1,10 @@
 """The distributed environment, read in one place from a mapping of environment variables.
 
-Order: torchrun, then Slurm (srun tasks), then submitit's local executor, else one process.
-Functions take a Mapping so tests pass a dict instead of patching os.environ.
+The launcher that started this process is read first, each by the variable it alone sets: torchrun
+(TORCHELASTIC_RUN_ID, as torch.distributed.is_torchelastic_launched does), submitit's local executor
+(SUBMITIT_EXECUTOR=local), an srun task (SLURM_STEP_ID), then plain env:// variables, else one process.
+Variables left over from an enclosing launcher (an salloc shell, a login shell that once ran torchrun)
+never decide on their own. Functions take a Mapping so tests pass a dict instead of patching os.environ.
 """
 
 import dataclasses
@@ -22,7 +25,7 @@ DEFAULT_PORT = 29500
 
 @dataclass(frozen=True)
 class DistEnv:
-    source: str  # "torchrun" | "slurm" | "submitit-local" | "single"
+    source: str  # "torchrun" | "slurm" | "submitit-local" | "env" | "single"
     rank: int
     local_rank: int
     world_size: int
@@ -32,15 +35,18 @@ class DistEnv:
     master_addr: str
     master_port: int
     job_id: str | None
-    cpus_per_task: int
+    cpus_per_task: int  # compute threads for this process
     node_name: str = ""
     restart_count: int = 0  # SLURM_RESTART_COUNT: times Slurm has requeued this job
+    slurm_job_id: str | None = None  # the Slurm job this process runs in: time-left queries and requeue
+    note: str = ""  # why the environment was read the way it was, when that could surprise
 
     def describe(self) -> str:
         return (
             f"dist: source={self.source} rank={self.rank} local_rank={self.local_rank} world_size={self.world_size} "
             f"node={self.node_name} node_rank={self.node_rank} master={self.master_addr}:{self.master_port} "
-            f"pid={os.getpid()} restart={self.restart_count}"
+            f"threads={self.cpus_per_task} pid={os.getpid()} restart={self.restart_count}"
+            + (f" ({self.note})" if self.note else "")
         )
 
     @property
@@ -68,16 +74,36 @@ def _int(env: Mapping[str, str], key: str) -> int:
 
 
 def _cpus(env: Mapping[str, str], local_world_size: int) -> int:
-    if "SLURM_CPUS_PER_TASK" in env:
-        return max(1, _int(env, "SLURM_CPUS_PER_TASK"))
-    available = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    return max(1, available // max(1, local_world_size))
+    """Threads per process: the task's CPUs shared by the processes that run in it."""
+    if env.get("SLURM_CPUS_PER_TASK"):
+        # Under srun each process is one task. torchrun inside a task starts local_world_size
+        # workers that share the task's CPUs; each taking them all would oversubscribe them.
+        share = 1 if "SLURM_STEP_ID" in env and "TORCHELASTIC_RUN_ID" not in env else local_world_size
+        return max(1, _int(env, "SLURM_CPUS_PER_TASK") // max(1, share))
+    return max(1, _available_cpus() // max(1, local_world_size))
+
+
+def _available_cpus() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
 def _address(env: Mapping[str, str], default_addr: str, job_id: str | None) -> tuple[str, int]:
     addr = env.get("MASTER_ADDR") or default_addr
     port = _int(env, "MASTER_PORT") if env.get("MASTER_PORT") else port_from_job_id(job_id)
     return addr, port
+
+
+def tasks_on_node(tasks_per_node: str, node_id: int) -> int:
+    """This node's task count from Slurm's compressed list: `3,1` or `2(x3),1` (node ids count from 0)."""
+    counts: list[int] = []
+    for item in tasks_per_node.split(","):
+        count, _, times = item.partition("(x")
+        if not count.isascii() or not count.isdigit() or (times and not times.rstrip(")").isdigit()):
+            raise UserError(f"SLURM_STEP_TASKS_PER_NODE={tasks_per_node!r} is not Slurm's format; unset or fix it")
+        counts += [int(count)] * (int(times.rstrip(")")) if times else 1)
+        if len(counts) > node_id:
+            return counts[node_id]
+    raise UserError(f"SLURM_STEP_TASKS_PER_NODE={tasks_per_node!r} names no node {node_id}; unset or fix it")
 
 
 def resolve(env: Mapping[str, str]) -> DistEnv:
@@ -87,69 +113,119 @@ def resolve(env: Mapping[str, str]) -> DistEnv:
         _resolve(env),
         node_name=env.get("SLURMD_NODENAME") or socket.gethostname(),
         restart_count=_int(env, "SLURM_RESTART_COUNT") if env.get("SLURM_RESTART_COUNT") else 0,
+        slurm_job_id=env.get("SLURM_JOB_ID") or None,
     )
 
 
 def _resolve(env: Mapping[str, str]) -> DistEnv:
-    if all(k in env for k in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")):
-        local_ws = _int(env, "LOCAL_WORLD_SIZE") if "LOCAL_WORLD_SIZE" in env else _int(env, "WORLD_SIZE")
-        world = _int(env, "WORLD_SIZE")
-        return DistEnv(
-            source="torchrun",
-            rank=_int(env, "RANK"),
-            local_rank=_int(env, "LOCAL_RANK"),
-            world_size=world,
-            local_world_size=local_ws,
-            node_rank=_int(env, "GROUP_RANK") if "GROUP_RANK" in env else 0,
-            num_nodes=max(1, world // max(1, local_ws)),
-            master_addr=env["MASTER_ADDR"],
-            master_port=_int(env, "MASTER_PORT"),
-            job_id=env.get("TORCHELASTIC_RUN_ID"),
-            cpus_per_task=_cpus(env, local_ws),
+    if env.get("TORCHELASTIC_RUN_ID") and "RANK" in env:
+        return _torchrun(env)
+    if env.get("SUBMITIT_EXECUTOR") == "local" or ("SUBMITIT_LOCAL_GLOBALID" in env and "SLURM_STEP_ID" not in env):
+        return _submitit_local(env)
+    if "SLURM_PROCID" in env and "SLURM_STEP_ID" in env and "SLURM_PTY_PORT" not in env:
+        return _slurm_task(env)
+    if all(k in env for k in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")) and "SLURM_PROCID" not in env:
+        return _env_init(env)
+    if "SLURM_PTY_PORT" in env and env.get("SLURM_PROCID", "0") != "0":
+        # `srun -n4 --pty python ...` starts four copies, only the first on the terminal.
+        raise UserError(
+            f"this is task {env['SLURM_PROCID']} of an interactive (--pty) srun step, which runs every task as a "
+            f"separate copy; start the trainer with srun without --pty, or with --pty and -n 1"
         )
-    if all(k in env for k in ("SLURM_PROCID", "SLURM_LOCALID", "SLURM_NTASKS", "SLURM_JOB_NODELIST")):
-        hosts = expand_hostlist(env["SLURM_JOB_NODELIST"])
-        if not hosts:
-            raise UserError("SLURM_JOB_NODELIST is empty; run the trainer inside a Slurm allocation with srun")
-        world = _int(env, "SLURM_NTASKS")
-        num_nodes = _int(env, "SLURM_JOB_NUM_NODES") if "SLURM_JOB_NUM_NODES" in env else len(hosts)
-        # Tasks are spread evenly: one task per GPU on every node.
-        local_ws = (
-            _int(env, "SLURM_NTASKS_PER_NODE")
-            if env.get("SLURM_NTASKS_PER_NODE", "").isdigit()
-            else max(1, world // num_nodes)
-        )
-        job_id = env.get("SLURM_JOB_ID")
-        addr, port = _address(env, hosts[0], job_id)
-        return DistEnv(
-            source="slurm",
-            rank=_int(env, "SLURM_PROCID"),
-            local_rank=_int(env, "SLURM_LOCALID"),
-            world_size=world,
-            local_world_size=local_ws,
-            node_rank=_int(env, "SLURM_NODEID") if "SLURM_NODEID" in env else 0,
-            num_nodes=num_nodes,
-            master_addr=addr,
-            master_port=port,
-            job_id=job_id,
-            cpus_per_task=_cpus(env, local_ws),
-        )
-    if all(k in env for k in ("SUBMITIT_LOCAL_GLOBALID", "SUBMITIT_LOCAL_LOCALID", "SUBMITIT_LOCAL_NTASKS")):
-        world = _int(env, "SUBMITIT_LOCAL_NTASKS")
-        job_id = env.get("SUBMITIT_LOCAL_JOB_ID")
-        addr, port = _address(env, "127.0.0.1", job_id)
-        return DistEnv(
-            source="submitit-local",
-            rank=_int(env, "SUBMITIT_LOCAL_GLOBALID"),
-            local_rank=_int(env, "SUBMITIT_LOCAL_LOCALID"),
-            world_size=world,
-            local_world_size=world,
-            node_rank=0,
-            num_nodes=1,
-            master_addr=addr,
-            master_port=port,
-            job_id=job_id,
-            cpus_per_task=_cpus(env, world),
-        )
+    note = ""
+    if "SLURM_JOB_ID" in env:
+        # An salloc or `srun --pty bash` shell, or a batch script outside srun: its SLURM_NTASKS
+        # describes the allocation, not processes that will ever join this one (Lightning decides alike).
+        note = "a Slurm shell, not an srun task: one process; use srun to start one process per task"
     addr, port = _address(env, "127.0.0.1", None)
-    return DistEnv("single", 0, 0, 1, 1, 0, 1, addr, port, None, _cpus(env, 1))
+    return DistEnv("single", 0, 0, 1, 1, 0, 1, addr, port, None, _cpus(env, 1), note=note)
+
+
+def _torchrun(env: Mapping[str, str]) -> DistEnv:
+    local_ws = _int(env, "LOCAL_WORLD_SIZE") if "LOCAL_WORLD_SIZE" in env else _int(env, "WORLD_SIZE")
+    world = _int(env, "WORLD_SIZE")
+    return DistEnv(
+        source="torchrun",
+        rank=_int(env, "RANK"),
+        local_rank=_int(env, "LOCAL_RANK"),
+        world_size=world,
+        local_world_size=local_ws,
+        node_rank=_int(env, "GROUP_RANK") if "GROUP_RANK" in env else 0,
+        num_nodes=max(1, world // max(1, local_ws)),
+        master_addr=env["MASTER_ADDR"],
+        master_port=_int(env, "MASTER_PORT"),
+        job_id=env.get("TORCHELASTIC_RUN_ID"),
+        cpus_per_task=_cpus(env, local_ws),
+    )
+
+
+def _submitit_local(env: Mapping[str, str]) -> DistEnv:
+    world = _int(env, "SUBMITIT_LOCAL_NTASKS")
+    job_id = env.get("SUBMITIT_LOCAL_JOB_ID")
+    return DistEnv(
+        source="submitit-local",
+        rank=_int(env, "SUBMITIT_LOCAL_GLOBALID"),
+        local_rank=_int(env, "SUBMITIT_LOCAL_LOCALID"),
+        world_size=world,
+        local_world_size=world,
+        node_rank=0,
+        num_nodes=1,
+        # Its own address and CPUs, even inside a Slurm allocation: an enclosing job's MASTER_* and
+        # SLURM_CPUS_PER_TASK describe another rendezvous and other processes.
+        master_addr="127.0.0.1",
+        master_port=port_from_job_id(job_id),
+        job_id=job_id,
+        cpus_per_task=max(1, _available_cpus() // max(1, world)),
+    )
+
+
+def _slurm_task(env: Mapping[str, str]) -> DistEnv:
+    # The step's variables, not the job's: a step may run on a subset of the job's nodes.
+    variable = "SLURM_STEP_NODELIST" if env.get("SLURM_STEP_NODELIST") else "SLURM_JOB_NODELIST"
+    if not env.get(variable):
+        raise UserError("SLURM_STEP_NODELIST and SLURM_JOB_NODELIST are unset; start the trainer with srun")
+    hosts = expand_hostlist(env[variable])
+    world = _int(env, "SLURM_STEP_NUM_TASKS") if env.get("SLURM_STEP_NUM_TASKS") else _int(env, "SLURM_NTASKS")
+    node_id = _int(env, "SLURM_NODEID") if "SLURM_NODEID" in env else 0
+    num_nodes = (
+        _int(env, "SLURM_STEP_NUM_NODES")
+        if env.get("SLURM_STEP_NUM_NODES")
+        else (_int(env, "SLURM_JOB_NUM_NODES") if "SLURM_JOB_NUM_NODES" in env else len(hosts))
+    )
+    per_node = env.get("SLURM_STEP_TASKS_PER_NODE") or env.get("SLURM_TASKS_PER_NODE")
+    # Slurm may place tasks unevenly (`3,1`): this node's own count, not world // nodes.
+    local_ws = tasks_on_node(per_node, node_id) if per_node else max(1, world // max(1, num_nodes))
+    job_id = env.get("SLURM_JOB_ID")
+    addr, port = _address(env, hosts[0], job_id)
+    return DistEnv(
+        source="slurm",
+        rank=_int(env, "SLURM_PROCID"),
+        local_rank=_int(env, "SLURM_LOCALID") if "SLURM_LOCALID" in env else 0,
+        world_size=world,
+        local_world_size=local_ws,
+        node_rank=node_id,
+        num_nodes=num_nodes,
+        master_addr=addr,
+        master_port=port,
+        job_id=job_id,
+        cpus_per_task=_cpus(env, local_ws),
+    )
+
+
+def _env_init(env: Mapping[str, str]) -> DistEnv:
+    """RANK/WORLD_SIZE/MASTER_* set by another launcher (torch.distributed's env:// contract)."""
+    world = _int(env, "WORLD_SIZE")
+    local_ws = _int(env, "LOCAL_WORLD_SIZE") if "LOCAL_WORLD_SIZE" in env else world
+    return DistEnv(
+        source="env",
+        rank=_int(env, "RANK"),
+        local_rank=_int(env, "LOCAL_RANK") if "LOCAL_RANK" in env else 0,
+        world_size=world,
+        local_world_size=local_ws,
+        node_rank=_int(env, "GROUP_RANK") if "GROUP_RANK" in env else 0,
+        num_nodes=max(1, world // max(1, local_ws)),
+        master_addr=env["MASTER_ADDR"],
+        master_port=_int(env, "MASTER_PORT"),
+        job_id=None,
+        cpus_per_task=_cpus(env, local_ws),
+    )

@@ -147,8 +147,10 @@ def decide(
     """Rank 0 records why the run stopped and whether to requeue; every rank learns the decision."""
     go_on = True
     if attempts is not None:
-        if env.source == "slurm" and env.job_id:
-            reason = stop_reason(slurm_time_left(env.job_id), settings.signal_delay_s)
+        # The Slurm job, however the ranks were started in it (srun tasks, or torchrun inside a task).
+        slurm_job = env.slurm_job_id if env.source in ("slurm", "torchrun") else None
+        if slurm_job:
+            reason = stop_reason(slurm_time_left(slurm_job), settings.signal_delay_s)
         else:
             reason = "timeout"  # submitit's local controller signals only before its time limit
         attempts.stop(reason, step, signalled_at)
@@ -163,9 +165,9 @@ def decide(
             print(f"error: {message}", file=sys.stderr, flush=True)
         else:
             print(f"{reason}: saved at step {step}, requeueing", flush=True)
-            if env.source == "slurm" and env.job_id:
+            if slurm_job:
                 # Under PreemptMode=REQUEUE Slurm requeues by itself; asking again is then harmless.
-                subprocess.run(["scontrol", "requeue", env.job_id], capture_output=True, timeout=60)
+                subprocess.run(["scontrol", "requeue", slurm_job], capture_output=True, timeout=60)
     if env.distributed:
         decision = torch.tensor([int(go_on)], device=device)
         dist.broadcast(decision, src=0)

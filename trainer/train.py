@@ -212,6 +212,7 @@ def train(
                 "final_loss": final_loss,
                 "final_metrics": final_metrics,
                 "world_size": env.world_size,
+                "torch_threads": torch.get_num_threads(),  # the hash below is reproducible for this count
                 # From the first attempt's start when the run was requeued: the time a user waited.
                 "wall_time_s": round(attempts.wall_time_s() if attempts else time.monotonic() - started, 3),
                 "weights_sha256": checkpoint.weights_sha256(model.state_dict()),

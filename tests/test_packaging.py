@@ -1,0 +1,68 @@
+"""README's test command installs everything the tests and benchmarks import (nothing installed by hand)."""
+
+import ast
+import re
+import sys
+from importlib import metadata
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ROOT
+
+tomllib = pytest.importorskip("tomllib")  # Python 3.11+
+
+OWN = {"jobs", "trainer", "tests", "benchmarks", "_common"}
+
+
+def imported_modules(folders: list[Path]) -> dict[str, Path]:
+    """Top-level module names imported anywhere under the folders (import statements, not strings)."""
+    found: dict[str, Path] = {}
+    for path in (p for folder in folders for p in folder.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                names = [node.module]
+            else:
+                continue
+            for name in names:
+                found.setdefault(name.split(".")[0], path)
+    return found
+
+
+def normalise(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def declared_closure() -> set[str]:
+    """The distributions README's `pip install -e '.[dev]'` brings: every declared one and what they require."""
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    roots = [*project["dependencies"], *(r for extra in project["optional-dependencies"].values() for r in extra)]
+    todo = [normalise(re.split(r"[\s<>=!~\[;]", r, maxsplit=1)[0]) for r in roots]
+    seen: set[str] = set()
+    while todo:
+        name = todo.pop()
+        if name in seen or name == normalise(project["name"]):
+            continue
+        seen.add(name)
+        try:
+            requires = metadata.requires(name) or []
+        except metadata.PackageNotFoundError:
+            continue
+        todo += [normalise(re.split(r"[\s<>=!~\[;(]", r, maxsplit=1)[0]) for r in requires if "extra ==" not in r]
+    return seen
+
+
+def test_every_imported_package_is_declared() -> None:
+    modules = imported_modules([ROOT / "tests", ROOT / "benchmarks", ROOT / "jobs", ROOT / "trainer"])
+    providers = metadata.packages_distributions()
+    declared = declared_closure()
+    missing = {
+        name: str(path.relative_to(ROOT))
+        for name, path in modules.items()
+        if name not in OWN
+        and name not in sys.stdlib_module_names
+        and not {normalise(d) for d in providers.get(name, [name])} & declared
+    }
+    assert not missing, f"imported but installed by no extra of pyproject.toml: {missing}"
