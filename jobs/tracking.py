@@ -1,6 +1,5 @@
 """Finding a submitted job again, and asking Slurm (or the local process table) how it is doing."""
 
-import json
 import os
 import shlex
 import subprocess
@@ -10,7 +9,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from trainer.checkpoint_names import list_checkpoints
+from trainer.atomic import read_json
+from trainer.checkpoint_names import has_checksum, list_checkpoints
 from trainer.errors import UserError
 
 TERMINAL = {
@@ -66,7 +66,11 @@ def find(target: str) -> Target:
             raise UserError(
                 f"{path} holds no job.json: it was never submitted; pass a run directory printed by jobs.submit"
             )
-        record = json.loads(record_file.read_text())
+        record = read_json(
+            record_file,
+            "pass the Slurm job id instead (the files in logs/ are named <job id>_<rank>_log.out)",
+            lambda r: isinstance(r, dict) and {"job_id", "executor", "log"} <= r.keys(),
+        )
         return Target(str(record["job_id"]), record["executor"], path.resolve(), Path(record["log"]))
     if not target.replace("_", "").isdigit():
         raise UserError(f"{target!r} is neither a run directory nor a job id; pass one of them")
@@ -104,14 +108,16 @@ def info(target: Target) -> JobInfo:
 
 
 def progress(run_dir: Path) -> tuple[int | None, Path | None]:
-    """The last step reached and the newest checkpoint of a run."""
+    """The last step reached and the newest checkpoint of a run that has its checksum (a torn one has none)."""
     step = None
     for name, key in (("summary.json", "final_step"), ("progress.json", "step")):
         if (run_dir / name).exists():
-            step = json.loads((run_dir / name).read_text())[key]
+            after = "jobs.status then reads progress.json" if name == "summary.json" else "rewritten at the next log"
+            fix = f"move it aside ({after})"
+            step = read_json(run_dir / name, fix, lambda r, k=key: isinstance(r, dict) and type(r.get(k)) is int)[key]
             break
-    checkpoints = list_checkpoints(run_dir / "checkpoints")
-    return step, checkpoints[0][1] if checkpoints else None
+    checkpoints = [path for _, path in list_checkpoints(run_dir / "checkpoints") if has_checksum(path)]
+    return step, checkpoints[0] if checkpoints else None
 
 
 def failed_tasks(log0: Path | None) -> list[str]:

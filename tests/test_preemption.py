@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from tests.conftest import ROOT
+from tests.test_checkpoint import state as checkpoint_state
 from trainer import checkpoint
 from trainer.preemption import Attempts, parse_time_left, stop_reason
 
@@ -71,12 +72,12 @@ def test_newest_valid_checkpoint_wins_and_broken_ones_are_named(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     for step in (5, 10, 15):
-        checkpoint.save(tmp_path, step, {"w": torch.full((3,), float(step))}, keep=3)
+        checkpoint.save(tmp_path, step, checkpoint_state(step), keep=3)
     newest = tmp_path / "step_00000015.pt"
     newest.write_bytes(newest.read_bytes()[:50])  # torn
     (tmp_path / "step_00000020.pt").write_bytes(b"no checksum beside it")  # killed before its checksum
     state, path = checkpoint.load_latest(tmp_path, torch.device("cpu"))  # type: ignore[misc]
-    assert path.name == "step_00000010.pt" and state["w"][0].item() == 10
+    assert path.name == "step_00000010.pt" and state["model"]["w"][0].item() == 10
     err = capsys.readouterr().err
     assert "skipping checkpoint" in err and str(newest) in err and "step_00000020.pt" in err
 

@@ -1,11 +1,31 @@
-"""Atomic file writes: temporary file in the same folder, fsync, rename."""
+"""Atomic file writes (temporary file in the same folder, fsync, rename), and reading back what they wrote."""
 
 import errno
+import json
 import os
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from trainer.errors import UserError
+
+
+def current_umask() -> int:
+    """The process's umask, read without changing it.
+
+    Setting it and putting it back (the only portable way) is process-wide: a thread creating a file in
+    between would get the wrong mode. Linux shows it in /proc.
+    """
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 def write_bytes(path: Path, data: bytes) -> None:
@@ -14,6 +34,8 @@ def write_bytes(path: Path, data: bytes) -> None:
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as f:
+            # mkstemp makes the file 0600; a plain open() would honour the umask, so teammates can read runs.
+            os.fchmod(f.fileno(), 0o666 & ~current_umask())
             f.write(data)
             f.flush()
             os.fsync(f.fileno())
@@ -35,3 +57,24 @@ def write_bytes(path: Path, data: bytes) -> None:
 
 def write_text(path: Path, text: str) -> None:
     write_bytes(path, text.encode())
+
+
+def read_json(path: Path, fix: str, valid: Callable[[Any], bool] = lambda _: True) -> Any:
+    """A JSON file of a run; an empty, broken or misshapen one is a UserError naming it and ending with `fix`."""
+    try:
+        text = path.read_text()
+    except UnicodeDecodeError:
+        problem = "not valid JSON (not UTF-8 text)"
+    else:
+        if not text.strip():
+            problem = "empty"
+        else:
+            try:
+                value = json.loads(text)
+            except json.JSONDecodeError as exc:
+                problem = f"not valid JSON ({exc.msg} at line {exc.lineno})"
+            else:
+                if valid(value):
+                    return value
+                problem = f"not a valid {path.name} (fields missing or of the wrong type)"
+    raise UserError(f"{path} is {problem}; {fix}")

@@ -2,6 +2,7 @@
 
 import hashlib
 import io
+import pickle
 import sys
 import threading
 from pathlib import Path
@@ -10,16 +11,23 @@ from typing import Any
 import torch
 
 from trainer.atomic import write_bytes, write_text
-from trainer.checkpoint_names import checkpoint_path, list_checkpoints
+from trainer.checkpoint_names import checkpoint_path, checksum_path, list_checkpoints, stale_temporaries, to_prune
+
+# What train() reads back; a checkpoint lacking any of them is not one of ours.
+REQUIRED = ("model", "optimizer", "scheduler", "scaler", "progress", "rng")
+PROGRESS = ("step", "epoch", "batch_in_epoch")
 
 
 def _write(folder: Path, step: int, data: bytes, keep: int) -> Path:
+    # One write at a time: any temporary file still here was left by a killed one, and holds disk we need.
+    for tmp in stale_temporaries(folder):
+        tmp.unlink(missing_ok=True)
     path = checkpoint_path(folder, step)
     write_bytes(path, data)
     # Written second: a checkpoint without its checksum is never trusted.
-    write_text(path.with_suffix(".pt.sha256"), hashlib.sha256(data).hexdigest() + "\n")
-    for _, old in list_checkpoints(folder)[keep:]:
-        old.with_suffix(".pt.sha256").unlink(missing_ok=True)
+    write_text(checksum_path(path), hashlib.sha256(data).hexdigest() + "\n")
+    for old in to_prune(folder, step, keep):
+        checksum_path(old).unlink(missing_ok=True)  # first: a half-pruned checkpoint is never trusted
         old.unlink(missing_ok=True)
     return path
 
@@ -69,25 +77,50 @@ class Writer:
 
 
 def _verified_bytes(path: Path) -> bytes | None:
-    digest_file = path.with_suffix(".pt.sha256")
+    digest_file = checksum_path(path)
     if not digest_file.exists():
         return None
     data = path.read_bytes()
     return data if hashlib.sha256(data).hexdigest() == digest_file.read_text().strip() else None
 
 
+def check_state(state: object) -> str | None:
+    """Why a loaded checkpoint cannot be resumed from, or None when it can."""
+    if not isinstance(state, dict):
+        return f"it holds a {type(state).__name__}, not a checkpoint of this trainer"
+    progress = state["progress"] if isinstance(state.get("progress"), dict) else {}
+    missing = [key for key in REQUIRED if key not in state]
+    missing += [f"progress.{key}" for key in PROGRESS if "progress" in state and key not in progress]
+    return f"it lacks {', '.join(missing)} (not a checkpoint of this trainer)" if missing else None
+
+
+def _load(data: bytes, map_location: torch.device) -> tuple[dict[str, Any] | None, str]:
+    """The state in `data`, or None and why not. torch's own messages are not passed on: on a refused
+    pickle they advise turning the safe loader off, which would run whatever code the file holds."""
+    try:
+        state = torch.load(io.BytesIO(data), map_location=map_location, weights_only=True)
+    except pickle.UnpicklingError:
+        return None, "it holds Python objects other than tensors and plain containers (not written by this trainer)"
+    except Exception as exc:  # a checksum that matches a file torch cannot read: written broken
+        return None, f"torch cannot read it ({type(exc).__name__})"
+    problem = check_state(state)
+    return (state, "") if problem is None else (None, problem)
+
+
 def load_latest(folder: Path, map_location: torch.device) -> tuple[dict[str, Any], Path] | None:
-    """The newest checkpoint whose checksum matches; broken ones are skipped with a warning."""
-    for _, path in list_checkpoints(folder):
+    """The newest checkpoint whose checksum matches and that loads; others are skipped with a warning."""
+    found = list_checkpoints(folder)
+    for _, path in found:
         data = _verified_bytes(path)
         if data is None:
-            print(
-                f"warning: skipping checkpoint {path}: missing or wrong checksum (torn or corrupt write)",
-                file=sys.stderr,
-            )
-            continue
-        state = torch.load(io.BytesIO(data), map_location=map_location, weights_only=True)
-        return state, path
+            problem = "missing or wrong checksum (torn or corrupt write)"
+        else:
+            state, problem = _load(data, map_location)
+            if state is not None:
+                return state, path
+        print(f"warning: skipping checkpoint {path}: {problem}", file=sys.stderr, flush=True)
+    if found:
+        print(f"warning: no usable checkpoint in {folder}; starting from step 0", file=sys.stderr, flush=True)
     return None
 
 

@@ -16,7 +16,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from trainer.atomic import write_text
+from trainer.atomic import read_json, write_text
 from trainer.distenv import DistEnv
 from trainer.stopflag import StopFlag
 
@@ -83,7 +83,16 @@ class Attempts:
     def __init__(self, run_dir: Path) -> None:
         self.path = run_dir / "attempts.json"
         self.progress_path = run_dir / "progress.json"
-        self.items: list[dict[str, Any]] = json.loads(self.path.read_text()) if self.path.exists() else []
+        self.items: list[dict[str, Any]] = (
+            read_json(
+                self.path,
+                f"move it aside (mv {self.path} {self.path}.broken) and resubmit with --resume {run_dir}; "
+                "restarts are then counted from that attempt on",
+                lambda items: isinstance(items, list) and all(isinstance(a, dict) and "started" in a for a in items),
+            )
+            if self.path.exists()
+            else []
+        )
 
     def _write(self) -> None:
         write_text(self.path, json.dumps(self.items, indent=1) + "\n")
@@ -95,7 +104,15 @@ class Attempts:
             previous = self.items[-1]
             stop = previous.get("stop")
             if stop is None:  # it died without saving: killed, node failure, crash
-                reached = json.loads(self.progress_path.read_text()) if self.progress_path.exists() else {}
+                reached = (
+                    read_json(
+                        self.progress_path,
+                        f"move it aside and resubmit with --resume {self.path.parent}",
+                        lambda r: isinstance(r, dict),
+                    )
+                    if self.progress_path.exists()
+                    else {}
+                )
                 stop = {
                     "reason": "failure",
                     "step": reached.get("step", resumed_step),

@@ -42,4 +42,14 @@ def load_config_file(run_dir: Path) -> dict[str, object]:
     path = run_dir / "config.yaml"
     if not path.is_file():
         raise UserError(f"{run_dir} is not a run directory (no config.yaml); pass the folder printed at submit time")
-    return yaml.safe_load(path.read_text())
+    fix = "write the run's settings back into it (no defaults are assumed), or submit a new run without --resume"
+    try:
+        config = yaml.safe_load(path.read_text())
+    except (yaml.YAMLError, UnicodeDecodeError) as exc:
+        raise UserError(f"{path} is not valid YAML ({str(exc).splitlines()[0]}); {fix}") from None
+    # An empty file loads as None: resuming it would quietly train the defaults on the sample data.
+    if not config:
+        raise UserError(f"{path} is empty; {fix}")
+    if not isinstance(config, dict):
+        raise UserError(f"{path} holds a {type(config).__name__}, not the run's settings; {fix}")
+    return config

@@ -1,0 +1,98 @@
+"""An empty or corrupt file in a run directory is one line naming it and the fix, never a traceback or a guess."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ROOT, submit
+from trainer.entry import record_error
+from trainer.errors import UserError
+from trainer.preemption import Attempts
+from trainer.runs import load_config_file
+
+BROKEN = {"empty": "", "torn": '{"job_id": "12', "misshapen": "{\"x\": 1}"}
+
+
+def assert_one_line(result: subprocess.CompletedProcess[str], *parts: str) -> None:
+    assert result.returncode == 2, result.stdout + result.stderr
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
+    assert all(part in lines[0] for part in parts), lines[0]
+
+
+def status(target: Path) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    cmd = [sys.executable, "-m", "jobs.status", str(target)]
+    return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+
+
+@pytest.fixture
+def run_dir(tmp_path: Path) -> Path:
+    """A finished local run, as jobs.status sees it."""
+    run = tmp_path / "runs" / "run"
+    (run / "checkpoints").mkdir(parents=True)
+    (run / "config.yaml").write_text("steps: 20\n")
+    record = {"job_id": "999999999", "executor": "local", "log": str(run / "logs" / "1_0_log.out"), "tasks": 2}
+    (run / "job.json").write_text(json.dumps(record))
+    (run / "progress.json").write_text(json.dumps({"step": 20, "time": 0}))
+    return run
+
+
+@pytest.mark.parametrize("text", ["", "steps: [20\n", "- steps\n"], ids=["empty", "corrupt", "a-list"])
+def test_resume_refuses_a_broken_config(text: str, run_dir: Path, local_profile: Path) -> None:
+    # An empty config.yaml must not resume with the defaults and the sample data.
+    (run_dir / "config.yaml").write_text(text)
+    result = submit("--profile", str(local_profile), "--resume", str(run_dir))
+    assert_one_line(result, str(run_dir / "config.yaml"), "write the run's settings back")
+    assert not (run_dir / "logs").exists()  # nothing was submitted
+
+
+def test_an_empty_config_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "config.yaml").write_text("\n")
+    with pytest.raises(UserError, match="config.yaml is empty; write the run's settings back"):
+        load_config_file(tmp_path)
+
+
+@pytest.mark.parametrize("name", ["job.json", "progress.json", "summary.json"])
+@pytest.mark.parametrize("kind", BROKEN)
+def test_status_names_a_broken_file(name: str, kind: str, run_dir: Path) -> None:
+    (run_dir / name).write_text(BROKEN[kind])
+    fix = "pass the Slurm job id instead" if name == "job.json" else "move it aside"
+    assert_one_line(status(run_dir), f"{run_dir / name} is ", fix)
+
+
+def test_status_shows_the_newest_checkpoint_with_a_checksum(run_dir: Path) -> None:
+    folder = run_dir / "checkpoints"
+    for name in ("step_00000010.pt", "step_00000010.pt.sha256", "step_00000020.pt"):  # 20: torn by a kill
+        (folder / name).write_text("x")
+    result = status(run_dir)
+    assert result.returncode == 0, result.stderr
+    assert f"last checkpoint: {folder / 'step_00000010.pt'}\n" in result.stdout
+
+
+@pytest.mark.parametrize("kind", BROKEN)
+def test_broken_attempts_history_is_one_line_in_error_txt(kind: str, tmp_path: Path) -> None:
+    (tmp_path / "attempts.json").write_text(BROKEN[kind])
+    with pytest.raises(UserError) as raised:
+        Attempts(tmp_path)
+    message = str(raised.value)
+    assert message.startswith(f"{tmp_path / 'attempts.json'} is ") and "move it aside" in message
+    record_error(tmp_path, 0, raised.value)  # what the task does with it
+    lines = (tmp_path / "error.txt").read_text().splitlines()
+    assert len(lines) == 1 and lines[0].endswith(message)
+
+
+def test_trainer_stops_on_a_broken_attempts_history(tmp_path: Path, sample_root: Path) -> None:
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "attempts.json").write_text("")
+    cmd = [sys.executable, "-m", "trainer", f"run_dir={run}", f"data.root={sample_root / 'pix2pix'}", "steps=2"]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    result = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert_one_line(result, f"{run / 'attempts.json'} is empty; move it aside")
+    assert (run / "error.txt").read_text().count("\n") == 1
+    assert (run / "attempts.json").read_text() == ""  # kept for the user to look at
