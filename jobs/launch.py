@@ -10,6 +10,7 @@ from typing import Any
 import submitit
 
 from jobs.plan import Plan
+from trainer.atomic import write_text
 from trainer.errors import UserError
 
 
@@ -17,7 +18,9 @@ def make_executor(plan: Plan) -> submitit.Executor:
     if plan.executor == "debug":
         executor: submitit.Executor = submitit.DebugExecutor(plan.log_dir)
     elif plan.executor == "local":
-        executor = submitit.LocalExecutor(plan.log_dir)
+        from jobs.local_controller import LocalExecutor  # records each task's exit code
+
+        executor = LocalExecutor(plan.log_dir)
     else:
         executor = submitit.SlurmExecutor(plan.log_dir, max_num_timeout=plan.max_num_timeout, python=plan.python)
     executor.update_parameters(**plan.parameters)
@@ -76,12 +79,13 @@ def outcome(job: submitit.Job[Any], run_dir: Path) -> str | None:
     """None when the job succeeded, else one line saying why it did not."""
     try:
         job.results()
-    except Exception as exc:  # submitit wraps the task's error; error.txt holds the one-line reason
-        error_file = run_dir / "error.txt"
-        if error_file.exists():
-            return error_file.read_text().strip()
-        from jobs.tracking import failed_tasks
+    except Exception as exc:  # submitit wraps the task's error; the ranks' records name the first failure
+        from jobs.tracking import failed_tasks, failure_line
 
+        if line := failure_line(run_dir, rank0_log(job)):
+            if run_dir.is_dir():  # a killed rank wrote nothing: error.txt learns it here
+                write_text(run_dir / "error.txt", line + "\n")
+            return line
         if failed := failed_tasks(rank0_log(job)):
             return f"job {job.job_id} failed: {failed[0]}"
         return f"job {job.job_id} failed ({type(exc).__name__}); see {rank0_log(job)}"

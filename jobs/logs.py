@@ -1,10 +1,25 @@
-"""`python -m jobs.logs RUN_DIR|JOB_ID [--rank N] [--follow]`: print a task's log."""
+"""`python -m jobs.logs RUN_DIR|JOB_ID [--rank N] [--follow]`: print a task's log, stdout and stderr."""
 
 import argparse
 import sys
+import threading
+from pathlib import Path
 
 from jobs.tracking import TERMINAL, find, info, rank_log, tail
 from trainer.errors import UserError, one_line_errors
+
+
+def stderr_log(stdout_log: Path) -> Path:
+    """submitit writes a task's stderr beside its stdout (empty or absent on Slurm, where they are merged)."""
+    return stdout_log.with_name(stdout_log.name.removesuffix("_log.out") + "_log.err")
+
+
+def show(out: Path, err: Path) -> None:
+    """The task's output, then what it wrote to stderr (tracebacks, warnings) under a header."""
+    sys.stdout.write(out.read_text(errors="replace") if out.exists() else "")
+    text = err.read_text(errors="replace") if err.exists() else ""
+    if text:
+        sys.stdout.write(f"==> stderr: {err} <==\n{text}")
 
 
 @one_line_errors
@@ -12,16 +27,26 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m jobs.logs", description=__doc__.splitlines()[0])
     parser.add_argument("target", help="a run directory printed by jobs.submit, or a Slurm job id")
     parser.add_argument("--rank", type=int, default=0, help="global rank whose log to show (default 0)")
-    parser.add_argument("--follow", "-f", action="store_true", help="keep printing until the job ends")
+    parser.add_argument(
+        "--follow", "-f", action="store_true", help="keep printing until the job ends (stderr to stderr)"
+    )
     args = parser.parse_args(argv)
     target = find(args.target)
-    path = rank_log(target, args.rank)
+    out = rank_log(target, args.rank)
+    err = stderr_log(out)
     if not args.follow:
-        if not path.exists():
-            raise UserError(f"no log for rank {args.rank} at {path} (yet); check --rank or wait for the job to start")
-        sys.stdout.write(path.read_text())
+        if not out.exists() and not err.exists():
+            raise UserError(f"no log for rank {args.rank} at {out} (yet); check --rank or wait for the job to start")
+        show(out, err)
         return 0
-    tail(path, lambda: info(target).state in TERMINAL | {"FINISHED"}, poll_s=1.0)
+
+    def done() -> bool:
+        return info(target).state in TERMINAL | {"FINISHED"}
+
+    errors = threading.Thread(target=tail, args=(err, done, 1.0, sys.stderr), daemon=True)
+    errors.start()
+    tail(out, done, poll_s=1.0)
+    errors.join()
     return 0
 
 

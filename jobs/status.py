@@ -3,7 +3,7 @@
 import argparse
 import sys
 
-from jobs.tracking import failed_tasks, find, info, progress
+from jobs.tracking import failed_tasks, failure_line, find, info, progress
 from trainer.errors import one_line_errors
 
 
@@ -18,8 +18,8 @@ def report(target_text: str) -> str:
             f"last step: {step if step is not None else '-'}",
             f"last checkpoint: {ckpt or '-'}",
         ]
-        if (target.run_dir / "error.txt").exists():
-            lines.append(f"error: {(target.run_dir / 'error.txt').read_text().strip()}")
+    if error := failure_line(target.run_dir, target.log0):
+        lines.append(f"error: {error}")
     if job.state not in ("RUNNING", "COMPLETED", "PENDING"):
         lines += [f"failed task: {line}" for line in failed_tasks(target.log0)]
     return "\n".join(lines)

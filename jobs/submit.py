@@ -9,12 +9,13 @@ import os
 import shutil
 import sys
 from pathlib import Path
+from typing import Any
 
 from jobs import launch
 from jobs.plan import Plan, make_plan, sbatch_script, sweep_points
 from jobs.profiles import load_profile
 from trainer.atomic import write_text
-from trainer.config import build_config, to_dict
+from trainer.config import TrainConfig, build_config, to_dict
 from trainer.errors import UserError, one_line_errors
 from trainer.runs import load_config_file, new_run_dir, resolve_data, write_config
 
@@ -62,6 +63,7 @@ class Request:
     wait: bool
     dry_run: bool
     resuming: bool
+    finished: str = ""  # --resume of a run that already reached its steps: this line, and no job
 
 
 def prepare(argv: list[str] | None) -> Request:
@@ -84,6 +86,7 @@ def prepare(argv: list[str] | None) -> Request:
     else:
         base = profile.trainer
     configs = [build_config([*args.overrides, *point], base=base) for point in points]
+    finished = check_resume(folder, build_config(base=base), configs[0]) if args.resume else ""
     if not args.resume:
         folder = run_root / args.name if args.name else new_run_dir(run_root, configs[0].task)
     if len(configs) == 1:
@@ -100,17 +103,60 @@ def prepare(argv: list[str] | None) -> Request:
         raise UserError(
             f"--dry-run prints an sbatch script; profile {profile.name} runs with the {plan.executor} executor"
         )
-    return Request(plan, folder, wait, args.dry_run, bool(args.resume))
+    return Request(plan, folder, wait, args.dry_run, bool(args.resume), finished)
+
+
+def locked_on_resume(key: str) -> bool:
+    """Settings the checkpoints' shapes depend on: a resume cannot change them."""
+    return key in ("task", "data.image_size") or key.startswith("model.")
+
+
+def check_resume(run_dir: Path, old: TrainConfig, new: TrainConfig) -> str:
+    """Refuse a resume that cannot work; a line saying so when the run has nothing left to do, else ""."""
+    import json  # here, not at the top: --dry-run of a new run never needs it and must stay quick
+
+    before, after = flat(to_dict(old)), flat(to_dict(new))
+    for key in before:
+        if locked_on_resume(key) and before[key] != after[key]:
+            raise UserError(
+                f"--resume cannot change {key} ({before[key]} -> {after[key]}): the checkpoints hold the old "
+                f"model; drop {key}=..., or start a new run without --resume"
+            )
+    if (run_dir / "job.json").exists():
+        from jobs.tracking import TERMINAL, find, info
+
+        target = find(str(run_dir))
+        try:
+            state = info(target).state
+        except UserError:  # Slurm knows the job no more: it is not running
+            state = "COMPLETED"
+        if state not in TERMINAL | {"FINISHED"}:
+            raise UserError(
+                f"{run_dir} is still running as job {target.job_id} ({state}); wait for it to end, or stop it "
+                f"with python -m jobs.cancel {run_dir}"
+            )
+    summary = run_dir / "summary.json"
+    final_step = json.loads(summary.read_text()).get("final_step", 0) if summary.exists() else 0
+    if final_step >= new.steps:
+        return f"{run_dir} already finished at step {final_step} (steps={new.steps}); to train on, pass steps=N above {final_step}"
+    return ""
+
+
+def flat(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in tree.items():
+        out |= flat(value, f"{prefix}{key}.") if isinstance(value, dict) else {prefix + key: value}
+    return out
 
 
 def create_and_submit(request: Request) -> list:  # type: ignore[type-arg]
     """Write the run directories, then submit; on a refusal remove what was written."""
-    import json  # here, not at the top: --dry-run never needs it and must stay quick
-
     plan = request.plan
     if request.resuming:
-        write_config(plan.run_dirs[0], build_config(base=plan.configs[0]))
-        return launch.submit(plan)
+        # config.yaml stays as it is: the job's rank 0 replaces it once it has loaded the checkpoint.
+        jobs = launch.submit(plan)
+        write_job_record(plan.run_dirs[0], jobs[0], plan)
+        return jobs
     if request.folder.exists():
         raise UserError(f"{request.folder} already exists; choose another --name or --resume it")
     try:
@@ -122,19 +168,28 @@ def create_and_submit(request: Request) -> list:  # type: ignore[type-arg]
         shutil.rmtree(request.folder, ignore_errors=True)  # leave nothing that looks like a run
         raise
     for job, run_dir in zip(jobs, plan.run_dirs, strict=True):
-        record = {
-            "job_id": job.job_id,
-            "executor": plan.executor,
-            "log": str(launch.rank0_log(job)),
-            "tasks": plan.tasks,
-        }
-        write_text(run_dir / "job.json", json.dumps(record, indent=2) + "\n")
+        write_job_record(run_dir, job, plan)
     return jobs
+
+
+def write_job_record(run_dir: Path, job: Any, plan: Plan) -> None:
+    """job.json names the run's current job; the jobs of earlier --resume's are kept in its `history`."""
+    import json
+
+    record = {"job_id": job.job_id, "executor": plan.executor, "log": str(launch.rank0_log(job)), "tasks": plan.tasks}
+    path = run_dir / "job.json"
+    if path.exists():
+        previous = json.loads(path.read_text())
+        record["history"] = [*previous.pop("history", []), previous]
+    write_text(path, json.dumps(record, indent=2) + "\n")
 
 
 @one_line_errors
 def main(argv: list[str] | None = None) -> int:
     request = prepare(argv)
+    if request.finished:
+        print(request.finished)
+        return 0
     if request.dry_run:
         print(sbatch_script(request.plan), end="")
         return 0

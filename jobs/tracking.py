@@ -1,17 +1,23 @@
 """Finding a submitted job again, and asking Slurm (or the local process table) how it is doing."""
 
 import os
+import re
 import shlex
+import signal
+import socket
 import subprocess
 import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TextIO
 
+from trainer import failures
 from trainer.atomic import read_json
 from trainer.checkpoint_names import has_checksum, list_checkpoints
 from trainer.errors import UserError
+from trainer.failures import Failure
 
 TERMINAL = {
     "COMPLETED",
@@ -94,13 +100,26 @@ def slurm_info(job_id: str) -> JobInfo:
 
 
 def local_info(target: Target) -> JobInfo:
+    if _alive(target.job_id):
+        return JobInfo("RUNNING", 0, "localhost")
+    done = target.run_dir is not None and (target.run_dir / "summary.json").exists()
+    return JobInfo("COMPLETED" if done else "FAILED", 0, "localhost")
+
+
+def _alive(pid: str) -> bool:
+    """The process exists and is not a zombie (killed, its parent gone, not yet reaped)."""
     try:
-        os.kill(int(target.job_id), 0)
-        state = "RUNNING"
+        os.kill(int(pid), 0)
     except (ProcessLookupError, ValueError):
-        done = target.run_dir is not None and (target.run_dir / "summary.json").exists()
-        state = "COMPLETED" if done else "FAILED"
-    return JobInfo(state, 0, "localhost")
+        return False
+    except PermissionError:
+        return True  # another user's: it exists
+    if not Path("/proc/self/stat").exists():
+        return True  # no /proc to tell a zombie by (macOS)
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except OSError:
+        return False  # reaped since
 
 
 def info(target: Target) -> JobInfo:
@@ -127,9 +146,47 @@ def failed_tasks(log0: Path | None) -> list[str]:
     lines = [
         line.split("srun: error:", 1)[1].strip()
         for line in log0.read_text(errors="replace").splitlines()
-        if "srun: error:" in line and ": task " in line
+        if "srun: error:" in line and ": task" in line  # "task 3" and "tasks 0-1"
     ]
     return list(dict.fromkeys(lines))
+
+
+def killed_tasks(log0: Path | None) -> list[Failure]:
+    """Ranks killed by a signal, which wrote no error of their own: from the local controller's exit codes,
+    or from srun's `node2: task 3: Killed` lines in rank 0's log."""
+    if log0 is None:
+        return []
+    codes_file = log0.with_name(log0.name.replace("_0_log.out", "_exit_codes.json"))
+    if codes_file.exists():
+        codes = read_json(codes_file, "delete it; jobs.status then reads srun's lines", lambda v: isinstance(v, list))
+        host = socket.gethostname()
+        return [Failure(0, rank, host, "", _killed_by(-c), False) for rank, c in enumerate(codes) if c and c < 0]
+    # srun says `Killed` for SIGKILL; a line naming the signal (`killed by SIGTERM`) is read the same way.
+    pattern = r"(\S+): tasks? (\d+)(?:-\d+)?: (?:Killed|killed by (SIG[A-Z0-9]+))"
+    killed = (re.fullmatch(pattern, line) for line in failed_tasks(log0))
+    return [
+        Failure(0, int(m.group(2)), m.group(1), "", _killed_by(signal.Signals[m.group(3) or "SIGKILL"]), False)
+        for m in killed
+        if m and (m.group(3) or "SIGKILL") in signal.Signals.__members__
+    ]
+
+
+def _killed_by(signum: int) -> str:
+    try:
+        return f"killed by signal {signum} ({signal.Signals(signum).name})"
+    except ValueError:
+        return f"killed by signal {signum}"
+
+
+def failure_line(run_dir: Path | None, log0: Path | None) -> str | None:
+    """Why a job failed, in one line naming the rank and host that failed first (see trainer.failures)."""
+    first = failures.root_cause(failures.read(run_dir) if run_dir else [], killed_tasks(log0))
+    if first is not None:
+        return first.line()
+    # No rank named: a stop the trainer wrote itself (past max_num_timeout), or a run from before errors/.
+    if run_dir is None or not (run_dir / "error.txt").exists():
+        return None
+    return (run_dir / "error.txt").read_text().strip() or None
 
 
 def rank_log(target: Target, rank: int) -> Path:
@@ -138,17 +195,18 @@ def rank_log(target: Target, rank: int) -> Path:
     return target.log0.with_name(target.log0.name.replace("_0_log.out", f"_{rank}_log.out"))
 
 
-def tail(path: Path, done: Callable[[], bool], poll_s: float) -> None:
-    """Copy what is written to `path` to stdout, until a read made after done() said yes."""
+def tail(path: Path, done: Callable[[], bool], poll_s: float, sink: TextIO | None = None) -> None:
+    """Copy what is written to `path` to `sink` (stdout), until a read made after done() said yes."""
+    sink = sink or sys.stdout
     position = 0
     while True:
         finished = done()
         if path.exists():
             with path.open() as f:
                 f.seek(position)
-                sys.stdout.write(f.read())
+                sink.write(f.read())
                 position = f.tell()
-            sys.stdout.flush()
+            sink.flush()
         if finished:
             return
         time.sleep(poll_s)

@@ -1,22 +1,26 @@
 """What each task of a job runs. Importing this module does not import torch."""
 
 import os
-import socket
+import sys
+import time
 from pathlib import Path
 from typing import Any
 
-from trainer.atomic import write_text
+from trainer import failures
 from trainer.config import TrainConfig, from_dict
-from trainer.distenv import resolve
+from trainer.distenv import DistEnv, resolve
 from trainer.errors import UserError
 from trainer.stopflag import StopFlag
 
 
-def record_error(run_dir: Path, rank: int, exc: BaseException) -> None:
-    """One line in the run directory saying which rank failed where and why."""
-    kind = "" if isinstance(exc, UserError) else f"{type(exc).__name__}: "
-    first_line = (str(exc).strip().splitlines() or [""])[0]
-    write_text(run_dir / "error.txt", f"rank {rank} on {socket.gethostname()}: {kind}{first_line}\n")
+def record_error(run_dir: Path, env: DistEnv, exc: BaseException) -> None:
+    """This rank's failure in errors/, and error.txt naming the first failure: a peer's "connection closed"
+    never hides the rank that failed first."""
+    failure = failures.describe(exc, env.rank, env.node_name, time.time())
+    try:
+        failures.record(run_dir, failure)
+    except (OSError, UserError) as write_error:  # a full disk, say: the original error must still surface
+        print(f"warning: could not record {failure.line()!r} in {run_dir}: {write_error}", file=sys.stderr)
 
 
 def run(config_dict: dict[str, Any], settings: dict[str, Any] | None = None) -> dict[str, Any] | None:
@@ -29,10 +33,10 @@ def run(config_dict: dict[str, Any], settings: dict[str, Any] | None = None) -> 
 
     print(env.describe(), flush=True)  # every rank, into its own log
     if env.is_main:
-        (Path(config.run_dir) / "error.txt").unlink(missing_ok=True)  # from an earlier, failed attempt
+        failures.clear(Path(config.run_dir))  # from an earlier, failed attempt
     try:
         return train(config, env, JobSettings(**(settings or {})), stop_flag)
     except BaseException as exc:
         if not isinstance(exc, KeyboardInterrupt | SystemExit):
-            record_error(Path(config.run_dir), env.rank, exc)
+            record_error(Path(config.run_dir), env, exc)
         raise

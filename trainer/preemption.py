@@ -97,8 +97,8 @@ class Attempts:
     def _write(self) -> None:
         write_text(self.path, json.dumps(self.items, indent=1) + "\n")
 
-    def start(self, resumed_step: int, restart_count: int) -> dict[str, float]:
-        """Record this attempt; returns what the previous one cost (time lost, steps recomputed)."""
+    def start(self, resumed_step: int, restart_count: int, warnings: list[str] | None = None) -> dict[str, float]:
+        """Record this attempt and its warnings; returns what the previous one cost (time lost, steps recomputed)."""
         cost = {"time_lost_s": 0.0, "steps_recomputed": 0.0}
         if self.items:
             previous = self.items[-1]
@@ -119,9 +119,12 @@ class Attempts:
                     "time": reached.get("time", previous["started"]),
                 }
                 previous["stop"] = stop
-            cost = {"time_lost_s": time.time() - stop["time"], "steps_recomputed": max(0, stop["step"] - resumed_step)}
+            # After a finished attempt the wait for this one (a --resume with more steps) is the user's, not lost.
+            lost = 0.0 if stop["reason"] == "finished" else time.time() - stop["time"]
+            cost = {"time_lost_s": lost, "steps_recomputed": max(0, stop["step"] - resumed_step)}
             previous["cost"] = cost
-        self.items.append({"started": time.time(), "resumed_step": resumed_step, "slurm_restart_count": restart_count})
+        attempt = {"started": time.time(), "resumed_step": resumed_step, "slurm_restart_count": restart_count}
+        self.items.append(attempt | ({"warnings": list(warnings)} if warnings else {}))
         self._write()
         return cost
 

@@ -1,9 +1,13 @@
 """The training loop, top to bottom. Rank 0 alone writes logs, TensorBoard and checkpoints."""
 
+import contextlib
+import io
 import json
+import math
 import random
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +23,7 @@ from trainer.distenv import DistEnv
 from trainer.distributed import gather_rng, mean_over_ranks, pick_device, process_group, restore_rng, wrap
 from trainer.errors import UserError
 from trainer.preemption import Attempts, JobSettings, decide, leave, stop_agreed
+from trainer.runs import write_config
 from trainer.stopflag import StopFlag
 from trainer.tblog import NullLogger, TensorBoardLogger
 
@@ -84,9 +89,18 @@ def train(
         scaler = torch.amp.GradScaler(device.type, enabled=config.amp == "fp16")
         autocast = torch.autocast(device.type, dtype=AMP_DTYPES.get(config.amp), enabled=config.amp != "off")
 
+        # Rank 0's warnings: printed to the output --wait follows, and kept in attempts.json.
+        warned: list[str] = []
+
+        def warn(message: str) -> None:
+            if env.is_main:
+                warned.append(message)
+                print(f"warning: {message}", flush=True)
+
         step, epoch, batch_in_epoch = 0, 0, 0
         ckpt_dir = run_dir / "checkpoints"
-        resumed = checkpoint.load_latest(ckpt_dir, map_location=device)
+        attempts = Attempts(run_dir) if env.is_main else None
+        resumed = load_latest(ckpt_dir, device, warn)
         if resumed is not None:
             state, path = resumed
             model.load_state_dict(state["model"])
@@ -94,14 +108,22 @@ def train(
             scheduler.load_state_dict(state["scheduler"])
             scaler.load_state_dict(state["scaler"])
             step, epoch, batch_in_epoch = (int(state["progress"][k]) for k in ("step", "epoch", "batch_in_epoch"))
+            if len(state["rng"]) != env.world_size:
+                warn(
+                    f"{path} was saved by {len(state['rng'])} processes, this attempt has {env.world_size}: the random "
+                    "streams start afresh, so the run no longer matches an uninterrupted one"
+                )
             restore_rng(state["rng"], env, device)
             if env.is_main:
                 print(f"resumed from {path} at step {step}", flush=True)
+        elif attempts is not None and attempts.items:
+            warn(f"an earlier attempt ran, but {ckpt_dir} holds no usable checkpoint: starting again from step 0")
+        if env.is_main:  # only now: a --resume whose new settings fail before this point leaves config.yaml as it was
+            write_config(run_dir, config)
 
         logger = TensorBoardLogger(run_dir / "tensorboard") if env.is_main else NullLogger()
-        attempts = Attempts(run_dir) if env.is_main else None
         if attempts is not None:
-            cost = attempts.start(step, env.restart_count)
+            cost = attempts.start(step, env.restart_count, warned)
             if len(attempts.items) > 1:
                 totals = attempts.totals()
                 logger.scalars(
@@ -112,8 +134,8 @@ def train(
         progress = Progress(config.steps, enabled=env.is_main)
         interval_loss, interval_metrics, interval_steps = torch.zeros((), device=device), {}, 0
         step_time = data_time = 0.0
-        final_loss = float("nan")
-        final_metrics: dict[str, float] = {}
+        final_loss: float | None = None  # stays None when this attempt had no step left to train
+        final_metrics: dict[str, float | None] = {}
 
         writer = checkpoint.Writer(config.checkpoint.background)
 
@@ -186,8 +208,8 @@ def train(
                         logger.image("images/input_target_output", grid, step)
                 if step == config.steps:
                     # Summary metrics from the last step alone: the same whether or not the run was resumed.
-                    final_loss = mean_over_ranks(loss, env)
-                    final_metrics = {k: mean_over_ranks(v, env) for k, v in metrics.items()}
+                    final_loss = finite(mean_over_ranks(loss, env))
+                    final_metrics = {k: finite(mean_over_ranks(v, env)) for k, v in metrics.items()}
                 saved = step % config.checkpoint.every == 0 or step == config.steps
                 if saved:
                     save()
@@ -206,6 +228,8 @@ def train(
 
         summary = None
         if env.is_main:
+            if attempts is not None:
+                attempts.stop("finished", step)  # a later --resume must not count this attempt as a failure
             summary = {
                 "task": config.task,
                 "final_step": step,
@@ -218,11 +242,32 @@ def train(
                 "weights_sha256": checkpoint.weights_sha256(model.state_dict()),
             } | (attempts.totals() if attempts else {})
             hparams = {k: v for k, v in _flat(to_dict(config)).items() if k != "run_dir"}
-            logger.hparams(hparams, {"final_loss": final_loss, **final_metrics})
+            finals = {"final_loss": final_loss, **final_metrics}
+            logger.hparams(hparams, {k: v for k, v in finals.items() if v is not None})
             logger.close()
-            write_text(run_dir / "summary.json", json.dumps(summary, indent=2) + "\n")
-            print(f"done: step {step}, final loss {final_loss:.4f}, summary in {run_dir / 'summary.json'}", flush=True)
+            write_text(run_dir / "summary.json", json.dumps(summary, indent=2, allow_nan=False) + "\n")
+            loss_text = f"{final_loss:.4f}" if final_loss is not None else "-"
+            print(f"done: step {step}, final loss {loss_text}, summary in {run_dir / 'summary.json'}", flush=True)
         return summary
+
+
+def finite(value: float) -> float | None:
+    """None for NaN and infinities: summary.json stays valid JSON."""
+    return value if math.isfinite(value) else None
+
+
+def load_latest(folder: Path, device: torch.device, warn: Callable[[str], None]) -> tuple[dict[str, Any], Path] | None:
+    """checkpoint.load_latest, with the warnings it prints to stderr (a skipped checkpoint) handed to `warn`."""
+    captured = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(captured):
+            return checkpoint.load_latest(folder, map_location=device)
+    finally:
+        for line in captured.getvalue().splitlines():
+            if line.startswith("warning: "):
+                warn(line.removeprefix("warning: "))
+            else:
+                print(line, file=sys.stderr)
 
 
 def _flat(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:

@@ -176,6 +176,7 @@ def test_killed_task_ends_the_job_quickly_and_names_it(tmp_path: Path, sample_ro
     assert time.monotonic() - killed < 60
     status = cli("jobs.status", str(run_dir)).stdout
     assert "failed task: node2: task 3: Killed" in status, status
+    assert "error: rank 3 on node2: killed by signal 9 (SIGKILL)" in status, status  # not a peer's lost connection
 
 
 def test_requeue_on_failure_resumes_from_the_last_checkpoint(

@@ -1,0 +1,210 @@
+"""The first failure, named: which rank failed where and why, never hidden by its peers' "connection closed"."""
+
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+from jobs.tracking import failure_line, killed_tasks
+from tests.conftest import ROOT, submit
+from trainer.errors import UserError
+from trainer.failures import Failure, describe, root_cause
+
+ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
+GLOO_CLOSED = (
+    "[../third_party/gloo/gloo/transport/tcp/pair.cc:534] Connection closed by peer [127.0.0.1]:5512. "
+    "This is typically caused by a remote worker crashing."
+)
+
+
+class Unreadable(Dataset[torch.Tensor]):
+    def __len__(self) -> int:
+        return 4
+
+    def __getitem__(self, index: int) -> torch.Tensor:
+        raise UserError(f"cannot read image /data/{index}.png (truncated); fix or remove it")
+
+
+def test_a_loader_workers_error_keeps_its_message() -> None:
+    with pytest.raises(UserError) as caught:
+        next(iter(DataLoader(Unreadable(), batch_size=2, num_workers=1)))
+    assert str(caught.value).startswith("Caught UserError in DataLoader worker process 0.")  # what torch gives
+    failure = describe(caught.value, 1, "node2", 0.0)
+    assert failure.line() == "rank 1 on node2: cannot read image /data/0.png (truncated); fix or remove it"
+    assert not failure.peer
+
+
+def test_peer_errors_never_hide_the_first_failure() -> None:
+    peer = describe(RuntimeError(GLOO_CLOSED), 0, "node1", 1.0)
+    cause = describe(UserError("no space left writing x; free space"), 1, "node2", 2.0)
+    killed = Failure(0, 3, "node2", "", "killed by signal 9 (SIGKILL)", False)
+    assert peer.peer and not cause.peer
+    # The peer wrote first, in time, but it only saw the other rank go.
+    assert root_cause([peer, cause]) == cause
+    assert root_cause([peer], [killed]) == killed
+    assert root_cause([cause], [killed]) == cause
+    later_peer = describe(RuntimeError("Timed out waiting 300000ms for recv operation"), 1, "node2", 3.0)
+    assert root_cause([later_peer, peer]) == peer
+    assert root_cause([]) is None
+
+
+@pytest.mark.parametrize(
+    ("log", "named"),
+    [
+        ("srun: error: node2: task 3: Killed\n", [(3, "node2")]),
+        ("srun: error: node1: tasks 0-1: Killed\n", [(0, "node1")]),
+        ("srun: error: node1: task 1: Exited with exit code 1\n", []),
+        ("srun: error: localhost: task 0: killed by SIGKILL\n", [(0, "localhost")]),
+    ],
+)
+def test_srun_names_killed_tasks(tmp_path: Path, log: str, named: list[tuple[int, str]]) -> None:
+    log0 = tmp_path / "12_0_log.out"
+    log0.write_text("dist: ...\n" + log)
+    killed = killed_tasks(log0)
+    assert [(k.rank, k.host) for k in killed] == named
+    assert all(k.message == "killed by signal 9 (SIGKILL)" for k in killed)
+
+
+def test_local_exit_codes_name_killed_tasks(tmp_path: Path) -> None:
+    (tmp_path / "77_0_log.out").write_text("")
+    (tmp_path / "77_exit_codes.json").write_text(json.dumps([1, -9]))
+    run_dir = tmp_path / "run"
+    (run_dir / "errors").mkdir(parents=True)
+    (run_dir / "errors" / "rank_0.json").write_text(
+        json.dumps(asdict(describe(RuntimeError(GLOO_CLOSED), 0, "h", 1.0)))
+    )
+    host = socket.gethostname()
+    assert failure_line(run_dir, tmp_path / "77_0_log.out") == f"rank 1 on {host}: killed by signal 9 (SIGKILL)"
+
+
+def small_data(sample_root: Path, folder: Path, pairs: int) -> Path:
+    """The first `pairs` sample pairs in a data root of their own."""
+    rows = (sample_root / "pix2pix" / "pairs.csv").read_text().splitlines()[: pairs + 1]
+    for row in rows[1:]:
+        for name in row.split(","):
+            (folder / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy(sample_root / "pix2pix" / name, folder / name)
+    (folder / "pairs.csv").write_text("\n".join(rows) + "\n")
+    return folder
+
+
+def run_dir_of(stdout: str) -> Path:
+    [line] = [line for line in stdout.splitlines() if line.startswith("run directory:")]
+    return Path(line.split(":", 1)[1].strip())
+
+
+def test_the_rank_that_failed_is_named_not_its_peer(local_profile: Path, sample_root: Path, tmp_path: Path) -> None:
+    data = small_data(sample_root, tmp_path / "data", 16)
+    bad = data / "targets" / "0005.png"
+    bad.write_bytes(b"not an image")
+    result = submit(
+        "--profile",
+        str(local_profile),
+        "--wait",
+        f"data.root={data}",
+        "data.verify_images=false",  # or the submitter refuses it up front
+        "data.num_workers=1",  # the error comes through a DataLoader worker
+        "batch_size=4",
+        "steps=8",
+        "log.image_every=0",
+    )
+    assert result.returncode == 1, result.stdout + result.stderr
+    run_dir = run_dir_of(result.stdout)
+    line = (run_dir / "error.txt").read_text().strip()
+    match = re.fullmatch(r"rank (\d) on (\S+): cannot read image (\S+) \(.*\); fix or remove it", line)
+    assert match and match.group(2) == socket.gethostname() and match.group(3) == str(bad), line
+    assert result.stderr.endswith(f"error: {line}\n"), result.stderr
+    failed, peer = int(match.group(1)), 1 - int(match.group(1))
+    # The other rank failed too, later, on the closed connection: its record says so, and it did not win.
+    records = {r.name: json.loads(r.read_text()) for r in (run_dir / "errors").iterdir()}
+    assert records[f"rank_{peer}.json"]["peer"] and not records[f"rank_{failed}.json"]["peer"], records
+    status = subprocess.run(
+        [sys.executable, "-m", "jobs.status", str(run_dir)], cwd=ROOT, env=ENV, capture_output=True, text=True
+    )
+    assert f"error: {line}" in status.stdout
+    # The traceback went to the task's stderr: jobs.logs shows it after the output.
+    logs = subprocess.run(
+        [sys.executable, "-m", "jobs.logs", str(run_dir), "--rank", str(failed)],
+        cwd=ROOT,
+        env=ENV,
+        capture_output=True,
+        text=True,
+    )
+    assert logs.returncode == 0, logs.stderr
+    assert "dist: source=submitit-local" in logs.stdout and "==> stderr: " in logs.stdout
+    assert "Traceback (most recent call last)" in logs.stdout.split("==> stderr: ")[1]
+
+
+def poll(what: str, check: Callable[[], Any], timeout: float = 120) -> Any:
+    deadline = time.monotonic() + timeout
+    while not (value := check()):
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.1)
+    return value
+
+
+def start(*args: str, out: Path) -> subprocess.Popen[bytes]:
+    """`python -m jobs.submit` in a process group of its own: the local job's processes join it."""
+    with out.open("w") as f, out.with_suffix(".err").open("w") as err:
+        return subprocess.Popen(
+            [sys.executable, "-m", "jobs.submit", *args],
+            cwd=ROOT,
+            env=ENV,
+            stdout=f,
+            stderr=err,
+            start_new_session=True,
+        )
+
+
+def kill_group(proc: subprocess.Popen[bytes]) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.wait()
+
+
+def test_a_killed_rank_is_named_and_its_run_refuses_a_second_job(
+    local_profile: Path, sample_root: Path, tmp_path: Path
+) -> None:
+    args = ["--profile", str(local_profile), f"data.root={sample_root / 'pix2pix'}", "batch_size=4"]
+    job = start(*args, "--wait", "steps=100000", "log.every=2", "log.image_every=0", out=tmp_path / "job.out")
+    second = None
+    try:
+        run_dir = poll("the run", lambda: next((tmp_path / "runs").glob("*/job.json"), None)).parent
+        # While it runs, --resume would start a second job training into the same folder.
+        second = start("--profile", str(local_profile), "--resume", str(run_dir), out=tmp_path / "second.out")
+        assert second.wait(timeout=120) == 2, (tmp_path / "second.out").read_text()
+        refusal = (tmp_path / "second.err").read_text()
+        assert refusal.startswith(f"error: {run_dir} is still running as job ") and refusal.count("\n") == 1
+        assert len(list((run_dir / "logs").glob("*_submitted.pkl"))) == 1  # no second job
+
+        log1 = next((run_dir / "logs").glob("*_1_log.out"))
+        pid = poll("rank 1's pid", lambda: re.findall(r"^dist: .* pid=(\d+)", log1.read_text(), re.M))[-1]
+        poll("training", lambda: (run_dir / "progress.json").exists())
+        os.kill(int(pid), signal.SIGKILL)  # it writes nothing; rank 0 only sees the connection close
+        assert job.wait(timeout=120) == 1
+    finally:
+        kill_group(job)
+        if second is not None:
+            kill_group(second)
+    line = f"rank 1 on {socket.gethostname()}: killed by signal 9 (SIGKILL)"
+    assert (tmp_path / "job.err").read_text().endswith(f"error: {line}\n")
+    assert (run_dir / "error.txt").read_text() == line + "\n"
+    status = subprocess.run(
+        [sys.executable, "-m", "jobs.status", str(run_dir)], cwd=ROOT, env=ENV, capture_output=True, text=True
+    )
+    assert f"error: {line}" in status.stdout

@@ -1,0 +1,132 @@
+"""--resume: what it refuses, what it continues, and what it records (local profile, 2 processes)."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import ROOT, submit, write_profile
+
+SMALL = ["batch_size=4", "steps=8", "checkpoint.every=4", "log.every=4", "log.image_every=0"]
+
+
+def strict_json(path: Path) -> Any:
+    """JSON as other tools read it: NaN and Infinity are not JSON."""
+
+    def refuse(constant: str) -> None:
+        raise ValueError(f"{path} holds {constant}, which is not JSON")
+
+    return json.loads(path.read_text(), parse_constant=refuse)
+
+
+def attempts(run_dir: Path) -> list[dict[str, Any]]:
+    return json.loads((run_dir / "attempts.json").read_text())
+
+
+@pytest.fixture(scope="module")
+def finished_run(tmp_path_factory: pytest.TempPathFactory, sample_root: Path) -> Path:
+    """A 2-process run that reached its 8 steps, with checkpoints at steps 4 and 8."""
+    folder = tmp_path_factory.mktemp("finished")
+    profile = write_profile(folder, f"executor: local\ngpus_per_node: 2\nrun_root: {folder / 'runs'}\n")
+    result = submit(
+        "--profile", str(profile), "--wait", "--name", "run", f"data.root={sample_root / 'pix2pix'}", *SMALL
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    return folder / "runs" / "run"
+
+
+@pytest.fixture
+def run_copy(finished_run: Path, tmp_path: Path) -> Path:
+    """A copy of the finished run, for a test to resume as it likes (--resume reads its folder, not its old path)."""
+    return Path(shutil.copytree(finished_run, tmp_path / "run"))
+
+
+def resume(run_dir: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    profile = write_profile(run_dir.parent, "executor: local\ngpus_per_node: 2\n", "resume.yaml")
+    return submit("--profile", str(profile), "--wait", "--resume", str(run_dir), *args)
+
+
+def test_resuming_a_finished_run_starts_no_job(run_copy: Path) -> None:
+    job = (run_copy / "job.json").read_text()
+    result = resume(run_copy)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.stdout == f"{run_copy} already finished at step 8 (steps=8); to train on, pass steps=N above 8\n"
+    assert (run_copy / "job.json").read_text() == job
+    [only] = attempts(run_copy)
+    assert only["stop"]["reason"] == "finished" and only["stop"]["step"] == 8
+    assert strict_json(run_copy / "summary.json")["final_step"] == 8
+
+
+def test_resume_with_more_steps_continues_and_reports_its_warnings(run_copy: Path) -> None:
+    old_job = json.loads((run_copy / "job.json").read_text())
+    newest = run_copy / "checkpoints" / "step_00000008.pt"
+    newest.write_bytes(newest.read_bytes()[:100])  # torn
+    # One process now: the checkpoint holds two processes' random streams.
+    result = resume(run_copy, "steps=12", "--gpus-per-node", "1")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert f"warning: skipping checkpoint {newest}" in result.stdout
+    assert (
+        "warning: " + str(run_copy / "checkpoints" / "step_00000004.pt") + " was saved by 2 processes" in result.stdout
+    )
+    first, second = attempts(run_copy)
+    assert first["stop"]["reason"] == "finished" and first["cost"]["time_lost_s"] == 0
+    assert second["resumed_step"] == 4 and len(second["warnings"]) == 2
+    assert second["warnings"][0].startswith(f"skipping checkpoint {newest}")
+    summary = strict_json(run_copy / "summary.json")
+    assert (summary["final_step"], summary["failures"], summary["time_lost_s"]) == (12, 0, 0)
+    # job.json names the job that ran last; the first one is kept in its history.
+    job = json.loads((run_copy / "job.json").read_text())
+    assert f"submitted job {job['job_id']} " in result.stdout and job["job_id"] != old_job["job_id"]
+    assert [h["job_id"] for h in job["history"]] == [old_job["job_id"]] and job["log"].endswith("_0_log.out")
+
+
+def test_resume_refuses_a_new_model_shape_and_keeps_the_config_until_the_checkpoint_loads(run_copy: Path) -> None:
+    config = (run_copy / "config.yaml").read_text()
+    job = (run_copy / "job.json").read_text()
+    refused = resume(run_copy, "steps=12", "model.width=32")
+    assert refused.returncode == 2, refused.stdout + refused.stderr
+    assert refused.stderr.startswith("error: --resume cannot change model.width (16 -> 32)")
+    assert refused.stderr.count("\n") == 1 and refused.stdout == ""
+    assert (run_copy / "config.yaml").read_text() == config and (run_copy / "job.json").read_text() == job
+    # Accepted at submit, but the job fails before it loads the checkpoint: the run keeps its settings.
+    failed = resume(run_copy, "steps=12", "batch_size=1000")
+    assert failed.returncode == 1, failed.stdout + failed.stderr
+    assert "give no full batch of 1000" in failed.stderr
+    assert (run_copy / "config.yaml").read_text() == config
+    resumed = resume(run_copy, "steps=12")
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    assert "steps: 12" in (run_copy / "config.yaml").read_text()
+
+
+def trainer(run_dir: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """`python -m trainer`, one process: running it again on the same folder resumes the run."""
+    cmd = [sys.executable, "-m", "trainer", f"run_dir={run_dir}", "log.every=1", "log.image_every=0", *args]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    result = subprocess.run(cmd, cwd=run_dir.parent, env=env, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stdout + result.stderr
+    return result
+
+
+def test_a_run_with_nothing_left_to_train_keeps_summary_json_valid(tmp_path: Path, sample_root: Path) -> None:
+    data = f"data.root={sample_root / 'pix2pix'}"
+    trainer(tmp_path / "run", data, "steps=2")
+    trainer(tmp_path / "run", data, "steps=2")  # resumes at step 2: no step left, so no final loss
+    summary = strict_json(tmp_path / "run" / "summary.json")
+    assert summary["final_step"] == 2 and summary["final_loss"] is None
+    assert [a["stop"]["reason"] for a in attempts(tmp_path / "run")] == ["finished", "finished"]
+    assert (summary["failures"], summary["time_lost_s"]) == (0, 0)
+
+
+def test_a_resume_without_any_checkpoint_warns(tmp_path: Path, sample_root: Path) -> None:
+    data = f"data.root={sample_root / 'pix2pix'}"
+    trainer(tmp_path / "run", data, "steps=2")
+    shutil.rmtree(tmp_path / "run" / "checkpoints")
+    result = trainer(tmp_path / "run", data, "steps=3")
+    message = f"an earlier attempt ran, but {tmp_path / 'run' / 'checkpoints'} holds no usable checkpoint"
+    assert f"warning: {message}" in result.stdout
+    assert attempts(tmp_path / "run")[-1]["warnings"][0].startswith(message)

@@ -1,0 +1,113 @@
+"""Which rank failed first, and why (torch-free: the submitter reads it too).
+
+Every failing rank writes its own record, `errors/rank_N.json`. When one rank dies, its peers fail a moment
+later with "Connection closed by peer" or a collective timeout: those are consequences, not the cause. The
+root cause is the earliest error that is not such a peer error; only when every rank saw a peer error is
+the earliest of those reported. `error.txt` holds the root cause's one line, `rank R on HOST: cause`.
+"""
+
+import json
+import re
+import shutil
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from trainer.atomic import write_text
+from trainer.errors import UserError
+
+# What a rank sees when another rank died or hangs: gloo's and NCCL's transport errors and timeouts.
+PEER_TYPES = {"DistBackendError", "DistNetworkError", "DistStoreError"}
+PEER_MARKERS = (
+    "connection closed by peer",
+    "connection reset",
+    "connection refused",
+    "broken pipe",
+    "gloo/transport",
+    "timed out",
+    "timeout waiting",
+    "nccl communicator was aborted",
+    "watchdog caught collective",
+)
+WORKER_TRACEBACK = re.compile(r"^Caught (\w+) in DataLoader worker process \d+\.\nOriginal Traceback")
+
+
+@dataclass(frozen=True)
+class Failure:
+    time: float
+    rank: int
+    host: str
+    kind: str  # the exception's type name; empty for a UserError, whose message says it all
+    message: str  # one line
+    peer: bool  # a consequence of another rank's failure (connection closed, collective timeout)
+
+    def line(self) -> str:
+        kind = f"{self.kind}: " if self.kind else ""
+        return f"rank {self.rank} on {self.host}: {kind}{self.message}"
+
+
+def cause(kind: str, text: str) -> tuple[str, str]:
+    """An exception's type name and one-line message, looking through a DataLoader worker's wrapper.
+
+    torch re-raises a worker's exception as `Caught X in DataLoader worker process N.` followed by the
+    worker's traceback; the original message is the traceback's last `...X: message` line.
+    """
+    match = WORKER_TRACEBACK.match(text)
+    if match:
+        original = match.group(1)
+        for line in reversed(text.splitlines()):
+            head, sep, message = line.partition(": ")
+            if sep and head.rsplit(".", 1)[-1] == original:
+                return original, message.strip()
+    return kind, (text.strip().splitlines() or [""])[0]
+
+
+def is_peer_error(kind: str, message: str) -> bool:
+    text = message.lower()
+    return kind in PEER_TYPES or any(marker in text for marker in PEER_MARKERS)
+
+
+def describe(exc: BaseException, rank: int, host: str, when: float) -> Failure:
+    kind, message = cause(type(exc).__name__, str(exc))
+    if isinstance(exc, UserError):  # bad input or a full disk: this rank's own cause, whatever its words
+        return Failure(when, rank, host, "", message, False)
+    return Failure(when, rank, host, kind, message, is_peer_error(kind, message))
+
+
+def root_cause(failures: Sequence[Failure], killed: Sequence[Failure] = ()) -> Failure | None:
+    """The earliest error that is not a peer's consequence; else a rank killed by a signal (it wrote nothing
+    itself); else the earliest peer error."""
+    own = sorted((f for f in failures if not f.peer), key=lambda f: f.time)
+    peers = sorted((f for f in failures if f.peer), key=lambda f: f.time)
+    for group in (own, list(killed), peers):
+        if group:
+            return group[0]
+    return None
+
+
+def errors_dir(run_dir: Path) -> Path:
+    return run_dir / "errors"
+
+
+def read(run_dir: Path) -> list[Failure]:
+    failures = []
+    for path in sorted(errors_dir(run_dir).glob("rank_*.json")):
+        try:
+            failures.append(Failure(**json.loads(path.read_text())))
+        except (ValueError, TypeError):
+            continue  # not ours, or from an older version: the other records still name the cause
+    return failures
+
+
+def record(run_dir: Path, failure: Failure) -> None:
+    """This rank's record, then error.txt refreshed from every record written so far."""
+    write_text(errors_dir(run_dir) / f"rank_{failure.rank}.json", json.dumps(asdict(failure)) + "\n")
+    first = root_cause(read(run_dir))
+    if first is not None:
+        write_text(run_dir / "error.txt", first.line() + "\n")
+
+
+def clear(run_dir: Path) -> None:
+    """Forget an earlier attempt's failure: a new attempt is starting."""
+    (run_dir / "error.txt").unlink(missing_ok=True)
+    shutil.rmtree(errors_dir(run_dir), ignore_errors=True)
