@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import ROOT, submit
+from trainer.distenv import resolve
 from trainer.entry import record_error
 from trainer.errors import UserError
 from trainer.preemption import Attempts
@@ -81,7 +82,7 @@ def test_broken_attempts_history_is_one_line_in_error_txt(kind: str, tmp_path: P
         Attempts(tmp_path)
     message = str(raised.value)
     assert message.startswith(f"{tmp_path / 'attempts.json'} is ") and "move it aside" in message
-    record_error(tmp_path, 0, raised.value)  # what the task does with it
+    record_error(tmp_path, resolve({}), raised.value)  # what the task does with it
     lines = (tmp_path / "error.txt").read_text().splitlines()
     assert len(lines) == 1 and lines[0].endswith(message)
 
