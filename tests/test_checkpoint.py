@@ -30,20 +30,20 @@ def load(folder: Path) -> tuple[dict[str, object], Path]:
 
 
 def test_torn_files_do_not_count_towards_keep(tmp_path: Path) -> None:
-    checkpoint.save(tmp_path, 10, state(10), keep=1)
+    checkpoint.Writer(background=False).save(tmp_path, 10, state(10), keep=1)
     # A run killed between a checkpoint and its checksum, twice: then resumed from step 10.
     for step in (30, 40):
         (tmp_path / f"step_{step:08d}.pt").write_bytes(b"torn")
-    checkpoint.save(tmp_path, 20, state(20), keep=1)
+    checkpoint.Writer(background=False).save(tmp_path, 20, state(20), keep=1)
     assert load(tmp_path)[1].name == "step_00000020.pt"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["step_00000020.pt", "step_00000020.pt.sha256"]
 
 
 def test_newer_checkpoints_with_a_checksum_are_neither_counted_nor_deleted(tmp_path: Path) -> None:
-    checkpoint.save(tmp_path, 40, state(40), keep=1)
+    checkpoint.Writer(background=False).save(tmp_path, 40, state(40), keep=1)
     (tmp_path / "step_00000040.pt").write_bytes(b"rotted")  # skipped at resume; not ours to destroy
-    checkpoint.save(tmp_path, 10, state(10), keep=1)
-    checkpoint.save(tmp_path, 20, state(20), keep=1)
+    checkpoint.Writer(background=False).save(tmp_path, 10, state(10), keep=1)
+    checkpoint.Writer(background=False).save(tmp_path, 20, state(20), keep=1)
     names = sorted(p.name for p in tmp_path.iterdir())
     assert names == ["step_00000020.pt", "step_00000020.pt.sha256", "step_00000040.pt", "step_00000040.pt.sha256"]
     assert load(tmp_path)[1].name == "step_00000020.pt"
@@ -54,7 +54,7 @@ def test_temporaries_of_killed_writes_are_removed(tmp_path: Path) -> None:
     for path in leftovers:
         path.write_bytes(b"half a checkpoint")
     (tmp_path / "notes.txt").write_text("mine")
-    checkpoint.save(tmp_path, 10, state(10), keep=2)
+    checkpoint.Writer(background=False).save(tmp_path, 10, state(10), keep=2)
     assert not any(path.exists() for path in leftovers)
     assert (tmp_path / "notes.txt").exists()
 
@@ -76,8 +76,8 @@ class Arbitrary:
 def test_a_checkpoint_that_does_not_load_is_skipped(
     newest: object, reason: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    checkpoint.save(tmp_path, 10, state(10), keep=3)
-    checkpoint.save(tmp_path, 20, newest, keep=3)  # type: ignore[arg-type]
+    checkpoint.Writer(background=False).save(tmp_path, 10, state(10), keep=3)
+    checkpoint.Writer(background=False).save(tmp_path, 20, newest, keep=3)  # type: ignore[arg-type]
     loaded, path = load(tmp_path)
     assert path.name == "step_00000010.pt" and loaded["progress"] == state(10)["progress"]
     err = capsys.readouterr().err
@@ -87,7 +87,7 @@ def test_a_checkpoint_that_does_not_load_is_skipped(
 
 
 def test_no_usable_checkpoint_says_so(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    checkpoint.save(tmp_path, 10, {"w": torch.zeros(3)}, keep=3)
+    checkpoint.Writer(background=False).save(tmp_path, 10, {"w": torch.zeros(3)}, keep=3)
     assert checkpoint.load_latest(tmp_path, torch.device("cpu")) is None
     assert "no usable checkpoint" in capsys.readouterr().err
 
@@ -104,7 +104,7 @@ def umask() -> Iterator[None]:
 def test_written_files_respect_the_umask(mask: int, mode: int, tmp_path: Path, umask: None) -> None:
     os.umask(mask)
     atomic.write_text(tmp_path / "progress.json", "{}")
-    checkpoint.save(tmp_path / "checkpoints", 5, state(5), keep=1)
+    checkpoint.Writer(background=False).save(tmp_path / "checkpoints", 5, state(5), keep=1)
     for path in (tmp_path / "progress.json", *(tmp_path / "checkpoints").iterdir()):
         assert stat.S_IMODE(path.stat().st_mode) == mode, path
     assert atomic.current_umask() == mask  # read, not changed

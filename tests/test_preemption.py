@@ -72,7 +72,7 @@ def test_newest_valid_checkpoint_wins_and_broken_ones_are_named(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     for step in (5, 10, 15):
-        checkpoint.save(tmp_path, step, checkpoint_state(step), keep=3)
+        checkpoint.Writer(background=False).save(tmp_path, step, checkpoint_state(step), keep=3)
     newest = tmp_path / "step_00000015.pt"
     newest.write_bytes(newest.read_bytes()[:50])  # torn
     (tmp_path / "step_00000020.pt").write_bytes(b"no checksum beside it")  # killed before its checksum
@@ -84,7 +84,7 @@ def test_newest_valid_checkpoint_wins_and_broken_ones_are_named(
 
 def test_only_the_newest_k_are_kept(tmp_path: Path) -> None:
     for step in range(1, 6):
-        checkpoint.save(tmp_path, step, {"step": step}, keep=2)
+        checkpoint.Writer(background=False).save(tmp_path, step, {"step": step}, keep=2)
     assert sorted(p.name for p in tmp_path.iterdir()) == [
         "step_00000004.pt",
         "step_00000004.pt.sha256",

@@ -5,17 +5,21 @@ import io
 import pickle
 import sys
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import torch
+import torch.distributed as dist
 
 from trainer.atomic import write_bytes, write_text
 from trainer.checkpoint_names import checkpoint_path, checksum_path, list_checkpoints, stale_temporaries, to_prune
+from trainer.config import CheckpointConfig
+from trainer.state import KEYS, PROGRESS, TrainState
 
-# What train() reads back; a checkpoint lacking any of them is not one of ours.
-REQUIRED = ("model", "optimizer", "scheduler", "scaler", "progress", "rng")
-PROGRESS = ("step", "epoch", "batch_in_epoch")
+
+def _warn_to_stderr(message: str) -> None:
+    print(f"warning: {message}", file=sys.stderr, flush=True)
 
 
 def _write(folder: Path, step: int, data: bytes, keep: int) -> Path:
@@ -30,13 +34,6 @@ def _write(folder: Path, step: int, data: bytes, keep: int) -> Path:
         checksum_path(old).unlink(missing_ok=True)  # first: a half-pruned checkpoint is never trusted
         old.unlink(missing_ok=True)
     return path
-
-
-def save(folder: Path, step: int, state: dict[str, Any], keep: int) -> Path:
-    """Write a checkpoint and its checksum atomically, then drop all but the newest `keep`."""
-    buffer = io.BytesIO()
-    torch.save(state, buffer)
-    return _write(folder, step, buffer.getvalue(), keep)
 
 
 class Writer:
@@ -89,7 +86,7 @@ def check_state(state: object) -> str | None:
     if not isinstance(state, dict):
         return f"it holds a {type(state).__name__}, not a checkpoint of this trainer"
     progress = state["progress"] if isinstance(state.get("progress"), dict) else {}
-    missing = [key for key in REQUIRED if key not in state]
+    missing = [key for key in KEYS if key not in state]
     missing += [f"progress.{key}" for key in PROGRESS if "progress" in state and key not in progress]
     return f"it lacks {', '.join(missing)} (not a checkpoint of this trainer)" if missing else None
 
@@ -107,7 +104,9 @@ def _load(data: bytes, map_location: torch.device) -> tuple[dict[str, Any] | Non
     return (state, "") if problem is None else (None, problem)
 
 
-def load_latest(folder: Path, map_location: torch.device) -> tuple[dict[str, Any], Path] | None:
+def load_latest(
+    folder: Path, map_location: torch.device, warn: Callable[[str], None] = _warn_to_stderr
+) -> tuple[dict[str, Any], Path] | None:
     """The newest checkpoint whose checksum matches and that loads; others are skipped with a warning."""
     found = list_checkpoints(folder)
     for _, path in found:
@@ -118,10 +117,45 @@ def load_latest(folder: Path, map_location: torch.device) -> tuple[dict[str, Any
             state, problem = _load(data, map_location)
             if state is not None:
                 return state, path
-        print(f"warning: skipping checkpoint {path}: {problem}", file=sys.stderr, flush=True)
+        warn(f"skipping checkpoint {path}: {problem}")
     if found:
-        print(f"warning: no usable checkpoint in {folder}; starting from step 0", file=sys.stderr, flush=True)
+        warn(f"no usable checkpoint in {folder}; starting from step 0")
     return None
+
+
+class Checkpointer:
+    """Saves the train state every `every` steps and restores it from the newest valid checkpoint.
+
+    Every rank calls save() and restore(): saving gathers every rank's random streams (a collective) and
+    ends with a barrier, so nobody runs ahead of a checkpoint still being written; rank 0 alone writes.
+    """
+
+    def __init__(self, folder: Path, settings: CheckpointConfig, is_main: bool, warn: Callable[[str], None]) -> None:
+        self.folder, self.settings, self.is_main, self.warn = folder, settings, is_main, warn
+        self.writer = Writer(settings.background)
+
+    def due(self, step: int, last: int) -> bool:
+        return step % self.settings.every == 0 or step == last
+
+    def save(self, state: TrainState) -> None:
+        snapshot = state.state_dict()
+        if self.is_main:
+            self.writer.save(self.folder, state.step, snapshot, self.settings.keep)
+        if dist.is_initialized():
+            dist.barrier()
+
+    def restore(self, state: TrainState) -> Path | None:
+        """Load the newest valid checkpoint into `state`; None when there is none (a fresh start)."""
+        resumed = load_latest(self.folder, state.device, self.warn)
+        if resumed is None:
+            return None
+        loaded, path = resumed
+        state.load_state_dict(loaded, path, self.warn)
+        return path
+
+    def wait(self) -> None:
+        """Until the last checkpoint is on disk (a background write may still run)."""
+        self.writer.wait()
 
 
 def weights_sha256(state_dict: dict[str, torch.Tensor]) -> str:

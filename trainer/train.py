@@ -1,18 +1,14 @@
 """The training loop, top to bottom. Rank 0 alone writes logs, TensorBoard and checkpoints."""
 
-import contextlib
-import io
 import json
 import math
 import random
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import torch
-import torch.distributed as dist
 
 import trainer.tasks
 from trainer import checkpoint
@@ -20,10 +16,11 @@ from trainer.atomic import write_text
 from trainer.config import TrainConfig, to_dict
 from trainer.data import make_loader
 from trainer.distenv import DistEnv
-from trainer.distributed import gather_rng, mean_over_ranks, pick_device, process_group, restore_rng, wrap
+from trainer.distributed import mean_over_ranks, pick_device, process_group, wrap
 from trainer.errors import UserError
 from trainer.preemption import Attempts, JobSettings, decide, leave, stop_agreed
 from trainer.runs import write_config
+from trainer.state import TrainState
 from trainer.stopflag import StopFlag
 from trainer.tblog import NullLogger, TensorBoardLogger
 
@@ -97,39 +94,26 @@ def train(
                 warned.append(message)
                 print(f"warning: {message}", flush=True)
 
-        step, epoch, batch_in_epoch = 0, 0, 0
-        ckpt_dir = run_dir / "checkpoints"
+        state = TrainState(model, optimizer, scheduler, scaler, env, device)
+        checkpoints = checkpoint.Checkpointer(run_dir / "checkpoints", config.checkpoint, env.is_main, warn)
         attempts = Attempts(run_dir) if env.is_main else None
-        resumed = load_latest(ckpt_dir, device, warn)
-        if resumed is not None:
-            state, path = resumed
-            model.load_state_dict(state["model"])
-            optimizer.load_state_dict(state["optimizer"])
-            scheduler.load_state_dict(state["scheduler"])
-            scaler.load_state_dict(state["scaler"])
-            step, epoch, batch_in_epoch = (int(state["progress"][k]) for k in ("step", "epoch", "batch_in_epoch"))
-            if len(state["rng"]) != env.world_size:
-                warn(
-                    f"{path} was saved by {len(state['rng'])} processes, this attempt has {env.world_size}: the random "
-                    "streams start afresh, so the run no longer matches an uninterrupted one"
-                )
-            restore_rng(state["rng"], env, device)
-            if env.is_main:
-                print(f"resumed from {path} at step {step}", flush=True)
-        elif attempts is not None and attempts.items:
-            warn(f"an earlier attempt ran, but {ckpt_dir} holds no usable checkpoint: starting again from step 0")
+        resumed_from = checkpoints.restore(state)
+        if resumed_from is not None and env.is_main:
+            print(f"resumed from {resumed_from} at step {state.step}", flush=True)
+        elif resumed_from is None and attempts is not None and attempts.items:
+            warn(f"an earlier attempt ran, but {checkpoints.folder} holds no usable checkpoint: starting from step 0")
         if env.is_main:  # only now: a --resume whose new settings fail before this point leaves config.yaml as it was
             write_config(run_dir, config)
 
         logger = TensorBoardLogger(run_dir / "tensorboard") if env.is_main else NullLogger()
         if attempts is not None:
-            cost = attempts.start(step, env.restart_count, warned)
+            cost = attempts.start(state.step, env.restart_count, warned)
             if len(attempts.items) > 1:
                 totals = attempts.totals()
                 logger.scalars(
                     {f"restarts/{k}": v for k, v in totals.items()}
                     | {"restarts/last_time_lost_s": cost["time_lost_s"]},
-                    step,
+                    state.step,
                 )
         progress = Progress(config.steps, enabled=env.is_main)
         interval_loss, interval_metrics, interval_steps = torch.zeros((), device=device), {}, 0
@@ -137,26 +121,9 @@ def train(
         final_loss: float | None = None  # stays None when this attempt had no step left to train
         final_metrics: dict[str, float | None] = {}
 
-        writer = checkpoint.Writer(config.checkpoint.background)
-
-        def save() -> None:
-            rng = gather_rng(env, device)  # a collective: every rank takes part
-            if env.is_main:
-                state = {
-                    "model": model.state_dict(),
-                    "optimizer": optimizer.state_dict(),
-                    "scheduler": scheduler.state_dict(),
-                    "scaler": scaler.state_dict(),
-                    "progress": {"step": step, "epoch": epoch, "batch_in_epoch": batch_in_epoch},
-                    "rng": rng,
-                }
-                writer.save(ckpt_dir, step, state, config.checkpoint.keep)
-            if env.distributed:
-                dist.barrier()  # nobody runs ahead of a checkpoint that is still being written
-
-        while step < config.steps:
-            sampler.set_epoch(epoch)
-            sampler.start = batch_in_epoch * config.batch_size
+        while state.step < config.steps:
+            sampler.set_epoch(state.epoch)
+            sampler.start = state.batch_in_epoch * config.batch_size
             tick = time.perf_counter()
             for batch in loader:
                 batch = to_device(batch, device)
@@ -171,10 +138,8 @@ def train(
                 scaler.step(optimizer)
                 scaler.update()
                 scheduler.step()
-                step += 1
-                batch_in_epoch += 1
-                if batch_in_epoch == batches_per_epoch:
-                    epoch, batch_in_epoch = epoch + 1, 0
+                state.advance(batches_per_epoch)
+                step = state.step
 
                 done = time.perf_counter()
                 data_time += loaded - tick
@@ -185,6 +150,7 @@ def train(
                 interval_steps += 1
                 tick = done
 
+                # Every rank runs this block at the same steps: mean_over_ranks is a collective.
                 if step % config.log.every == 0 or step == config.steps:
                     values = {"train/loss": mean_over_ranks(interval_loss / interval_steps, env)}
                     values |= {
@@ -210,29 +176,30 @@ def train(
                     # Summary metrics from the last step alone: the same whether or not the run was resumed.
                     final_loss = finite(mean_over_ranks(loss, env))
                     final_metrics = {k: finite(mean_over_ranks(v, env)) for k, v in metrics.items()}
-                saved = step % config.checkpoint.every == 0 or step == config.steps
+                saved = checkpoints.due(step, config.steps)
                 if saved:
-                    save()
+                    checkpoints.save(state)  # a collective
+                # A collective too, every stop_check_every steps: all ranks stop at the same step.
                 if step < config.steps and stop_agreed(stop_flag, env, device, step, config.dist.stop_check_every):
                     if not saved:
-                        save()
-                    writer.wait()  # the checkpoint is on disk before anyone leaves
+                        checkpoints.save(state)
+                    checkpoints.wait()  # the checkpoint is on disk before anyone leaves
                     requeued = decide(env, attempts, settings, step, run_dir, device, stop_flag.raised_at)
                     progress.close()
                     logger.close()
                     raise leave(env, requeued)
-                if step >= config.steps or batch_in_epoch == 0:
+                if step >= config.steps or state.batch_in_epoch == 0:
                     break  # a new epoch needs set_epoch and a fresh sampler start
         progress.close()
-        writer.wait()
+        checkpoints.wait()
 
         summary = None
         if env.is_main:
             if attempts is not None:
-                attempts.stop("finished", step)  # a later --resume must not count this attempt as a failure
+                attempts.stop("finished", state.step)  # a later --resume must not count this attempt as a failure
             summary = {
                 "task": config.task,
-                "final_step": step,
+                "final_step": state.step,
                 "final_loss": final_loss,
                 "final_metrics": final_metrics,
                 "world_size": env.world_size,
@@ -247,27 +214,13 @@ def train(
             logger.close()
             write_text(run_dir / "summary.json", json.dumps(summary, indent=2, allow_nan=False) + "\n")
             loss_text = f"{final_loss:.4f}" if final_loss is not None else "-"
-            print(f"done: step {step}, final loss {loss_text}, summary in {run_dir / 'summary.json'}", flush=True)
+            print(f"done: step {state.step}, final loss {loss_text}, summary in {run_dir / 'summary.json'}", flush=True)
         return summary
 
 
 def finite(value: float) -> float | None:
     """None for NaN and infinities: summary.json stays valid JSON."""
     return value if math.isfinite(value) else None
-
-
-def load_latest(folder: Path, device: torch.device, warn: Callable[[str], None]) -> tuple[dict[str, Any], Path] | None:
-    """checkpoint.load_latest, with the warnings it prints to stderr (a skipped checkpoint) handed to `warn`."""
-    captured = io.StringIO()
-    try:
-        with contextlib.redirect_stderr(captured):
-            return checkpoint.load_latest(folder, map_location=device)
-    finally:
-        for line in captured.getvalue().splitlines():
-            if line.startswith("warning: "):
-                warn(line.removeprefix("warning: "))
-            else:
-                print(line, file=sys.stderr)
 
 
 def _flat(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:

@@ -1,0 +1,61 @@
+"""The train state: everything a checkpoint holds, saved and restored by itself (torchtitan's Stateful)."""
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from trainer.distenv import DistEnv
+from trainer.distributed import gather_rng, restore_rng
+
+# What a checkpoint must hold; one lacking any of them is not one of ours (trainer.checkpoint checks it).
+KEYS = ("model", "optimizer", "scheduler", "scaler", "progress", "rng")
+PROGRESS = ("step", "epoch", "batch_in_epoch")
+
+
+@dataclass(eq=False)
+class TrainState:
+    """Model, optimizer, scheduler, scaler, where the run stands, and every rank's random streams."""
+
+    model: torch.nn.Module
+    optimizer: torch.optim.Optimizer
+    scheduler: torch.optim.lr_scheduler.LRScheduler
+    scaler: torch.amp.GradScaler
+    env: DistEnv
+    device: torch.device
+    step: int = 0
+    epoch: int = 0
+    batch_in_epoch: int = 0  # batches of `epoch` already trained: resume continues mid-epoch
+
+    def advance(self, batches_per_epoch: int) -> None:
+        """One optimizer step done."""
+        self.step += 1
+        self.batch_in_epoch += 1
+        if self.batch_in_epoch == batches_per_epoch:
+            self.epoch, self.batch_in_epoch = self.epoch + 1, 0
+
+    def state_dict(self) -> dict[str, Any]:
+        """A collective (every rank's RNG state is gathered): every rank calls it, rank 0 saves it."""
+        return {
+            "model": self.model.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict(),
+            "scaler": self.scaler.state_dict(),
+            "progress": {"step": self.step, "epoch": self.epoch, "batch_in_epoch": self.batch_in_epoch},
+            "rng": gather_rng(self.env, self.device),
+        }
+
+    def load_state_dict(self, state: dict[str, Any], source: Path, warn: Callable[[str], None]) -> None:
+        self.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+        self.scaler.load_state_dict(state["scaler"])
+        self.step, self.epoch, self.batch_in_epoch = (int(state["progress"][k]) for k in PROGRESS)
+        if len(state["rng"]) != self.env.world_size:
+            warn(
+                f"{source} was saved by {len(state['rng'])} processes, this attempt has {self.env.world_size}: the "
+                "random streams start afresh, so the run no longer matches an uninterrupted one"
+            )
+        restore_rng(state["rng"], self.env, self.device)
