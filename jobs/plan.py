@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from jobs.profiles import Profile
+from trainer.config import JobSettings, TrainConfig
 from trainer.errors import UserError
 
 
@@ -17,14 +18,14 @@ class Plan:
     executor: str
     log_dir: Path  # submitit's folder: pickles and per-task logs
     parameters: dict[str, Any]  # for submitit's update_parameters
-    configs: list[dict[str, Any]]  # one resolved trainer config per job (several: an array job)
+    configs: list[TrainConfig]  # one resolved trainer config per job (several: an array job)
     python: str = ""  # the interpreter on the nodes (Slurm)
     max_num_timeout: int = 3
-    settings: dict[str, Any] = field(default_factory=dict)  # trainer.preemption.JobSettings, for every task
+    settings: JobSettings = field(default_factory=JobSettings)  # for every task
 
     @property
     def run_dirs(self) -> list[Path]:
-        return [Path(c["run_dir"]) for c in self.configs]
+        return [Path(c.run_dir) for c in self.configs]
 
     @property
     def tasks(self) -> int:
@@ -49,7 +50,7 @@ def sweep_points(sweeps: list[str]) -> list[list[str]]:
 
 def slurm_parameters(profile: Profile) -> dict[str, Any]:
     """submitit SlurmExecutor parameters for one job of this profile."""
-    signal = profile.signal.removeprefix("SIG")
+    signal = profile.signal
     exports = [f"export {k}={shlex.quote(str(v))}" for k, v in profile.env.items()]
     # submitit installs its requeue handler for this signal in every task.
     exports.append(f"export SUBMITIT_PREEMPT_SIGNAL={signal}")
@@ -99,12 +100,8 @@ def failure_requeue_lines(limit: int, log_dir: Path) -> list[str]:
     ]
 
 
-def make_plan(profile: Profile, configs: list[dict[str, Any]], log_dir: Path, has_gpus: bool, python: str) -> Plan:
-    settings = {
-        "signal": profile.signal.removeprefix("SIG"),
-        "signal_delay_s": profile.signal_delay_s,
-        "max_num_timeout": profile.max_num_timeout,
-    }
+def make_plan(profile: Profile, configs: list[TrainConfig], log_dir: Path, has_gpus: bool, python: str) -> Plan:
+    settings = JobSettings(profile.signal, profile.signal_delay_s, profile.max_num_timeout)
     if profile.executor == "slurm":
         params = slurm_parameters(profile)
         if profile.requeue_on_failure:

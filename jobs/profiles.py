@@ -74,6 +74,8 @@ class Profile:
             raise UserError("signal_delay_s, max_num_timeout, requeue_on_failure and array_parallelism must be >= 0")
         if self.signal.removeprefix("SIG") not in SIGNALS:
             raise UserError(f"signal {self.signal!r} is unknown; use one of {', '.join(SIGNALS)}")
+        # Normalised here, once: sbatch's --signal, submitit and the trainer's handler all take it without "SIG".
+        object.__setattr__(self, "signal", self.signal.removeprefix("SIG"))
 
     def _check_text(self) -> None:
         """Refuse text that would change the meaning of the generated sbatch script."""

@@ -15,7 +15,7 @@ from jobs import launch
 from jobs.plan import Plan, make_plan, sbatch_script, sweep_points
 from jobs.profiles import load_profile
 from trainer.atomic import write_text
-from trainer.config import TrainConfig, build_config, to_dict
+from trainer.config import TrainConfig, build_config
 from trainer.errors import UserError, one_line_errors
 from trainer.runs import load_config_file, new_run_dir, resolve_data, write_config
 
@@ -97,7 +97,7 @@ def prepare(argv: list[str] | None) -> Request:
     configs = [dataclasses.replace(c, run_dir=str(d)) for c, d in zip(configs, run_dirs, strict=True)]
     if not args.dry_run:
         configs = [resolve_data(c, run_root / "sample_data") for c in configs]
-    plan = make_plan(profile, [to_dict(c) for c in configs], folder / "logs", has_local_gpus(), sys.executable)
+    plan = make_plan(profile, configs, folder / "logs", has_local_gpus(), sys.executable)
     wait = args.wait or profile.executor == "debug"
     if args.dry_run and plan.executor != "slurm":
         raise UserError(
@@ -115,7 +115,7 @@ def check_resume(run_dir: Path, old: TrainConfig, new: TrainConfig) -> str:
     """Refuse a resume that cannot work; a line saying so when the run has nothing left to do, else ""."""
     import json  # here, not at the top: --dry-run of a new run never needs it and must stay quick
 
-    before, after = flat(to_dict(old)), flat(to_dict(new))
+    before, after = flat(dataclasses.asdict(old)), flat(dataclasses.asdict(new))
     for key in before:
         if locked_on_resume(key) and before[key] != after[key]:
             raise UserError(
@@ -162,7 +162,7 @@ def create_and_submit(request: Request) -> list:  # type: ignore[type-arg]
     try:
         for run_dir, config in zip(plan.run_dirs, plan.configs, strict=True):
             run_dir.mkdir(parents=True)
-            write_config(run_dir, build_config(base=config))
+            write_config(run_dir, config)
         jobs = launch.submit(plan)
     except BaseException:
         shutil.rmtree(request.folder, ignore_errors=True)  # leave nothing that looks like a run

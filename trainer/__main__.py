@@ -24,7 +24,7 @@ def main(argv: list[str]) -> int:
         write_config(run_dir, config)
     from trainer.entry import run
 
-    run(dataclasses.asdict(config))
+    run(config)
     return 0
 
 

@@ -138,6 +138,15 @@ class TrainConfig:
         _check(self.batch_size >= 1, "batch_size", "must be >= 1")
 
 
+@dataclass(frozen=True, eq=False)
+class JobSettings:
+    """What the submitter tells every task about requeueing, from the profile (signal without "SIG")."""
+
+    signal: str = "USR2"
+    signal_delay_s: int = 120
+    max_num_timeout: int = 3
+
+
 def _fields(cls: type) -> dict[str, Any]:
     hints = typing.get_type_hints(cls)
     return {f.name: hints[f.name] for f in dataclasses.fields(cls)}
@@ -243,7 +252,3 @@ def merge(base: Mapping[str, Any], updates: Mapping[str, Any]) -> dict[str, Any]
 def build_config(overrides: Iterable[str] = (), base: Mapping[str, Any] | None = None) -> TrainConfig:
     """The resolved trainer config: defaults, then `base` (a profile's section), then overrides."""
     return from_dict(TrainConfig, merge(base or {}, parse_overrides(overrides)))
-
-
-def to_dict(config: TrainConfig) -> dict[str, Any]:
-    return dataclasses.asdict(config)

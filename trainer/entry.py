@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from trainer import failures
-from trainer.config import TrainConfig, from_dict
+from trainer.config import JobSettings, TrainConfig
 from trainer.distenv import DistEnv, resolve
 from trainer.errors import UserError
 from trainer.stopflag import StopFlag
@@ -23,19 +23,18 @@ def record_error(run_dir: Path, env: DistEnv, exc: BaseException) -> None:
         print(f"warning: could not record {failure.line()!r} in {run_dir}: {write_error}", file=sys.stderr)
 
 
-def run(config_dict: dict[str, Any], settings: dict[str, Any] | None = None) -> dict[str, Any] | None:
-    """Train with the resolved config in this task's distributed environment."""
-    stop_flag = StopFlag((settings or {}).get("signal", "USR2"))  # before the seconds spent importing torch
+def run(config: TrainConfig, settings: JobSettings | None = None) -> dict[str, Any] | None:
+    """Train with the resolved config in this task's distributed environment (submitit pickles both)."""
+    settings = settings or JobSettings()
+    stop_flag = StopFlag(settings.signal)  # before the seconds spent importing torch
     env = resolve(os.environ)
-    config: TrainConfig = from_dict(TrainConfig, config_dict)
-    from trainer.preemption import JobSettings  # torch is imported here, in the task, not at submit time
-    from trainer.train import train
+    from trainer.train import train  # torch is imported here, in the task, not at submit time
 
     print(env.describe(), flush=True)  # every rank, into its own log
     if env.is_main:
         failures.clear(Path(config.run_dir))  # from an earlier, failed attempt
     try:
-        return train(config, env, JobSettings(**(settings or {})), stop_flag)
+        return train(config, env, settings, stop_flag)
     except BaseException as exc:
         if not isinstance(exc, KeyboardInterrupt | SystemExit):
             record_error(Path(config.run_dir), env, exc)

@@ -9,7 +9,6 @@ import re
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -17,20 +16,12 @@ import torch
 import torch.distributed as dist
 
 from trainer.atomic import read_json, write_text
+from trainer.config import JobSettings
 from trainer.distenv import DistEnv
 from trainer.stopflag import StopFlag
 
 LOCAL_REQUEUE_EXIT = 144  # submitit's local controller restarts tasks that exit with this code
 TIMEOUT_SLACK_S = 30  # Slurm checks time limits periodically: the signal can come a little late
-
-
-@dataclass(frozen=True)
-class JobSettings:
-    """What the submitter tells each task about requeueing (from the profile)."""
-
-    signal: str = "USR2"
-    signal_delay_s: int = 120
-    max_num_timeout: int = 3
 
 
 def stop_agreed(flag: StopFlag, env: DistEnv, device: torch.device, step: int, every: int) -> bool:

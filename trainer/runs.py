@@ -8,7 +8,7 @@ from pathlib import Path
 import yaml
 
 from trainer.atomic import write_text
-from trainer.config import TrainConfig, to_dict
+from trainer.config import TrainConfig
 from trainer.errors import UserError
 
 
@@ -35,7 +35,7 @@ def new_run_dir(run_root: Path, task: str) -> Path:
 
 def write_config(run_dir: Path, config: TrainConfig) -> None:
     """The resolved config, the last thing written before a run starts: its presence marks a run."""
-    write_text(run_dir / "config.yaml", yaml.safe_dump(to_dict(config), sort_keys=False))
+    write_text(run_dir / "config.yaml", yaml.safe_dump(dataclasses.asdict(config), sort_keys=False))
 
 
 def load_config_file(run_dir: Path) -> dict[str, object]:

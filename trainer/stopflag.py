@@ -14,7 +14,7 @@ class StopFlag:
     def __init__(self, name: str) -> None:
         self.raised = False
         self.raised_at: float | None = None  # wall time of the first signal, for attempts.json
-        self.signum = getattr(signal, "SIG" + name.removeprefix("SIG"))
+        self.signum = getattr(signal, "SIG" + name)  # the profile gives it without "SIG"
         # Replaces submitit's handler, which would requeue from inside the handler on rank 0 alone.
         signal.signal(self.signum, self._handle)
 

@@ -1,5 +1,6 @@
 """The training loop, top to bottom. Rank 0 alone writes logs, TensorBoard and checkpoints."""
 
+import dataclasses
 import json
 import math
 import random
@@ -13,12 +14,12 @@ import torch
 import trainer.tasks
 from trainer import checkpoint
 from trainer.atomic import write_text
-from trainer.config import TrainConfig, to_dict
+from trainer.config import JobSettings, TrainConfig
 from trainer.data import make_loader
 from trainer.distenv import DistEnv
 from trainer.distributed import mean_over_ranks, pick_device, process_group, wrap
 from trainer.errors import UserError
-from trainer.preemption import Attempts, JobSettings, decide, leave, stop_agreed
+from trainer.preemption import Attempts, decide, leave, stop_agreed
 from trainer.runs import write_config
 from trainer.state import TrainState
 from trainer.stopflag import StopFlag
@@ -208,7 +209,7 @@ def train(
                 "wall_time_s": round(attempts.wall_time_s() if attempts else time.monotonic() - started, 3),
                 "weights_sha256": checkpoint.weights_sha256(model.state_dict()),
             } | (attempts.totals() if attempts else {})
-            hparams = {k: v for k, v in _flat(to_dict(config)).items() if k != "run_dir"}
+            hparams = {k: v for k, v in _flat(dataclasses.asdict(config)).items() if k != "run_dir"}
             finals = {"final_loss": final_loss, **final_metrics}
             logger.hparams(hparams, {k: v for k, v in finals.items() if v is not None})
             logger.close()
