@@ -184,7 +184,10 @@ def _slurm_task(env: Mapping[str, str]) -> DistEnv:
     variable = "SLURM_STEP_NODELIST" if env.get("SLURM_STEP_NODELIST") else "SLURM_JOB_NODELIST"
     if not env.get(variable):
         raise UserError("SLURM_STEP_NODELIST and SLURM_JOB_NODELIST are unset; start the trainer with srun")
-    hosts = expand_hostlist(env[variable])
+    try:
+        hosts = expand_hostlist(env[variable])
+    except UserError as exc:
+        raise UserError(f"{variable}: {exc}") from None
     world = _int(env, "SLURM_STEP_NUM_TASKS") if env.get("SLURM_STEP_NUM_TASKS") else _int(env, "SLURM_NTASKS")
     node_id = _int(env, "SLURM_NODEID") if "SLURM_NODEID" in env else 0
     num_nodes = (

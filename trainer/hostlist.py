@@ -1,63 +1,69 @@
-"""Slurm hostlist expansion, the same as `scontrol show hostnames`."""
+"""Slurm hostlist expansion, the same as `scontrol show hostnames` (Slurm 22.05), or a one-line refusal."""
 
 import itertools
+import math
+import re
 
 from trainer.errors import UserError
 
+MAX_RANGE = 65536  # Slurm refuses a bracket range of more hosts ("Too many hosts in range")
+MAX_HOSTS = 1 << 20  # the product of several ranges, bounded before anything is built
 
-def _split_top_level(text: str) -> list[str]:
-    """Split on commas that are not inside brackets."""
-    parts, depth, start = [], 0, 0
-    for i, ch in enumerate(text):
-        if ch == "[":
-            depth += 1
-        elif ch == "]":
-            depth -= 1
-        elif ch == "," and depth == 0:
-            parts.append(text[start:i])
-            start = i + 1
-        if depth not in (0, 1):
-            raise UserError(f"invalid hostlist {text!r}: unbalanced brackets")
-    if depth:
-        raise UserError(f"invalid hostlist {text!r}: unbalanced brackets")
-    parts.append(text[start:])
-    return [p for p in parts if p]
+# Items are separated by commas outside brackets, or by whitespace, as Slurm's parser does.
+_SEPARATORS = re.compile(r"\s+|,(?![^\[]*\])")
+_RANGE = re.compile(r"([0-9]+)(?:-([0-9]+))?", re.ASCII)
+
+
+def _refuse(hostlist: str, why: str) -> UserError:
+    return UserError(f"invalid hostlist {hostlist!r}: {why}; pass a Slurm hostlist such as node[01-04,07]")
 
 
 def _expand_range(body: str, whole: str) -> list[str]:
     out: list[str] = []
     for item in body.split(","):
-        lo, sep, hi = item.partition("-")
-        if not lo.isdigit() or (sep and not hi.isdigit()):
-            raise UserError(f"invalid hostlist {whole!r}: bad range {item!r}")
-        if not sep:
-            out.append(lo)
-            continue
+        match = _RANGE.fullmatch(item)
+        if not match:
+            raise _refuse(whole, f"bad range {item!r} (ASCII digits, lo-hi)")
+        lo_text, hi_text = match.groups()
+        lo, hi = int(lo_text), int(hi_text or lo_text)
+        if hi < lo:
+            raise _refuse(whole, f"range {item!r} runs backwards")
+        if hi - lo + 1 > MAX_RANGE:
+            raise _refuse(whole, f"range {item!r} holds more than {MAX_RANGE} hosts")
         # The width of the lower bound fixes the zero padding: n[08-11] -> n08..n11.
-        width = len(lo)
-        out.extend(str(n).zfill(width) for n in range(int(lo), int(hi) + 1))
+        out.extend(str(n).zfill(len(lo_text)) for n in range(lo, hi + 1))
     return out
 
 
 def _expand_one(pattern: str, whole: str) -> list[str]:
-    # Alternating literal text and bracket bodies; the product keeps the leftmost
-    # bracket outermost, as Slurm does: rack[1-2]-n[01-02] -> rack1-n01, rack1-n02, ...
-    pieces: list[list[str]] = []
-    rest = pattern
-    while "[" in rest:
-        head, _, tail = rest.partition("[")
-        body, closed, rest = tail.partition("]")
-        if not closed:
-            raise UserError(f"invalid hostlist {whole!r}: unbalanced brackets")
-        pieces.append([head])
-        pieces.append(_expand_range(body, whole))
-    pieces.append([rest])
-    return ["".join(combo) for combo in itertools.product(*pieces)]
+    """One item: literal text and bracket groups, with nothing after the last group (Slurm refuses it)."""
+    parts = re.split(r"\[([^\[\]]*)\]", pattern)  # text, group, text, group, ..., text
+    texts, bodies = parts[0::2], parts[1::2]
+    if any(ch in text for text in texts for ch in "[]"):
+        raise _refuse(whole, "unbalanced brackets")
+    if bodies and texts[-1]:
+        raise _refuse(whole, f"text {texts[-1]!r} after the last bracket")
+    if not bodies:
+        return [pattern]
+    groups = [_expand_range(body, whole) for body in bodies]
+    if math.prod(len(g) for g in groups) > MAX_HOSTS:
+        raise _refuse(whole, f"it names more than {MAX_HOSTS} hosts")
+    # scontrol's order: the last group varies fastest, then the first, the second, ... and the one before
+    # the last slowest (a[1-2]b[1-2]c[1-2] -> a1b1c1 a1b1c2 a2b1c1 a2b1c2 a1b2c1 ...).
+    order = [*reversed(range(len(groups) - 1)), len(groups) - 1]
+    hosts = []
+    for combo in itertools.product(*(groups[i] for i in order)):
+        values = dict(zip(order, combo, strict=True))
+        hosts.append("".join(text + values.get(i, "") for i, text in enumerate(texts)))
+    return hosts
 
 
 def expand_hostlist(hostlist: str) -> list[str]:
-    """Expand a Slurm hostlist such as `node[01-03,07],gpu5` into host names."""
+    """Expand a Slurm hostlist such as `node[01-03,07],gpu5` into host names, in scontrol's order."""
     hosts: list[str] = []
-    for pattern in _split_top_level(hostlist.strip()):
-        hosts.extend(_expand_one(pattern, hostlist))
+    for pattern in _SEPARATORS.split(hostlist.strip()):
+        if pattern:
+            hosts.extend(_expand_one(pattern, hostlist))
+            if len(hosts) > MAX_HOSTS:
+                raise _refuse(hostlist, f"it names more than {MAX_HOSTS} hosts")
     return hosts

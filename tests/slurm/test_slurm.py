@@ -11,7 +11,7 @@ import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from tests.conftest import ROOT, run_dirs, submit, write_profile
-from tests.test_hostlist import CASES
+from tests.test_hostlist import CASES, REFUSED
 from trainer.hostlist import expand_hostlist
 
 
@@ -65,6 +65,12 @@ def test_two_nodes_four_tasks_complete(mini: Path, sample_root: Path) -> None:
 def test_hostlist_matches_scontrol(hostlist: str, _: list[str], slurm_cluster: None) -> None:
     out = subprocess.run(["scontrol", "show", "hostnames", hostlist], capture_output=True, text=True, check=True)
     assert expand_hostlist(hostlist) == out.stdout.split()
+
+
+@pytest.mark.parametrize(("hostlist", "_"), REFUSED)
+def test_what_we_refuse_scontrol_calls_invalid(hostlist: str, _: str, slurm_cluster: None) -> None:
+    out = subprocess.run(["scontrol", "show", "hostnames", hostlist], capture_output=True, text=True)
+    assert "Invalid hostlist" in out.stderr + out.stdout  # scontrol exits 0 even then
 
 
 def test_dry_run_of_the_example_profile_matches_golden_file() -> None:
