@@ -39,19 +39,29 @@ class Plan:
 
 def sweep_points(sweeps: list[str]) -> list[list[str]]:
     """`--sweep a=1,2 --sweep b=x,y` -> the product, as lists of key=value overrides."""
-    axes = []
+    axes, keys = [], set()
     for sweep in sweeps:
         key, eq, values = sweep.partition("=")
         if not eq or not key or not values:
             raise UserError(f"--sweep {sweep!r} is not key=v1,v2,...; write e.g. --sweep optim.lr=1e-3,1e-2")
+        if key in keys:
+            raise UserError(f"--sweep {key} is given twice; give all its values once: --sweep {key}=v1,v2,v3")
+        keys.add(key)
         axes.append([f"{key}={v}" for v in values.split(",")])
     return [list(point) for point in itertools.product(*axes)]
+
+
+def shell_value(value: object) -> str:
+    """A profile value as a shell user writes it: true/false as 1/0 (NCCL reads "True" as 0), numbers as is."""
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    return str(value)
 
 
 def slurm_parameters(profile: Profile) -> dict[str, Any]:
     """submitit SlurmExecutor parameters for one job of this profile."""
     signal = profile.signal
-    exports = [f"export {k}={shlex.quote(str(v))}" for k, v in profile.env.items()]
+    exports = [f"export {k}={shlex.quote(shell_value(v))}" for k, v in profile.env.items()]
     # submitit installs its requeue handler for this signal in every task.
     exports.append(f"export SUBMITIT_PREEMPT_SIGNAL={signal}")
     params: dict[str, Any] = {
@@ -65,7 +75,10 @@ def slurm_parameters(profile: Profile) -> dict[str, Any]:
         "setup": [*profile.setup, *exports],
         # srun stops every task when one fails, and since Slurm 22.05 does not inherit --cpus-per-task.
         "srun_args": ["--kill-on-bad-exit=1", f"--cpus-per-task={profile.cpus_per_task}", *profile.srun_args],
-        "additional_parameters": {"signal": f"{signal}@{profile.signal_delay_s}", **profile.sbatch_args},
+        "additional_parameters": {
+            "signal": f"{signal}@{profile.signal_delay_s}",
+            **{k: shell_value(v) for k, v in profile.sbatch_args.items()},
+        },
     }
     if profile.request_gpus:
         params["gpus_per_node"] = profile.gpus_per_node

@@ -17,7 +17,16 @@ from jobs.profiles import load_profile
 from trainer.atomic import write_text
 from trainer.config import TrainConfig, build_config
 from trainer.errors import UserError, one_line_errors
-from trainer.runs import load_config_file, new_run_dir, resolve_data, write_config
+from trainer.runs import (
+    check_name,
+    claim,
+    load_config_file,
+    new_run_dir,
+    point_name,
+    prepare_run_root,
+    resolve_data,
+    write_config,
+)
 
 
 class Parser(argparse.ArgumentParser):
@@ -51,6 +60,18 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return parser.parse_intermixed_args(argv)  # key=value may come before or after flags
 
 
+def check_local_processes(count: int) -> None:
+    """The local profile starts one process per GPU (per CPU without GPUs): bounded by this machine."""
+    gpus = len(list(Path("/dev").glob("nvidia[0-9]*"))) if has_local_gpus() else 0
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    limit, what = (gpus, "GPUs") if gpus else (cpus, "CPUs")
+    if count > limit:
+        raise UserError(
+            f"--gpus-per-node {count} would start {count} local processes on a machine with {limit} {what}; "
+            f"pass --gpus-per-node {limit} or fewer, or use a Slurm profile"
+        )
+
+
 def has_local_gpus() -> bool:
     # Checked without torch: importing it would make every submit seconds slower.
     return Path("/dev/nvidiactl").exists() and os.environ.get("CUDA_VISIBLE_DEVICES") != ""
@@ -78,6 +99,12 @@ def prepare(argv: list[str] | None) -> Request:
     )
     run_root = Path(os.path.expandvars(profile.run_root)).expanduser().resolve()
     points = sweep_points(args.sweep) if args.sweep else [[]]
+    if args.name is not None:
+        check_name(args.name)
+    if profile.executor == "local":
+        check_local_processes(profile.gpus_per_node)
+    if not args.dry_run:
+        prepare_run_root(run_root)
     if args.resume:
         if args.sweep:
             raise UserError("--resume continues one run; drop --sweep")
@@ -92,8 +119,7 @@ def prepare(argv: list[str] | None) -> Request:
     if len(configs) == 1:
         run_dirs = [folder]
     else:
-        names = ["-".join(p.split("=", 1)[1].replace("/", "_") for p in point) for point in points]
-        run_dirs = [folder / f"{i}-{name}" for i, name in enumerate(names)]
+        run_dirs = [folder / point_name(i, point) for i, point in enumerate(points)]
     configs = [dataclasses.replace(c, run_dir=str(d)) for c, d in zip(configs, run_dirs, strict=True)]
     if not args.dry_run:
         configs = [resolve_data(c, run_root / "sample_data") for c in configs]
@@ -157,11 +183,10 @@ def create_and_submit(request: Request) -> list:  # type: ignore[type-arg]
         jobs = launch.submit(plan)
         write_job_record(plan.run_dirs[0], jobs[0], plan)
         return jobs
-    if request.folder.exists():
-        raise UserError(f"{request.folder} already exists; choose another --name or --resume it")
+    claim(request.folder)  # from here on the folder is this process's: only it cleans it up
     try:
         for run_dir, config in zip(plan.run_dirs, plan.configs, strict=True):
-            run_dir.mkdir(parents=True)
+            run_dir.mkdir(parents=True, exist_ok=run_dir == request.folder)
             write_config(run_dir, config)
         jobs = launch.submit(plan)
     except BaseException:

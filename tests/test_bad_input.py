@@ -1,12 +1,16 @@
 """Each bad input ends in one line naming the problem and the fix, exit 2, and no run left behind."""
 
+import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 from PIL import Image
 
-from tests.conftest import run_dirs, submit, write_profile
+from tests.conftest import ROOT, run_dirs, submit, write_profile
+from trainer.errors import UserError
 
 
 def assert_refused(result, message: str, run_root: Path) -> None:  # type: ignore[no-untyped-def]
@@ -99,3 +103,141 @@ def test_corrupt_image_names_path_and_fix(pairs: Path, local_profile: Path, tmp_
     assert str(pairs / "targets" / "0003.png") in result.stderr and "is corrupt" in result.stderr
     with Image.open(pairs / "targets" / "0001.png") as ok:
         assert ok.size == (64, 64)  # the sample data itself is untouched
+
+
+# Profiles that used to end in a traceback, or were silently misread.
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (b"", "sets no executor; add a line `executor: local`"),
+        (b"nodes: 1\n", "sets no executor"),
+        (b"executor: local\n\xff\xfe\n", "is not UTF-8 text"),
+        (b"executor: local\nnodes: 1\nnodes: 2\n", "key 'nodes' is given twice (line 3); keep one"),
+        (
+            b"executor: local\nenv:\n  'X=1; touch pwned; Y': v\n",
+            "env key 'X=1; touch pwned; Y' is not a variable name",
+        ),
+        (b"executor: local\nenv:\n  NCCL_DEBUG:\n", "env.NCCL_DEBUG: None is not a single value"),
+        (b"executor: local\nenv:\n  A: [1, 2]\n", "env.A: [1, 2] is not a single value"),
+        (b"executor: local\nsbatch_args:\n  'mail-type END --wrap': x\n", "is not an sbatch option name"),
+    ],
+)
+def test_bad_profile_files(content: bytes, message: str, tmp_path: Path) -> None:
+    profile = tmp_path / "p.yaml"
+    profile.write_bytes(content)
+    assert_refused(submit("--profile", str(profile)), message, tmp_path / "runs")
+
+
+def test_a_folder_is_not_a_profile(tmp_path: Path) -> None:
+    (tmp_path / "p.yaml").mkdir()
+    assert_refused(submit("--profile", str(tmp_path / "p.yaml")), "is a folder, not a YAML file", tmp_path / "runs")
+
+
+def test_a_sweep_key_given_twice_is_refused(local_profile: Path, tmp_path: Path) -> None:
+    result = submit("--profile", str(local_profile), "--sweep", "seed=1,2", "--sweep", "seed=3")
+    assert_refused(result, "--sweep seed is given twice", tmp_path / "runs")
+
+
+@pytest.mark.parametrize(
+    "name", ["x\n#SBATCH --wrap=touch pwned", "..", ".", "/abs", "../escape", "a/b", "n" * 300, ".hidden"]
+)
+def test_names_that_are_not_plain_folder_names_are_refused(name: str, local_profile: Path, tmp_path: Path) -> None:
+    assert_refused(
+        submit("--profile", str(local_profile), "--name", name), "is not a plain folder name", tmp_path / "runs"
+    )
+
+
+def test_a_name_taken_by_a_dangling_symlink_is_refused(local_profile: Path, sample_root: Path, tmp_path: Path) -> None:
+    (tmp_path / "runs").mkdir()
+    (tmp_path / "runs" / "taken").symlink_to(tmp_path / "nowhere")
+    result = submit("--profile", str(local_profile), "--name", "taken", f"data.root={sample_root / 'pix2pix'}")
+    assert result.returncode == 2 and result.stderr.count("\n") == 1 and "already exists" in result.stderr
+    assert (tmp_path / "runs" / "taken").is_symlink() and not (tmp_path / "nowhere").exists()
+
+
+def test_more_local_processes_than_the_machine_has_are_refused(local_profile: Path, tmp_path: Path) -> None:
+    result = submit("--profile", str(local_profile), "--gpus-per-node", "100000")
+    assert_refused(result, "would start 100000 local processes on a machine with", tmp_path / "runs")
+
+
+@pytest.mark.parametrize("run_root", ["{tmp}/a-file/runs", "/proc/runs"])
+def test_an_unwritable_run_root_is_one_line(run_root: str, tmp_path: Path) -> None:
+    (tmp_path / "a-file").write_text("")
+    profile = write_profile(tmp_path, f"executor: local\nrun_root: {run_root.format(tmp=tmp_path)}\n")
+    result = submit("--profile", str(profile))
+    assert result.returncode == 2 and "cannot be written" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_a_decompression_bomb_is_refused(pairs: Path, local_profile: Path, tmp_path: Path) -> None:
+    # 1-bit pixels compress to almost nothing: a few kB on disk, far more pixels than Pillow opens safely.
+    Image.new("1", (20000, 20000)).save(pairs / "targets" / "0003.png")
+    result = submit("--profile", str(local_profile), f"data.root={pairs}")
+    assert_refused(result, "more pixels than Pillow opens safely", tmp_path / "runs")
+
+
+def test_trainer_and_sample_data_commands_refuse_a_path_under_a_file(tmp_path: Path, sample_root: Path) -> None:
+    (tmp_path / "a-file").write_text("")
+    for args in (
+        ["trainer", f"run_dir={tmp_path / 'a-file' / 'run'}", f"data.root={sample_root / 'pix2pix'}"],
+        ["trainer.sample_data", str(tmp_path / "a-file" / "data")],
+    ):
+        result = subprocess.run(
+            [sys.executable, "-m", *args],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env={**os.environ, "PYTHONPATH": str(ROOT)},
+        )
+        assert result.returncode == 2, result.stderr
+        assert result.stderr.count("\n") == 1 and result.stderr.startswith("error: "), result.stderr
+
+
+def test_a_hostile_profile_renders_a_script_that_runs_nothing(tmp_path: Path) -> None:
+    """env values, setup-free: the exported preamble of the dry-run script is run by bash; nothing executes."""
+    canary = tmp_path / "pwned"
+    profile = write_profile(
+        tmp_path,
+        "executor: slurm\n"
+        f"run_root: {tmp_path / 'runs'}\n"
+        "env:\n"
+        f"  A: '$(touch {canary})'\n"
+        f"  B: '`touch {canary}`; touch {canary}'\n"
+        "  NCCL_DEBUG_SUBSYS: true\n"
+        "  C: 3\n"
+        "sbatch_args:\n"
+        "  mail-type: END\n",
+    )
+    result = submit("--profile", str(profile), "--dry-run")
+    assert result.returncode == 0, result.stderr
+    exports = [line for line in result.stdout.splitlines() if line.startswith("export ")]
+    assert "export NCCL_DEBUG_SUBSYS=1" in exports and "export C=3" in exports
+    out = subprocess.run(
+        ["bash", "-c", "\n".join([*exports, 'printf "%s|%s" "$A" "$B"'])],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+    )
+    assert out.returncode == 0 and not canary.exists()
+    assert out.stdout == f"$(touch {canary})|`touch {canary}`; touch {canary}"
+    assert "#SBATCH --mail-type=END" in result.stdout
+
+
+def test_of_two_racing_submits_the_loser_removes_nothing(
+    local_profile: Path, sample_root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The second submit of one --name finds the folder claimed between its checks and its mkdir."""
+    from jobs import submit as submit_module
+
+    request = submit_module.prepare(
+        ["--profile", str(local_profile), "--name", "same", f"data.root={sample_root / 'pix2pix'}"]
+    )
+    winner = tmp_path / "runs" / "same"
+    winner.mkdir(parents=True)
+    (winner / "config.yaml").write_text("the winner's\n")
+    # The race: when this submit looked, the folder was not there yet.
+    real_exists = Path.exists
+    monkeypatch.setattr(Path, "exists", lambda self: False if self == winner else real_exists(self))
+    with pytest.raises(UserError, match="already exists"):
+        submit_module.create_and_submit(request)
+    assert (winner / "config.yaml").read_text() == "the winner's\n"

@@ -8,7 +8,7 @@ from pathlib import Path
 from trainer.config import build_config
 from trainer.distenv import resolve
 from trainer.errors import one_line_errors
-from trainer.runs import resolve_data, write_config
+from trainer.runs import make_dirs, resolve_data, write_config
 
 
 @one_line_errors
@@ -20,7 +20,7 @@ def main(argv: list[str]) -> int:
     config = dataclasses.replace(config, run_dir=str(run_dir))
     config = resolve_data(config, Path("runs/sample_data"))
     if env.is_main:
-        run_dir.mkdir(parents=True, exist_ok=True)
+        make_dirs(run_dir)
         write_config(run_dir, config)
     from trainer.entry import run
 

@@ -26,6 +26,11 @@ def check_image(path: Path, where: str) -> None:
             image.verify()
     except PermissionError:
         raise UserError(f"{where}: image {path} is not readable; fix its permissions") from None
+    except Image.DecompressionBombError:
+        raise UserError(
+            f"{where}: image {path} has more pixels than Pillow opens safely (a decompression bomb?); "
+            "replace it with a smaller image"
+        ) from None
     except (UnidentifiedImageError, OSError, SyntaxError, ValueError) as exc:
         raise UserError(f"{where}: image {path} is corrupt ({exc}); replace it or drop the row") from None
 

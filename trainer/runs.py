@@ -2,6 +2,8 @@
 
 import dataclasses
 import os
+import re
+import tempfile
 import time
 from pathlib import Path
 
@@ -21,11 +23,65 @@ def resolve_data(config: TrainConfig, sample_root: Path) -> TrainConfig:
     else:
         from trainer.sample_data import ensure_sample_data  # Pillow: only when the sample data is used
 
-        root = ensure_sample_data(sample_root).resolve() / config.task
+        try:
+            root = ensure_sample_data(sample_root).resolve() / config.task
+        except OSError as exc:
+            raise UserError(
+                f"the sample data cannot be written to {sample_root} ({exc.strerror}); set data.root=PATH or a "
+                "writable run_root"
+            ) from None
         if not root.is_dir():
             raise UserError(f"task {config.task} has no built-in sample data; set data.root=PATH")
     check_data(config.task, root, config.data.csv, config.data.verify_images)
     return dataclasses.replace(config, data=dataclasses.replace(config.data, root=str(root)))
+
+
+# One rule for every name that becomes a folder (and reaches the batch script): no separators, no "..".
+NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}", re.ASCII)
+
+
+def check_name(name: str) -> str:
+    if not NAME.fullmatch(name):
+        raise UserError(
+            f"--name {name!r} is not a plain folder name; use letters, digits, '.', '_' and '-' "
+            "(at most 128, starting with a letter or digit)"
+        )
+    return name
+
+
+def point_name(index: int, overrides: list[str]) -> str:
+    """A sweep point's folder: its index and values, cut down to what check_name accepts."""
+    values = "-".join(item.split("=", 1)[1] for item in overrides)
+    return f"{index}-{re.sub(r'[^A-Za-z0-9._-]+', '_', values)}"[:128]
+
+
+def prepare_run_root(run_root: Path) -> None:
+    """Create run_root now, so an unwritable one is one line before anything else is written."""
+    try:
+        run_root.mkdir(parents=True, exist_ok=True)
+        probe = tempfile.TemporaryFile(dir=run_root)
+        probe.close()
+    except OSError as exc:
+        raise UserError(
+            f"run_root {run_root} cannot be written ({exc.strerror}); set run_root in the profile to a folder you can write"
+        ) from None
+
+
+def make_dirs(folder: Path) -> None:
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UserError(f"{folder} cannot be created ({exc.strerror}); choose a folder you can write") from None
+
+
+def claim(folder: Path) -> None:
+    """Create a run (or sweep) folder, or refuse: mkdir is atomic, so of two racing submits one wins."""
+    try:
+        folder.mkdir()
+    except FileExistsError:
+        raise UserError(f"{folder} already exists; choose another --name or --resume it") from None
+    except OSError as exc:
+        raise UserError(f"{folder} cannot be created ({exc.strerror}); choose another --name or run_root") from None
 
 
 def new_run_dir(run_root: Path, task: str) -> Path:

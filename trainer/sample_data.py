@@ -12,6 +12,8 @@ from pathlib import Path
 
 from PIL import Image, ImageDraw, ImageFilter
 
+from trainer.errors import UserError, one_line_errors
+
 SHAPES = ("circle", "square", "triangle")
 SIZE = 64
 
@@ -84,8 +86,17 @@ def ensure_sample_data(root: str | os.PathLike[str], count: int = 256) -> Path:
     return root
 
 
+@one_line_errors
+def main(argv: list[str]) -> int:
+    target = Path(argv[0] if argv else "sample_data")
+    try:
+        print(ensure_sample_data(target))
+    except OSError as exc:
+        raise UserError(f"{target} cannot be written ({exc.strerror}); pass a folder you can write") from None
+    return 0
+
+
 if __name__ == "__main__":
     import sys
 
-    target = sys.argv[1] if len(sys.argv) > 1 else "sample_data"
-    print(ensure_sample_data(target))
+    sys.exit(main(sys.argv[1:]))
