@@ -142,21 +142,7 @@ def _resolve(env: Mapping[str, str]) -> DistEnv:
 
 
 def _torchrun(env: Mapping[str, str]) -> DistEnv:
-    local_ws = _int(env, "LOCAL_WORLD_SIZE") if "LOCAL_WORLD_SIZE" in env else _int(env, "WORLD_SIZE")
-    world = _int(env, "WORLD_SIZE")
-    return DistEnv(
-        source="torchrun",
-        rank=_int(env, "RANK"),
-        local_rank=_int(env, "LOCAL_RANK"),
-        world_size=world,
-        local_world_size=local_ws,
-        node_rank=_int(env, "GROUP_RANK") if "GROUP_RANK" in env else 0,
-        num_nodes=max(1, world // max(1, local_ws)),
-        master_addr=env["MASTER_ADDR"],
-        master_port=_int(env, "MASTER_PORT"),
-        job_id=env.get("TORCHELASTIC_RUN_ID"),
-        cpus_per_task=_cpus(env, local_ws),
-    )
+    return _env_init(env, "torchrun", env.get("TORCHELASTIC_RUN_ID"))
 
 
 def _submitit_local(env: Mapping[str, str]) -> DistEnv:
@@ -215,12 +201,12 @@ def _slurm_task(env: Mapping[str, str]) -> DistEnv:
     )
 
 
-def _env_init(env: Mapping[str, str]) -> DistEnv:
-    """RANK/WORLD_SIZE/MASTER_* set by another launcher (torch.distributed's env:// contract)."""
+def _env_init(env: Mapping[str, str], source: str = "env", job_id: str | None = None) -> DistEnv:
+    """RANK/WORLD_SIZE/MASTER_* of torch.distributed's env:// contract: torchrun's, or another launcher's."""
     world = _int(env, "WORLD_SIZE")
     local_ws = _int(env, "LOCAL_WORLD_SIZE") if "LOCAL_WORLD_SIZE" in env else world
     return DistEnv(
-        source="env",
+        source=source,
         rank=_int(env, "RANK"),
         local_rank=_int(env, "LOCAL_RANK") if "LOCAL_RANK" in env else 0,
         world_size=world,
@@ -229,6 +215,6 @@ def _env_init(env: Mapping[str, str]) -> DistEnv:
         num_nodes=max(1, world // max(1, local_ws)),
         master_addr=env["MASTER_ADDR"],
         master_port=_int(env, "MASTER_PORT"),
-        job_id=None,
+        job_id=job_id,
         cpus_per_task=_cpus(env, local_ws),
     )
