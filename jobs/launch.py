@@ -2,6 +2,7 @@
 
 import contextlib
 import io
+import os
 import subprocess
 import time
 from pathlib import Path
@@ -40,9 +41,13 @@ def submit(plan: Plan) -> list[submitit.Job[Any]]:
 
     executor = make_executor(plan)
     captured = io.StringIO()
+    # Local tasks get no variables of an enclosing launcher (an salloc shell, a torchrun worker): they
+    # would make each task believe it is another job's rank. Slurm jobs keep them (SLURM_CONF among them).
+    leftovers = [k for k in os.environ if k.startswith("TORCHELASTIC_") or k in ("GROUP_RANK", "ROLE_RANK")]
+    hidden = submitit.helpers.clean_env(leftovers) if plan.executor == "local" else contextlib.nullcontext()
     try:
         # submitit prints sbatch's stderr itself; we turn it into our one-line error instead.
-        with contextlib.redirect_stderr(captured):
+        with contextlib.redirect_stderr(captured), hidden:
             if len(plan.configs) == 1:
                 return [executor.submit(trainer.entry.run, plan.configs[0], plan.settings)]
             with executor.batch():

@@ -113,7 +113,26 @@ def failure_requeue_lines(limit: int, log_dir: Path) -> list[str]:
     ]
 
 
-def make_plan(profile: Profile, configs: list[TrainConfig], log_dir: Path, has_gpus: bool, python: str) -> Plan:
+def visible_gpus(cuda_visible_devices: str | None) -> tuple[int, ...]:
+    """The caller's CUDA_VISIBLE_DEVICES as GPU indices for the local executor (empty: all of them)."""
+    if not cuda_visible_devices:
+        return ()
+    items = [item.strip() for item in cuda_visible_devices.split(",")]
+    if not all(item.isascii() and item.isdigit() for item in items):
+        raise UserError(
+            f"CUDA_VISIBLE_DEVICES={cuda_visible_devices!r}: the local profile takes GPU indices; write e.g. 2,3"
+        )
+    return tuple(int(item) for item in items)
+
+
+def make_plan(
+    profile: Profile,
+    configs: list[TrainConfig],
+    log_dir: Path,
+    has_gpus: bool,
+    python: str,
+    gpus: tuple[int, ...] = (),
+) -> Plan:
     settings = JobSettings(profile.signal, profile.signal_delay_s, profile.max_num_timeout)
     if profile.executor == "slurm":
         params = slurm_parameters(profile)
@@ -127,6 +146,8 @@ def make_plan(profile: Profile, configs: list[TrainConfig], log_dir: Path, has_g
         parameters |= {"nodes": 1, "tasks_per_node": profile.gpus_per_node}
         if has_gpus:
             parameters["gpus_per_node"] = profile.gpus_per_node
+            if gpus:  # the caller's CUDA_VISIBLE_DEVICES: without it submitit would use GPUs 0..n-1
+                parameters["visible_gpus"] = gpus
     return Plan(
         profile.executor, log_dir, parameters, configs, max_num_timeout=profile.max_num_timeout, settings=settings
     )

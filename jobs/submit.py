@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from jobs import launch
-from jobs.plan import Plan, make_plan, sbatch_script, sweep_points
+from jobs.plan import Plan, make_plan, sbatch_script, sweep_points, visible_gpus
 from jobs.profiles import load_profile
 from trainer.atomic import write_text
 from trainer.config import TrainConfig, build_config
@@ -123,7 +123,8 @@ def prepare(argv: list[str] | None) -> Request:
     configs = [dataclasses.replace(c, run_dir=str(d)) for c, d in zip(configs, run_dirs, strict=True)]
     if not args.dry_run:
         configs = [resolve_data(c, run_root / "sample_data") for c in configs]
-    plan = make_plan(profile, configs, folder / "logs", has_local_gpus(), sys.executable)
+    gpus = visible_gpus(os.environ.get("CUDA_VISIBLE_DEVICES")) if profile.executor == "local" else ()
+    plan = make_plan(profile, configs, folder / "logs", has_local_gpus(), sys.executable, gpus)
     wait = args.wait or profile.executor == "debug"
     if args.dry_run and plan.executor != "slurm":
         raise UserError(

@@ -1,3 +1,5 @@
+from pathlib import Path
+
 import pytest
 
 from trainer.config import TrainConfig, build_config, from_dict, parse_overrides
@@ -63,3 +65,15 @@ def test_ints_are_accepted_for_floats() -> None:
 
 def test_parse_overrides_nests_dotted_keys() -> None:
     assert parse_overrides(["log.every=2", "seed=3"]) == {"log": {"every": 2}, "seed": 3}
+
+
+def test_the_callers_visible_gpus_reach_the_local_executor(tmp_path: Path) -> None:
+    from jobs.plan import make_plan, visible_gpus
+    from jobs.profiles import Profile
+
+    profile = Profile(name="p", executor="local", gpus_per_node=2)
+    plan = make_plan(profile, [], tmp_path, has_gpus=True, python="python", gpus=visible_gpus("2,3"))
+    assert plan.parameters["visible_gpus"] == (2, 3) and plan.parameters["gpus_per_node"] == 2
+    assert visible_gpus(None) == () and visible_gpus("") == ()
+    with pytest.raises(UserError, match="takes GPU indices"):
+        visible_gpus("GPU-5d2e")

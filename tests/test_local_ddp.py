@@ -8,6 +8,7 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from tests.conftest import ROOT, run_dirs, submit
@@ -125,3 +126,17 @@ def test_logs_follow_streams_rank_0_until_the_job_ends(local_profile: Path, samp
     assert follow.returncode == 0, follow.stderr
     # It returned only once the job had ended, with rank 0's last line read.
     assert "done: step 24" in follow.stdout
+
+
+def test_local_run_inside_another_launcher_trains_as_one_job(
+    local_profile: Path, sample_root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Submitted from a torchrun worker inside an srun step: the tasks see none of the caller's variables."""
+    leaked = {"TORCHELASTIC_RUN_ID": "x", "RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "GROUP_RANK": "0"}
+    leaked |= {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "1", "SLURM_JOB_ID": "7", "SLURM_PROCID": "0"}
+    leaked |= {"SLURM_STEP_ID": "0", "SLURM_NTASKS": "4", "SLURM_JOB_NODELIST": "node[1-2]", "SLURM_CPUS_PER_TASK": "1"}
+    for key, value in leaked.items():
+        monkeypatch.setenv(key, value)
+    run_dir = run_local(local_profile, sample_root)
+    assert summary(run_dir)["world_size"] == 2
+    assert not (run_dir / "errors").exists()
