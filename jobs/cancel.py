@@ -1,31 +1,54 @@
-"""`python -m jobs.cancel RUN_DIR|JOB_ID`: stop a job."""
+"""`python -m jobs.cancel RUN_DIR|SWEEP_DIR|JOB_ID`: stop a job (every point of a sweep)."""
 
 import argparse
 import os
 import signal
 import subprocess
 import sys
+import time
 
-from jobs.tracking import find
+from jobs.tracking import Target, find_all, is_local_job
 from trainer.errors import UserError, one_line_errors
+
+STOP_WAIT_S = 30  # the local controller stops its tasks within seconds (SIGTERM, then SIGKILL)
+
+
+def cancel(target: Target) -> str:
+    if target.executor == "slurm":
+        result = subprocess.run(["scancel", target.job_id], capture_output=True, text=True)
+        if result.returncode:
+            raise UserError(f"scancel refused: {result.stderr.strip().splitlines()[-1]}")
+        return f"cancelled job {target.job_id}"
+    # The local controller stops every task on SIGTERM and records the job as cancelled. Only its own
+    # process is signalled: after the job ended, its PID may belong to anything.
+    if not is_local_job(target):
+        raise UserError(f"job {target.job_id} is not running; python -m jobs.status shows how it ended")
+    os.kill(int(target.job_id), signal.SIGTERM)
+    deadline = time.monotonic() + STOP_WAIT_S
+    while is_local_job(target):
+        if time.monotonic() > deadline:
+            raise UserError(f"job {target.job_id} did not stop within {STOP_WAIT_S} s; kill -9 {target.job_id}")
+        time.sleep(0.1)
+    return f"cancelled job {target.job_id}"
 
 
 @one_line_errors
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m jobs.cancel", description=__doc__.splitlines()[0])
-    parser.add_argument("target", help="a run directory printed by jobs.submit, or a Slurm job id")
+    parser.add_argument("target", help="a run or sweep directory printed by jobs.submit, or a Slurm job id")
     args = parser.parse_args(argv)
-    target = find(args.target)
-    if target.executor == "slurm":
-        result = subprocess.run(["scancel", target.job_id], capture_output=True, text=True)
-        if result.returncode:
-            raise UserError(f"scancel refused: {result.stderr.strip().splitlines()[-1]}")
-    else:
+    targets = find_all(args.target)
+    if len(targets) == 1:
+        print(cancel(targets[0][1]))
+        return 0
+    refused = []
+    for name, target in targets:  # every point: one that already ended does not keep the others running
         try:
-            os.kill(int(target.job_id), signal.SIGTERM)  # the local controller forwards it to the tasks
-        except ProcessLookupError:
-            raise UserError(f"job {target.job_id} is not running") from None
-    print(f"cancelled job {target.job_id}")
+            print(f"{name}: {cancel(target)}", flush=True)
+        except UserError as exc:
+            refused.append(f"{name}: {exc}")
+    if refused:
+        raise UserError("; ".join(refused))
     return 0
 
 

@@ -3,6 +3,7 @@
 import contextlib
 import io
 import os
+import shutil
 import subprocess
 import time
 from pathlib import Path
@@ -10,22 +11,35 @@ from typing import Any
 
 import submitit
 
+from jobs.local_controller import LocalExecutor, exit_codes_path
 from jobs.plan import Plan
 from trainer.atomic import write_text
 from trainer.errors import UserError
+
+__all__ = ["exit_codes_path", "make_executor", "submit", "task_log"]
 
 
 def make_executor(plan: Plan) -> submitit.Executor:
     if plan.executor == "debug":
         executor: submitit.Executor = submitit.DebugExecutor(plan.log_dir)
     elif plan.executor == "local":
-        from jobs.local_controller import LocalExecutor  # records each task's exit code
-
-        executor = LocalExecutor(plan.log_dir)
+        executor = LocalExecutor(plan.log_dir, plan.settings.signal)
     else:
+        # submitit raises RuntimeError('Could not detect "srun"') on a machine without Slurm.
+        for command in ("sbatch", "srun"):
+            if shutil.which(command) is None:
+                raise UserError(
+                    f"{command} not found: run on a Slurm login node, or use --profile local "
+                    "(--dry-run prints the batch script anywhere)"
+                )
         executor = submitit.SlurmExecutor(plan.log_dir, max_num_timeout=plan.max_num_timeout, python=plan.python)
     executor.update_parameters(**plan.parameters)
     return executor
+
+
+def task_log(log_dir: Path, job_id: str, rank: int) -> Path:
+    """Where submitit writes a task's output (its stderr beside it, `_log.err`)."""
+    return Path(submitit.core.utils.JobPaths(log_dir, job_id, rank).stdout)
 
 
 def refusal(text: str) -> str:
@@ -39,13 +53,13 @@ def submit(plan: Plan) -> list[submitit.Job[Any]]:
     """Queue the plan's jobs: one job, or one array job in a single sbatch call for a sweep."""
     import trainer.entry  # the function every task runs; imported here to keep --dry-run quick
 
-    executor = make_executor(plan)
     captured = io.StringIO()
     # Local tasks get no variables of an enclosing launcher (an salloc shell, a torchrun worker): they
     # would make each task believe it is another job's rank. Slurm jobs keep them (SLURM_CONF among them).
     leftovers = [k for k in os.environ if k.startswith("TORCHELASTIC_") or k in ("GROUP_RANK", "ROLE_RANK")]
     hidden = submitit.helpers.clean_env(leftovers) if plan.executor == "local" else contextlib.nullcontext()
     try:
+        executor = make_executor(plan)
         # submitit prints sbatch's stderr itself; we turn it into our one-line error instead.
         with contextlib.redirect_stderr(captured), hidden:
             if len(plan.configs) == 1:
@@ -80,18 +94,19 @@ def settle(job: submitit.Job[Any], timeout_s: float = 120) -> None:
         time.sleep(0.5)
 
 
-def outcome(job: submitit.Job[Any], run_dir: Path) -> str | None:
+def outcome(job: submitit.Job[Any], run_dir: Path, executor: str) -> str | None:
     """None when the job succeeded, else one line saying why it did not."""
     try:
         job.results()
     except Exception as exc:  # submitit wraps the task's error; the ranks' records name the first failure
-        from jobs.tracking import failed_tasks, failure_line
+        from jobs.tracking import Target, failed_tasks, failure_line
 
-        if line := failure_line(run_dir, rank0_log(job)):
+        target = Target(job.job_id, executor, run_dir, rank0_log(job).parent)
+        if line := failure_line(target):
             if run_dir.is_dir():  # a killed rank wrote nothing: error.txt learns it here
                 write_text(run_dir / "error.txt", line + "\n")
             return line
-        if failed := failed_tasks(rank0_log(job)):
+        if failed := failed_tasks(target):
             return f"job {job.job_id} failed: {failed[0]}"
         return f"job {job.job_id} failed ({type(exc).__name__}); see {rank0_log(job)}"
     if not (run_dir / "summary.json").exists():

@@ -1,13 +1,20 @@
-"""submitit's local executor, with a controller that keeps each task's exit code beside the logs.
+"""submitit's local executor, with a controller that behaves like srun and scancel.
 
-A task killed by a signal (SIGKILL, the OOM killer) writes nothing itself, and its peers only see a closed
-connection: the exit codes are what names it, as srun's `task N: Killed` lines do on Slurm.
+submitit's own controller waits for every task whatever happens: a cancel (SIGTERM, which submitit's task
+wrapper ignores) left the ranks training, and a failed rank left its peers hanging. This one:
+- stops every task when one fails (srun's --kill-on-bad-exit), and when the job is cancelled (scancel);
+- sends the profile's signal (SUBMITIT_PREEMPT_SIGNAL) signal_delay_s before the time limit;
+- runs in a session of its own, so a Ctrl-C in the submitter's terminal leaves the job running, as on Slurm;
+- keeps each task's exit code beside the logs: a rank killed by a signal writes nothing itself, and its
+  peers only see a closed connection, so the exit codes are what names it (srun's `task N: Killed` lines).
 """
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -17,20 +24,77 @@ from submitit.local import local
 
 from trainer.atomic import write_text
 
+GRACE_S = 3.0  # between SIGTERM and SIGKILL when stopping tasks (Slurm's KillWait, shortened)
+
 
 def exit_codes_path(log_dir: Path, job_id: str) -> Path:
     return log_dir / f"{job_id}_exit_codes.json"
 
 
 class Controller(local.Controller):  # type: ignore[misc]
+    def __init__(self, folder: Path) -> None:
+        super().__init__(folder)
+        self.requeue_signal = signal.Signals["SIG" + os.environ.get("SUBMITIT_PREEMPT_SIGNAL", "USR2")]
+        self.cancelled = False
+        signal.signal(signal.SIGTERM, self._cancel)  # replaces submitit's forwarding to tasks that ignore it
+
+    def _cancel(self, signum: int, frame: Any) -> None:
+        self.cancelled = True  # acted on by wait(), which polls: nothing blocking in a handler
+
+    def _stop(self, running: list[subprocess.Popen[Any]]) -> None:
+        """SIGCONT (a stopped task cannot act on SIGTERM), SIGTERM, then SIGKILL after GRACE_S."""
+        for sig in (signal.SIGCONT, signal.SIGTERM):
+            for task in running:
+                if task.poll() is None:
+                    task.send_signal(sig)
+        deadline = time.monotonic() + GRACE_S
+        while any(t.poll() is None for t in running) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        for task in running:
+            if task.poll() is None:
+                task.kill()
+            task.wait()
+
     def wait(self, freq: int = 24) -> Sequence[int | None]:
-        codes = super().wait(freq)
-        # Negative: killed by that signal; None: still running at the time limit. A requeue overwrites it.
-        write_text(exit_codes_path(self.folder, self.pid), json.dumps(list(codes)) + "\n")
+        """Wait until every task ended, one failed, the job was cancelled, or the time limit came.
+
+        Exit codes: negative, killed by that signal; None, stopped here (a peer failed, cancelled, time limit).
+        """
+        start = time.monotonic()
+        signal_at, deadline = start + self.timeout_s - self.signal_delay_s, start + self.timeout_s
+        signalled = False
+        while True:
+            codes = [t.poll() for t in self.tasks]
+            failed = any(c not in (None, 0, local.LOCAL_REQUEUE_RETURN_CODE) for c in codes)
+            if all(c is not None for c in codes):
+                break
+            if self.cancelled or failed or time.monotonic() >= deadline:
+                self._stop([t for t, c in zip(self.tasks, codes, strict=True) if c is None])
+                break
+            if not signalled and time.monotonic() >= signal_at:
+                self._forward_signal(self.requeue_signal)
+                signalled = True
+            time.sleep(1.0 / freq)
+        record = {"codes": codes, "cancelled": self.cancelled}  # a requeue overwrites it
+        write_text(exit_codes_path(self.folder, self.pid), json.dumps(record) + "\n")
         return codes
+
+    def run(self, max_retry: int = 6) -> None:
+        for _ in range(max_retry):
+            try:
+                self.start_tasks()
+                codes = self.wait()
+                if self.cancelled or local.LOCAL_REQUEUE_RETURN_CODE not in codes:
+                    break
+            finally:
+                self.kill_tasks()
 
 
 class LocalExecutor(submitit.LocalExecutor):  # type: ignore[misc]
+    def __init__(self, folder: Path, requeue_signal: str = "USR2") -> None:
+        super().__init__(folder)
+        self.requeue_signal = requeue_signal
+
     def _submit_command(self, command: str) -> local.LocalJob[Any]:
         # submitit's start_controller, running this module's controller instead of submitit.local._local.
         params = self.parameters
@@ -49,10 +113,21 @@ class LocalExecutor(submitit.LocalExecutor):  # type: ignore[misc]
             SUBMITIT_LOCAL_JOB_NUM_NODES="1",
             SUBMITIT_STDERR_TO_STDOUT="1" if params.get("stderr_to_stdout", False) else "",
             SUBMITIT_EXECUTOR="local",
+            SUBMITIT_PREEMPT_SIGNAL=self.requeue_signal,  # the controller sends it, the tasks wait for it
             CUDA_VISIBLE_DEVICES=",".join(str(k) for k in gpus),
             SUBMITIT_LOCAL_WITH_SHELL="",
         )
-        process = subprocess.Popen([sys.executable, "-m", "jobs.local_controller", str(self.folder)], env=env)
+        # Not the submitter's terminal: the job outlives it (and a caller reading its output to the end).
+        self.folder.mkdir(parents=True, exist_ok=True)
+        with (self.folder / "controller.log").open("a") as log:
+            process = subprocess.Popen(
+                [sys.executable, "-m", "jobs.local_controller", str(self.folder)],
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=log,
+                start_new_session=True,
+            )
         return local.LocalJob(folder=self.folder, job_id=str(process.pid), process=process, tasks=list(range(ntasks)))
 
 

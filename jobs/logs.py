@@ -5,7 +5,7 @@ import sys
 import threading
 from pathlib import Path
 
-from jobs.tracking import TERMINAL, find, info, rank_log, tail
+from jobs.tracking import TERMINAL, find, info, tail
 from trainer.errors import UserError, one_line_errors
 
 
@@ -32,7 +32,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     target = find(args.target)
-    out = rank_log(target, args.rank)
+    out = target.log(args.rank)
     err = stderr_log(out)
     if not args.follow:
         if not out.exists() and not err.exists():
@@ -41,7 +41,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
     def done() -> bool:
-        return info(target).state in TERMINAL | {"FINISHED"}
+        return info(target).state in TERMINAL
 
     errors = threading.Thread(target=tail, args=(err, done, 1.0, sys.stderr), daemon=True)
     errors.start()

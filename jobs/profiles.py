@@ -29,6 +29,10 @@ class Profile:
     timeout_min: int = 60
     run_root: str = "runs"  # run directories go here; on a cluster, a folder every node can see
     trainer: dict = field(default_factory=dict)  # trainer defaults for this profile, as key: value
+    # Slurm and local (the debug executor has no time limit)
+    signal: str = "USR2"  # sent signal_delay_s before the time limit, and on preemption
+    signal_delay_s: int = 120
+    max_num_timeout: int = 3  # requeues after a time limit before the job is left to end
     # Slurm only (ignored by local and debug)
     partition: str = ""
     account: str = ""
@@ -39,9 +43,6 @@ class Profile:
     mem_gb: float = 0  # per node; 0: the site's default
     mem_per_gpu_gb: float = 0  # instead of mem_gb
     request_gpus: bool = True  # false on CPU-only partitions: gpus_per_node is then just tasks per node
-    signal: str = "USR2"  # sent signal_delay_s before the time limit, and on preemption
-    signal_delay_s: int = 120
-    max_num_timeout: int = 3  # requeues after a time limit before the job is left to end
     requeue_on_failure: int = 0  # requeues after a failed task (killed, node lost) before the job fails
     array_parallelism: int = 0  # sweeps: array tasks running at once; 0: no limit
     setup: list = field(default_factory=list)  # shell lines before srun: module load, source activate
@@ -76,6 +77,12 @@ class Profile:
             raise UserError("memory: set mem_gb (per node) or mem_per_gpu_gb, not both, and not below 0")
         if min(self.signal_delay_s, self.max_num_timeout, self.array_parallelism, self.requeue_on_failure) < 0:
             raise UserError("signal_delay_s, max_num_timeout, requeue_on_failure and array_parallelism must be >= 0")
+        if self.signal_delay_s >= 60 * self.timeout_min:  # the signal would never come: no checkpoint
+            raise UserError(
+                f"a time limit of {self.timeout_min} min leaves no time before the requeue signal, sent "
+                f"signal_delay_s={self.signal_delay_s} s before it; use --time {self.signal_delay_s // 60 + 1} "
+                "or more, or a smaller signal_delay_s in the profile"
+            )
         if self.signal.removeprefix("SIG") not in SIGNALS:
             raise UserError(f"signal {self.signal!r} is unknown; use one of {', '.join(SIGNALS)}")
         # Normalised here, once: sbatch's --signal, submitit and the trainer's handler all take it without "SIG".
@@ -97,9 +104,7 @@ class Profile:
             if not isinstance(key, str) or not ENV_KEY.fullmatch(key):
                 raise UserError(f"env key {key!r} is not a variable name; use letters, digits and _ (e.g. NCCL_DEBUG)")
             if value is None or isinstance(value, list | dict):
-                raise UserError(
-                    f"env.{key}: {value!r} is not a single value; give text or a number, e.g. {key}: '1'"
-                )
+                raise UserError(f"env.{key}: {value!r} is not a single value; give text or a number, e.g. {key}: '1'")
         for key, value in self.sbatch_args.items():
             if not isinstance(key, str) or not SBATCH_KEY.fullmatch(key):
                 raise UserError(

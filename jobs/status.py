@@ -1,14 +1,13 @@
-"""`python -m jobs.status RUN_DIR|JOB_ID`: state, restarts, nodes, last step and checkpoint."""
+"""`python -m jobs.status RUN_DIR|SWEEP_DIR|JOB_ID`: state, restarts, nodes, last step and checkpoint."""
 
 import argparse
 import sys
 
-from jobs.tracking import failed_tasks, failure_line, find, info, progress
+from jobs.tracking import Target, failed_tasks, failure_line, find_all, info, progress
 from trainer.errors import one_line_errors
 
 
-def report(target_text: str) -> str:
-    target = find(target_text)
+def report(target: Target) -> str:
     job = info(target)
     lines = [f"job {target.job_id}: {job.state}", f"restarts: {job.restarts}", f"nodes: {job.nodes or '-'}"]
     if target.run_dir is not None:
@@ -18,19 +17,20 @@ def report(target_text: str) -> str:
             f"last step: {step if step is not None else '-'}",
             f"last checkpoint: {ckpt or '-'}",
         ]
-    if error := failure_line(target.run_dir, target.log0):
+    if error := failure_line(target):
         lines.append(f"error: {error}")
     if job.state not in ("RUNNING", "COMPLETED", "PENDING"):
-        lines += [f"failed task: {line}" for line in failed_tasks(target.log0)]
+        lines += [f"failed task: {line}" for line in failed_tasks(target)]
     return "\n".join(lines)
 
 
 @one_line_errors
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m jobs.status", description=__doc__.splitlines()[0])
-    parser.add_argument("target", help="a run directory printed by jobs.submit, or a Slurm job id")
+    parser.add_argument("target", help="a run or sweep directory printed by jobs.submit, or a Slurm job id")
     args = parser.parse_args(argv)
-    print(report(args.target))
+    reports = [(name, report(target)) for name, target in find_all(args.target)]
+    print("\n\n".join(f"== {name} ==\n{text}" if name else text for name, text in reports))
     return 0
 
 

@@ -157,7 +157,7 @@ def check_resume(run_dir: Path, old: TrainConfig, new: TrainConfig) -> str:
             state = info(target).state
         except UserError:  # Slurm knows the job no more: it is not running
             state = "COMPLETED"
-        if state not in TERMINAL | {"FINISHED"}:
+        if state not in TERMINAL:
             raise UserError(
                 f"{run_dir} is still running as job {target.job_id} ({state}); wait for it to end, or stop it "
                 f"with python -m jobs.cancel {run_dir}"
@@ -229,15 +229,32 @@ def main(argv: list[str] | None = None) -> int:
     print(f"TensorBoard:   tensorboard --logdir {request.folder}")
     if not request.wait:
         return 0
+    try:
+        return wait_for(jobs, plan, request.folder)
+    except KeyboardInterrupt:
+        if plan.executor == "debug":  # the job ran in this process: it stopped with it
+            print(f"interrupted; continue with python -m jobs.submit --resume {plan.run_dirs[0]}", file=sys.stderr)
+        else:
+            folder = request.folder
+            print(
+                f"interrupted: the job keeps running (python -m jobs.status {folder}); "
+                f"stop it with python -m jobs.cancel {folder}",
+                file=sys.stderr,
+            )
+        return 130
+
+
+def wait_for(jobs: list, plan: Plan, folder: Path) -> int:  # type: ignore[type-arg]
+    """--wait: follow rank 0's output, then report each job's outcome."""
     for job in jobs:
         launch.follow(job)
         if plan.executor == "slurm":
             launch.settle(job)
-    failures = [f for job, d in zip(jobs, plan.run_dirs, strict=True) if (f := launch.outcome(job, d))]
+    failures = [f for job, d in zip(jobs, plan.run_dirs, strict=True) if (f := launch.outcome(job, d, plan.executor))]
     if failures:
         print(f"error: {failures[0]}", file=sys.stderr)
         return 1
-    print(f"finished; TensorBoard: tensorboard --logdir {request.folder}")
+    print(f"finished; TensorBoard: tensorboard --logdir {folder}")
     return 0
 
 

@@ -11,8 +11,9 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TextIO
+from typing import Any, TextIO
 
+from jobs import launch
 from trainer import failures
 from trainer.atomic import read_json
 from trainer.checkpoint_names import has_checksum, list_checkpoints
@@ -37,7 +38,16 @@ class Target:
     job_id: str
     executor: str  # "slurm" | "local" | "debug"
     run_dir: Path | None
-    log0: Path | None  # rank 0's log
+    log_dir: Path | None  # submitit's folder: each task's log, the local controller's exit codes
+
+    def log(self, rank: int) -> Path:
+        if self.log_dir is None:
+            raise UserError(f"the log folder of job {self.job_id} is unknown; pass its run directory instead")
+        return launch.task_log(self.log_dir, self.job_id, rank)
+
+    @property
+    def log0(self) -> Path | None:
+        return self.log(0) if self.log_dir is not None else None
 
 
 @dataclass(frozen=True)
@@ -63,11 +73,25 @@ def _slurm(*cmd: str) -> subprocess.CompletedProcess[str]:
         raise UserError(f"{cmd[0]} not found: run this on a Slurm login node") from None
 
 
+def find_all(target: str) -> list[tuple[str, Target]]:
+    """The jobs behind a run directory or job id (one, named ""), or behind a sweep's folder (one per point,
+    named after the point's folder)."""
+    path = Path(target)
+    if path.is_dir() and not (path / "job.json").exists():
+        points = sorted(d for d in path.iterdir() if (d / "job.json").is_file())
+        if points:
+            return [(point.name, find(str(point))) for point in points]
+    return [("", find(target))]
+
+
 def find(target: str) -> Target:
     """A run directory (holding job.json) or a job id."""
     path = Path(target)
     if path.is_dir():
         record_file = path / "job.json"
+        points = sorted(d for d in path.iterdir() if (d / "job.json").is_file())
+        if not record_file.exists() and points:
+            raise UserError(f"{path} is a sweep; pass one of its points, e.g. {points[0]}")
         if not record_file.exists():
             raise UserError(
                 f"{path} holds no job.json: it was never submitted; pass a run directory printed by jobs.submit"
@@ -77,13 +101,13 @@ def find(target: str) -> Target:
             "pass the Slurm job id instead (the files in logs/ are named <job id>_<rank>_log.out)",
             lambda r: isinstance(r, dict) and {"job_id", "executor", "log"} <= r.keys(),
         )
-        return Target(str(record["job_id"]), record["executor"], path.resolve(), Path(record["log"]))
+        return Target(str(record["job_id"]), record["executor"], path.resolve(), Path(record["log"]).parent)
     if not target.replace("_", "").isdigit():
         raise UserError(f"{target!r} is neither a run directory nor a job id; pass one of them")
     records = parse_scontrol(_slurm("scontrol", "show", "job", "-o", target).stdout)
-    log0 = Path(records[0]["StdOut"].replace("%t", "0")) if records and "StdOut" in records[0] else None
-    run_dir = log0.parent.parent if log0 and (log0.parent.parent / "config.yaml").exists() else None
-    return Target(target, "slurm", run_dir, log0)
+    log_dir = Path(records[0]["StdOut"]).parent if records and "StdOut" in records[0] else None
+    run_dir = log_dir.parent if log_dir and (log_dir.parent / "config.yaml").exists() else None
+    return Target(target, "slurm", run_dir, log_dir)
 
 
 def slurm_info(job_id: str) -> JobInfo:
@@ -100,17 +124,50 @@ def slurm_info(job_id: str) -> JobInfo:
 
 
 def local_info(target: Target) -> JobInfo:
-    if _alive(target.job_id):
+    if is_local_job(target):
         return JobInfo("RUNNING", 0, "localhost")
-    done = target.run_dir is not None and (target.run_dir / "summary.json").exists()
-    return JobInfo("COMPLETED" if done else "FAILED", 0, "localhost")
+    record = local_exit_record(target)
+    if record.get("cancelled"):
+        state = "CANCELLED"
+    else:
+        done = target.run_dir is not None and (target.run_dir / "summary.json").exists()
+        state = "COMPLETED" if done else "FAILED"
+    return JobInfo(state, 0, "localhost")
+
+
+def local_exit_record(target: Target) -> dict[str, Any]:
+    """What the local controller wrote when its tasks ended: {"codes": [...], "cancelled": bool}."""
+    path = launch.exit_codes_path(target.log_dir, target.job_id) if target.log_dir else None
+    if path is None or not path.exists():
+        return {}
+    fix = "delete it; jobs.status then reads the run directory alone"
+    record = read_json(path, fix, lambda r: isinstance(r, dict | list))
+    return {"codes": record} if isinstance(record, list) else record  # a list: written by an older version
+
+
+def is_local_job(target: Target) -> bool:
+    """The job's local controller is alive: its PID runs the controller on this job's log folder.
+
+    A PID alone is not enough: once the job ended, the system may give it to any other process.
+    """
+    if not _alive(target.job_id):
+        return False
+    cmdline = Path(f"/proc/{target.job_id}/cmdline")
+    if not cmdline.parent.exists():
+        return True  # no /proc to check with (macOS): trust the PID
+    try:
+        args = cmdline.read_bytes().decode(errors="replace").split("\0")
+    except OSError:
+        return False  # ended since
+    folder = str(target.log_dir) if target.log_dir else None
+    return any(a.endswith("local_controller") or a.endswith("local._local") for a in args) and folder in args
 
 
 def _alive(pid: str) -> bool:
     """The process exists and is not a zombie (killed, its parent gone, not yet reaped)."""
     try:
         os.kill(int(pid), 0)
-    except (ProcessLookupError, ValueError):
+    except (ProcessLookupError, ValueError, OverflowError):
         return False
     except PermissionError:
         return True  # another user's: it exists
@@ -139,8 +196,9 @@ def progress(run_dir: Path) -> tuple[int | None, Path | None]:
     return step, checkpoints[0] if checkpoints else None
 
 
-def failed_tasks(log0: Path | None) -> list[str]:
+def failed_tasks(target: Target) -> list[str]:
     """srun's own lines naming the task and node that failed, e.g. 'node2: task 3: Killed'."""
+    log0 = target.log0
     if log0 is None or not log0.exists():
         return []
     lines = [
@@ -151,19 +209,16 @@ def failed_tasks(log0: Path | None) -> list[str]:
     return list(dict.fromkeys(lines))
 
 
-def killed_tasks(log0: Path | None) -> list[Failure]:
+def killed_tasks(target: Target) -> list[Failure]:
     """Ranks killed by a signal, which wrote no error of their own: from the local controller's exit codes,
     or from srun's `node2: task 3: Killed` lines in rank 0's log."""
-    if log0 is None:
-        return []
-    codes_file = log0.with_name(log0.name.replace("_0_log.out", "_exit_codes.json"))
-    if codes_file.exists():
-        codes = read_json(codes_file, "delete it; jobs.status then reads srun's lines", lambda v: isinstance(v, list))
+    codes = local_exit_record(target).get("codes")
+    if codes is not None:
         host = socket.gethostname()
         return [Failure(0, rank, host, "", _killed_by(-c), False) for rank, c in enumerate(codes) if c and c < 0]
     # srun says `Killed` for SIGKILL; a line naming the signal (`killed by SIGTERM`) is read the same way.
     pattern = r"(\S+): tasks? (\d+)(?:-\d+)?: (?:Killed|killed by (SIG[A-Z0-9]+))"
-    killed = (re.fullmatch(pattern, line) for line in failed_tasks(log0))
+    killed = (re.fullmatch(pattern, line) for line in failed_tasks(target))
     return [
         Failure(0, int(m.group(2)), m.group(1), "", _killed_by(signal.Signals[m.group(3) or "SIGKILL"]), False)
         for m in killed
@@ -178,21 +233,16 @@ def _killed_by(signum: int) -> str:
         return f"killed by signal {signum}"
 
 
-def failure_line(run_dir: Path | None, log0: Path | None) -> str | None:
+def failure_line(target: Target) -> str | None:
     """Why a job failed, in one line naming the rank and host that failed first (see trainer.failures)."""
-    first = failures.root_cause(failures.read(run_dir) if run_dir else [], killed_tasks(log0))
+    run_dir = target.run_dir
+    first = failures.root_cause(failures.read(run_dir) if run_dir else [], killed_tasks(target))
     if first is not None:
         return first.line()
     # No rank named: a stop the trainer wrote itself (past max_num_timeout), or a run from before errors/.
     if run_dir is None or not (run_dir / "error.txt").exists():
         return None
     return (run_dir / "error.txt").read_text().strip() or None
-
-
-def rank_log(target: Target, rank: int) -> Path:
-    if target.log0 is None:
-        raise UserError(f"the log folder of job {target.job_id} is unknown; pass its run directory instead")
-    return target.log0.with_name(target.log0.name.replace("_0_log.out", f"_{rank}_log.out"))
 
 
 def tail(path: Path, done: Callable[[], bool], poll_s: float, sink: TextIO | None = None) -> None:

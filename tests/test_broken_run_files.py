@@ -15,7 +15,7 @@ from trainer.errors import UserError
 from trainer.preemption import Attempts
 from trainer.runs import load_config_file
 
-BROKEN = {"empty": "", "torn": '{"job_id": "12', "misshapen": "{\"x\": 1}"}
+BROKEN = {"empty": "", "torn": '{"job_id": "12', "misshapen": '{"x": 1}'}
 
 
 def assert_one_line(result: subprocess.CompletedProcess[str], *parts: str) -> None:

@@ -18,7 +18,7 @@ import pytest
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-from jobs.tracking import failure_line, killed_tasks
+from jobs.tracking import Target, failure_line, killed_tasks
 from tests.conftest import ROOT, submit
 from trainer.errors import UserError
 from trainer.failures import Failure, describe, root_cause
@@ -71,9 +71,8 @@ def test_peer_errors_never_hide_the_first_failure() -> None:
     ],
 )
 def test_srun_names_killed_tasks(tmp_path: Path, log: str, named: list[tuple[int, str]]) -> None:
-    log0 = tmp_path / "12_0_log.out"
-    log0.write_text("dist: ...\n" + log)
-    killed = killed_tasks(log0)
+    (tmp_path / "12_0_log.out").write_text("dist: ...\n" + log)
+    killed = killed_tasks(Target("12", "slurm", None, tmp_path))
     assert [(k.rank, k.host) for k in killed] == named
     assert all(k.message == "killed by signal 9 (SIGKILL)" for k in killed)
 
@@ -87,7 +86,8 @@ def test_local_exit_codes_name_killed_tasks(tmp_path: Path) -> None:
         json.dumps(asdict(describe(RuntimeError(GLOO_CLOSED), 0, "h", 1.0)))
     )
     host = socket.gethostname()
-    assert failure_line(run_dir, tmp_path / "77_0_log.out") == f"rank 1 on {host}: killed by signal 9 (SIGKILL)"
+    target = Target("77", "local", run_dir, tmp_path)
+    assert failure_line(target) == f"rank 1 on {host}: killed by signal 9 (SIGKILL)"
 
 
 def small_data(sample_root: Path, folder: Path, pairs: int) -> Path:

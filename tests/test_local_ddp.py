@@ -76,9 +76,11 @@ def test_killed_run_resumes_to_the_same_weights(local_profile: Path, sample_root
     while not list((tmp_path / "runs").glob("*/checkpoints/step_00000016.pt.sha256")):
         assert time.monotonic() < deadline and proc.poll() is None, "no checkpoint appeared"
         time.sleep(0.05)
-    os.killpg(proc.pid, signal.SIGKILL)  # the submitter, the local controller and both tasks
-    proc.wait()
     [interrupted] = [d for d in run_dirs(tmp_path / "runs") if d != reference]
+    controller = int(json.loads((interrupted / "job.json").read_text())["job_id"])
+    os.killpg(controller, signal.SIGKILL)  # the local controller and both tasks: a session of their own
+    os.killpg(proc.pid, signal.SIGKILL)  # the submitter
+    proc.wait()
     assert not (interrupted / "summary.json").exists(), "the run finished before it was killed"
 
     result = submit("--profile", str(local_profile), "--wait", "--resume", str(interrupted))
@@ -88,12 +90,13 @@ def test_killed_run_resumes_to_the_same_weights(local_profile: Path, sample_root
 
 
 def test_local_timeout_signal_saves_requeues_and_resumes(tmp_path: Path, sample_root: Path) -> None:
-    """submitit's local controller signals signal_delay_s before its time limit, then restarts the tasks."""
+    """The local controller sends the profile's signal signal_delay_s before its time limit, then restarts the
+    tasks. USR1, not submitit's USR2: the profile's signal is the one the tasks wait for."""
     profile = tmp_path / "short.yaml"
     # A 60 s limit with the signal 52 s before it: the signal comes after about 8 s, mid-run. How many times it
     # comes depends on this machine's speed, so the timeout budget is far above what any machine needs here.
     profile.write_text(
-        "executor: local\ngpus_per_node: 2\ntimeout_min: 1\nsignal_delay_s: 52\nmax_num_timeout: 50\n"
+        "executor: local\ngpus_per_node: 2\ntimeout_min: 1\nsignal_delay_s: 52\nmax_num_timeout: 50\nsignal: USR1\n"
         f"run_root: {tmp_path / 'runs'}\n"
     )
     reference = run_local(profile, sample_root, "steps=120", "checkpoint.every=1000", "log.every=20")

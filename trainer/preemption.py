@@ -14,13 +14,13 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
+from submitit.local.local import LOCAL_REQUEUE_RETURN_CODE  # the local controller restarts tasks exiting with it
 
 from trainer.atomic import read_json, write_text
 from trainer.config import JobSettings
 from trainer.distenv import DistEnv
 from trainer.stopflag import StopFlag
 
-LOCAL_REQUEUE_EXIT = 144  # submitit's local controller restarts tasks that exit with this code
 TIMEOUT_SLACK_S = 30  # Slurm checks time limits periodically: the signal can come a little late
 
 
@@ -163,7 +163,9 @@ def decide(
         if slurm_job:
             reason = stop_reason(slurm_time_left(slurm_job), settings.signal_delay_s)
         else:
-            reason = "timeout"  # submitit's local controller signals only before its time limit
+            # No Slurm job to ask. The local controller signals only before its time limit; a signal to
+            # torchrun outside Slurm is counted the same way (it, too, ends with a requeue or a stop).
+            reason = "timeout"
         attempts.stop(reason, step, signalled_at)
         timeouts = attempts.count("timeout")
         if reason == "timeout" and timeouts > settings.max_num_timeout:
@@ -190,4 +192,4 @@ def leave(env: DistEnv, requeued: bool) -> SystemExit:
     """The exit each rank takes after a stop: requeued, or stopped for good (exit 3)."""
     if not requeued:
         return SystemExit(3)
-    return RequeueExit(LOCAL_REQUEUE_EXIT if env.source == "submitit-local" else 0)
+    return RequeueExit(LOCAL_REQUEUE_RETURN_CODE if env.source == "submitit-local" else 0)

@@ -59,7 +59,6 @@ def train(
 
     On the requeue signal every rank stops at the same step boundary, saves, and leaves for a requeue.
     """
-    started = time.monotonic()
     settings = settings or JobSettings()
     stop_flag = stop_flag or StopFlag(settings.signal)
     run_dir = Path(config.run_dir)
@@ -196,8 +195,8 @@ def train(
 
         summary = None
         if env.is_main:
-            if attempts is not None:
-                attempts.stop("finished", state.step)  # a later --resume must not count this attempt as a failure
+            assert attempts is not None  # rank 0 keeps them
+            attempts.stop("finished", state.step)  # a later --resume must not count this attempt as a failure
             summary = {
                 "task": config.task,
                 "final_step": state.step,
@@ -206,9 +205,9 @@ def train(
                 "world_size": env.world_size,
                 "torch_threads": torch.get_num_threads(),  # the hash below is reproducible for this count
                 # From the first attempt's start when the run was requeued: the time a user waited.
-                "wall_time_s": round(attempts.wall_time_s() if attempts else time.monotonic() - started, 3),
+                "wall_time_s": round(attempts.wall_time_s(), 3),
                 "weights_sha256": checkpoint.weights_sha256(model.state_dict()),
-            } | (attempts.totals() if attempts else {})
+            } | attempts.totals()
             hparams = {k: v for k, v in _flat(dataclasses.asdict(config)).items() if k != "run_dir"}
             finals = {"final_loss": final_loss, **final_metrics}
             logger.hparams(hparams, {k: v for k, v in finals.items() if v is not None})

@@ -1,0 +1,255 @@
+"""Local jobs do what jobs.submit, jobs.status and jobs.cancel say: cancel, failures, Ctrl-C, sweeps, the
+caller's environment. Real two-process runs (gloo on CPU) where the controller is what is tested."""
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import TypeVar
+
+import pytest
+
+from tests.conftest import ROOT, run_dirs, submit, write_profile
+from tests.test_bad_input import assert_refused
+
+T = TypeVar("T")
+LONG = ["steps=100000", "log.every=1", "checkpoint.every=100000", "batch_size=2", "log.image_every=0"]
+
+
+def poll(what: str, condition: Callable[[], T], timeout: float = 120) -> T:
+    deadline = time.monotonic() + timeout
+    while not (value := condition()):
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.1)
+    return value
+
+
+def cli(module: str, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}
+    return subprocess.run(
+        [sys.executable, "-m", module, *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120
+    )
+
+
+def run_dir_of(output: str) -> Path:
+    [line] = [line for line in output.splitlines() if line.startswith("run directory:")]
+    return Path(line.split(":", 1)[1].strip())
+
+
+def job_pid(run_dir: Path) -> int:
+    return int(json.loads((run_dir / "job.json").read_text())["job_id"])
+
+
+def process_start(pid: int) -> int | None:
+    """When a live process started (/proc/PID/stat field 22); None once it has ended (a zombie has)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return None if fields[0] in ("Z", "X") else int(fields[19])
+
+
+def ranks(controller: int) -> dict[int, tuple[int, int]]:
+    """rank -> (PID, start time) of the local job's tasks, found by the job id submitit gives each."""
+    found = {}
+    for proc in Path("/proc").glob("[0-9]*"):
+        try:
+            environ = dict(item.split(b"=", 1) for item in (proc / "environ").read_bytes().split(b"\0") if b"=" in item)
+        except OSError:
+            continue
+        if environ.get(b"SUBMITIT_LOCAL_JOB_ID") == str(controller).encode() and (
+            start := process_start(int(proc.name))
+        ):
+            found[int(environ[b"SUBMITIT_LOCAL_GLOBALID"])] = (int(proc.name), start)
+    return found
+
+
+def alive(pid: int, start: int) -> bool:
+    return process_start(pid) == start  # a zombie, or another process with the PID, is not it
+
+
+def started(run_dir: Path, tasks: int = 2) -> dict[int, tuple[int, int]]:
+    """Wait until the run trains (progress.json), then its tasks."""
+    poll("the run to train", lambda: (run_dir / "progress.json").exists())
+    return poll("its tasks", lambda: len(found := ranks(job_pid(run_dir))) == tasks and found)
+
+
+@pytest.fixture(autouse=True)
+def no_leftovers(tmp_path: Path) -> Iterator[None]:
+    """Whatever a failing test leaves running under tmp_path (submitter, controller, tasks) is killed."""
+    yield
+    for proc in Path("/proc").glob("[0-9]*"):
+        try:
+            if f"{tmp_path}/".encode() in (proc / "cmdline").read_bytes():
+                os.kill(int(proc.name), signal.SIGKILL)
+        except OSError:
+            pass
+
+
+def test_cancel_stops_every_rank_and_status_says_cancelled(local_profile: Path, sample_root: Path) -> None:
+    result = submit("--profile", str(local_profile), f"data.root={sample_root / 'pix2pix'}", *LONG)
+    assert result.returncode == 0, result.stderr
+    run_dir = run_dir_of(result.stdout)
+    tasks = started(run_dir)
+    controller = (job_pid(run_dir), process_start(job_pid(run_dir)))
+
+    cancelled = cli("jobs.cancel", str(run_dir))
+    assert cancelled.returncode == 0 and cancelled.stdout == f"cancelled job {controller[0]}\n", cancelled.stderr
+    poll("every process to end", lambda: not any(alive(*p) for p in [controller, *tasks.values()]), timeout=15)
+    assert f"job {controller[0]}: CANCELLED" in cli("jobs.status", str(run_dir)).stdout
+
+
+def test_a_reused_pid_is_not_the_job(tmp_path: Path) -> None:
+    """job.json names a PID that another process has taken since: neither status nor cancel may act on it."""
+    stranger = subprocess.Popen(["sleep", "60"])
+    try:
+        run_dir = tmp_path / "run"
+        run_dir.mkdir()
+        log = run_dir / "logs" / f"{stranger.pid}_0_log.out"
+        job = {"job_id": str(stranger.pid), "executor": "local", "log": str(log), "tasks": 2}
+        (run_dir / "job.json").write_text(json.dumps(job))
+        status = cli("jobs.status", str(run_dir))
+        assert status.returncode == 0 and f"job {stranger.pid}: FAILED" in status.stdout, status.stdout
+        cancelled = cli("jobs.cancel", str(run_dir))
+        assert cancelled.returncode == 2 and "is not running" in cancelled.stderr, cancelled.stderr
+        assert stranger.poll() is None, "cancel killed a process that is not the job's"
+    finally:
+        stranger.kill()
+        stranger.wait()
+
+
+def test_a_failed_rank_ends_the_local_job(local_profile: Path, sample_root: Path, tmp_path: Path) -> None:
+    """Rank 1 is stuck (stopped), rank 0 dies: like srun --kill-on-bad-exit, the whole job ends at once."""
+    out = tmp_path / "submit.out"
+    with out.open("w") as f:
+        args = ["--profile", str(local_profile), "--wait", f"data.root={sample_root / 'pix2pix'}", *LONG]
+        proc = subprocess.Popen([sys.executable, "-m", "jobs.submit", *args], cwd=ROOT, stdout=f, stderr=f)
+    run_dir = poll("the run directory", lambda: (found := run_dirs(tmp_path / "runs")) and found[0])
+    tasks = started(run_dir)
+    os.kill(tasks[1][0], signal.SIGSTOP)
+    os.kill(tasks[0][0], signal.SIGKILL)
+    assert proc.wait(timeout=60) == 1, out.read_text()
+    killed = f"error: rank 0 on {socket.gethostname()}: killed by signal 9 (SIGKILL)"
+    assert killed in out.read_text().splitlines()
+    assert not any(alive(*p) for p in tasks.values())
+    status = cli("jobs.status", str(run_dir)).stdout
+    assert f"job {job_pid(run_dir)}: FAILED" in status and killed in status.splitlines()
+
+
+def test_ctrl_c_stops_waiting_and_leaves_the_job_running(
+    local_profile: Path, sample_root: Path, tmp_path: Path
+) -> None:
+    out, err = tmp_path / "submit.out", tmp_path / "submit.err"
+    with out.open("w") as o, err.open("w") as e:
+        args = ["--profile", str(local_profile), "--wait", f"data.root={sample_root / 'pix2pix'}", *LONG]
+        # A session of its own, signalled as a whole: what a Ctrl-C in a terminal does.
+        cmd = [sys.executable, "-m", "jobs.submit", *args]
+        proc = subprocess.Popen(cmd, cwd=ROOT, stdout=o, stderr=e, start_new_session=True)
+    run_dir = poll("the run directory", lambda: (found := run_dirs(tmp_path / "runs")) and found[0])
+    tasks = started(run_dir)
+    os.killpg(proc.pid, signal.SIGINT)
+    assert proc.wait(timeout=30) == 130, err.read_text()
+    assert err.read_text() == (
+        f"interrupted: the job keeps running (python -m jobs.status {run_dir}); "
+        f"stop it with python -m jobs.cancel {run_dir}\n"
+    )
+    assert all(alive(*p) for p in tasks.values())
+    assert f"job {job_pid(run_dir)}: RUNNING" in cli("jobs.status", str(run_dir)).stdout
+    assert cli("jobs.cancel", str(run_dir)).returncode == 0
+
+
+def test_status_and_cancel_take_a_sweep_folder(local_profile: Path, sample_root: Path) -> None:
+    data = f"data.root={sample_root / 'pix2pix'}"
+    result = submit("--profile", str(local_profile), "--gpus-per-node", "1", "--sweep", "seed=0,1", data, *LONG)
+    assert result.returncode == 0, result.stderr
+    sweep = run_dir_of(result.stdout)
+    points = [sweep / "0-0", sweep / "1-1"]
+    for point in points:
+        started(point, tasks=1)
+    status = cli("jobs.status", str(sweep))
+    assert status.returncode == 0, status.stderr
+    assert [line for line in status.stdout.splitlines() if line.startswith("job ")] == [
+        f"job {job_pid(p)}: RUNNING" for p in points
+    ]
+    cancelled = cli("jobs.cancel", str(sweep))
+    assert cancelled.returncode == 0, cancelled.stderr
+    assert cancelled.stdout.splitlines() == [f"{p.name}: cancelled job {job_pid(p)}" for p in points]
+    status = cli("jobs.status", str(sweep)).stdout
+    assert [line for line in status.splitlines() if line.startswith("job ")] == [
+        f"job {job_pid(p)}: CANCELLED" for p in points
+    ]
+
+
+def test_the_callers_job_variables_do_not_reach_local_tasks(local_profile: Path, sample_root: Path) -> None:
+    """Submitting from inside a Slurm allocation or a torchrun worker: the local job is still one job of 2."""
+    caller = {
+        "SLURM_JOB_ID": "999",
+        "SLURM_PROCID": "0",
+        "SLURM_LOCALID": "0",
+        "SLURM_NTASKS": "4",
+        "SLURM_JOB_NODELIST": "localhost",
+        "RANK": "0",
+        "WORLD_SIZE": "4",
+        "TORCHELASTIC_RUN_ID": "999",
+    }
+    args = ["--profile", str(local_profile), "--wait", f"data.root={sample_root / 'pix2pix'}", "steps=2"]
+    result = cli("jobs.submit", *args, "log.every=1", "dist.timeout_s=30", env=caller)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert json.loads((run_dir_of(result.stdout) / "summary.json").read_text())["world_size"] == 2
+
+
+def run_controller(tmp_path: Path, signal_name: str) -> subprocess.CompletedProcess[str]:
+    """The local controller itself, on tasks that report the signal they get: a 60 s limit, the signal after 1 s."""
+    task = tmp_path / "task.py"
+    task.write_text(
+        "import os, signal, sys, time\n"
+        "signal.signal(signal.SIGTERM, signal.SIG_IGN)  # as submitit's task wrapper does\n"
+        "def got(signum, frame):\n"
+        "    open(os.environ['SUBMITIT_LOCAL_GLOBALID'], 'w').write(signal.Signals(signum).name)\n"
+        "    sys.exit(0)\n"
+        "for name in ('SIGUSR1', 'SIGUSR2'):\n"
+        "    signal.signal(getattr(signal, name), got)\n"
+        "time.sleep(120)\n"
+    )
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(ROOT),
+        "SUBMITIT_LOCAL_NTASKS": "2",
+        "SUBMITIT_LOCAL_COMMAND": f"{sys.executable} {task}",
+        "SUBMITIT_LOCAL_TIMEOUT_S": "60",
+        "SUBMITIT_LOCAL_SIGNAL_DELAY_S": "59",
+        "SUBMITIT_STDERR_TO_STDOUT": "",
+        "SUBMITIT_LOCAL_WITH_SHELL": "",
+        "SUBMITIT_PREEMPT_SIGNAL": signal_name,
+    }
+    cmd = [sys.executable, "-m", "jobs.local_controller", str(tmp_path / "logs")]
+    return subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
+
+
+@pytest.mark.parametrize("signal_name", ["USR1", "USR2"])
+def test_the_local_controller_sends_the_profiles_signal(tmp_path: Path, signal_name: str) -> None:
+    result = run_controller(tmp_path, signal_name)
+    assert result.returncode == 0, result.stderr
+    assert [(tmp_path / str(rank)).read_text() for rank in (0, 1)] == [f"SIG{signal_name}"] * 2
+
+
+def test_a_time_limit_within_the_signal_delay_is_refused(local_profile: Path, tmp_path: Path) -> None:
+    result = submit("--profile", str(local_profile), "--time", "1")  # the signal would come 120 s before it
+    assert_refused(result, "a time limit of 1 min leaves no time before the requeue signal", tmp_path / "runs")
+    assert "use --time 3 or more" in result.stderr
+
+
+def test_a_slurm_profile_without_slurm_is_one_line(tmp_path: Path, sample_root: Path) -> None:
+    profile = write_profile(tmp_path, f"executor: slurm\nrun_root: {tmp_path / 'runs'}\n")
+    no_slurm = tmp_path / "bin"
+    no_slurm.mkdir()
+    (no_slurm / "python").symlink_to(sys.executable)
+    result = cli(
+        "jobs.submit", "--profile", str(profile), f"data.root={sample_root / 'pix2pix'}", env={"PATH": str(no_slurm)}
+    )
+    assert_refused(result, "sbatch not found: run on a Slurm login node, or use --profile local", tmp_path / "runs")
