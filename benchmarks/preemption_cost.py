@@ -30,6 +30,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from tests.slurm import cluster  # noqa: E402
+from trainer.rundir import RunDir  # noqa: E402
 
 
 class StateLog:
@@ -63,13 +64,13 @@ class StateLog:
 
 
 def attempts(run_dir: Path) -> list[dict]:
-    path = run_dir / "attempts.json"
+    path = RunDir(run_dir).attempts
     return json.loads(path.read_text()) if path.exists() else []
 
 
 def training(run_dir: Path, attempt: int) -> bool:
     """Attempt `attempt` (0-based) has logged a step past the one it resumed from."""
-    items, progress = attempts(run_dir), run_dir / "progress.json"
+    items, progress = attempts(run_dir), RunDir(run_dir).progress
     if len(items) <= attempt or not progress.exists():
         return False
     return json.loads(progress.read_text())["step"] > items[attempt]["resumed_step"]
@@ -79,7 +80,7 @@ def step_times(run_dir: Path) -> dict[int, float]:
     """Wall time at which each step was first logged (log.every=1), from rank 0's TensorBoard events."""
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    events = EventAccumulator(str(run_dir / "tensorboard"), size_guidance={"scalars": 0})
+    events = EventAccumulator(str(RunDir(run_dir).tensorboard), size_guidance={"scalars": 0})
     events.Reload()
     times: dict[int, float] = {}
     for event in events.Scalars("train/loss"):
@@ -98,7 +99,7 @@ def submit(folder: Path, data: Path, steps: int) -> tuple[Path, str]:
         [sys.executable, "-m", "jobs.submit", *args], cwd=ROOT, capture_output=True, text=True, check=True
     )
     run_dir = Path(next(line for line in result.stdout.splitlines() if line.startswith("run directory:")).split()[-1])
-    return run_dir, json.loads((run_dir / "job.json").read_text())["job_id"]
+    return run_dir, json.loads(RunDir(run_dir).job.read_text())["job_id"]
 
 
 def main() -> None:
@@ -119,7 +120,7 @@ def main() -> None:
             cluster.wait_for(f"attempt {attempt} to train", lambda a=attempt: training(run_dir, a))
             cluster.preempt_normal_jobs()
             cluster.release_when_requeued(job_id)
-        cluster.wait_for("the run to finish", lambda: (run_dir / "summary.json").exists(), timeout=600)
+        cluster.wait_for("the run to finish", lambda: RunDir(run_dir).summary.exists(), timeout=600)
     finally:
         states.stop()
     report(run_dir, states)
@@ -127,7 +128,7 @@ def main() -> None:
 
 
 def report(run_dir: Path, states: StateLog) -> None:
-    summary = json.loads((run_dir / "summary.json").read_text())
+    summary = json.loads(RunDir(run_dir).summary.read_text())
     items, logged = attempts(run_dir), step_times(run_dir)
     fresh = logged[items[0]["resumed_step"] + 1] - states.first("RUNNING", after=0)
     print(f"run {run_dir}: {summary['restarts']} restart(s), world size {summary['world_size']}")

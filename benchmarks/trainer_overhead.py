@@ -32,6 +32,7 @@ def run_ours(steps: int, data: Path, out: Path) -> dict:
 
     from trainer.config import build_config
     from trainer.distenv import resolve
+    from trainer.rundir import RunDir
     from trainer.train import train
 
     config = build_config(
@@ -50,7 +51,7 @@ def run_ours(steps: int, data: Path, out: Path) -> dict:
     summary = train(config, resolve(os.environ))
     if summary is None:
         return {}
-    events = EventAccumulator(str(out / "ours" / "tensorboard"))
+    events = EventAccumulator(str(RunDir(out / "ours").tensorboard))
     events.Reload()
     return {"windows": [e.value for e in events.Scalars("perf/step_time_s")], "sha": summary["weights_sha256"]}
 

@@ -13,10 +13,11 @@ import submitit
 
 from jobs.local_controller import LocalExecutor, exit_codes_path
 from jobs.plan import Plan
-from trainer.atomic import write_text
+from trainer import failures
 from trainer.errors import UserError
+from trainer.rundir import RunDir
 
-__all__ = ["exit_codes_path", "make_executor", "submit", "task_log"]
+__all__ = ["exit_codes_path", "make_executor", "submit", "task_logs"]
 
 
 def make_executor(plan: Plan) -> submitit.Executor:
@@ -37,9 +38,10 @@ def make_executor(plan: Plan) -> submitit.Executor:
     return executor
 
 
-def task_log(log_dir: Path, job_id: str, rank: int) -> Path:
-    """Where submitit writes a task's output (its stderr beside it, `_log.err`)."""
-    return Path(submitit.core.utils.JobPaths(log_dir, job_id, rank).stdout)
+def task_logs(log_dir: Path, job_id: str, rank: int) -> tuple[Path, Path]:
+    """Where submitit writes a task's stdout and stderr (on Slurm, stderr goes to stdout's file)."""
+    paths = submitit.core.utils.JobPaths(log_dir, job_id, rank)
+    return Path(paths.stdout), Path(paths.stderr)
 
 
 def refusal(text: str) -> str:
@@ -99,16 +101,18 @@ def outcome(job: submitit.Job[Any], run_dir: Path, executor: str) -> str | None:
     try:
         job.results()
     except Exception as exc:  # submitit wraps the task's error; the ranks' records name the first failure
-        from jobs.tracking import Target, failed_tasks, failure_line
+        from jobs.tracking import Target, failed_tasks, failure_line, first_failure
 
         target = Target(job.job_id, executor, run_dir, rank0_log(job).parent)
+        if first := first_failure(target):
+            if first.killed and run_dir.is_dir():  # a killed rank wrote nothing: its record is made here
+                failures.record(run_dir, first)
+            return first.line()
         if line := failure_line(target):
-            if run_dir.is_dir():  # a killed rank wrote nothing: error.txt learns it here
-                write_text(run_dir / "error.txt", line + "\n")
             return line
         if failed := failed_tasks(target):
             return f"job {job.job_id} failed: {failed[0]}"
         return f"job {job.job_id} failed ({type(exc).__name__}); see {rank0_log(job)}"
-    if not (run_dir / "summary.json").exists():
+    if not RunDir(run_dir).summary.exists():
         return f"job {job.job_id} ended without a summary; see {rank0_log(job)}"
     return None

@@ -9,11 +9,6 @@ from jobs.tracking import TERMINAL, find, info, tail
 from trainer.errors import UserError, one_line_errors
 
 
-def stderr_log(stdout_log: Path) -> Path:
-    """submitit writes a task's stderr beside its stdout (empty or absent on Slurm, where they are merged)."""
-    return stdout_log.with_name(stdout_log.name.removesuffix("_log.out") + "_log.err")
-
-
 def show(out: Path, err: Path) -> None:
     """The task's output, then what it wrote to stderr (tracebacks, warnings) under a header."""
     sys.stdout.write(out.read_text(errors="replace") if out.exists() else "")
@@ -32,8 +27,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     target = find(args.target)
-    out = target.log(args.rank)
-    err = stderr_log(out)
+    out, err = target.logs(args.rank)
     if not args.follow:
         if not out.exists() and not err.exists():
             raise UserError(f"no log for rank {args.rank} at {out} (yet); check --rank or wait for the job to start")

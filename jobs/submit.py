@@ -17,6 +17,7 @@ from jobs.profiles import load_profile
 from trainer.atomic import write_text
 from trainer.config import TrainConfig, build_config
 from trainer.errors import UserError, one_line_errors
+from trainer.rundir import RunDir
 from trainer.runs import (
     check_name,
     claim,
@@ -124,7 +125,7 @@ def prepare(argv: list[str] | None) -> Request:
     if not args.dry_run:
         configs = [resolve_data(c, run_root / "sample_data") for c in configs]
     gpus = visible_gpus(os.environ.get("CUDA_VISIBLE_DEVICES")) if profile.executor == "local" else ()
-    plan = make_plan(profile, configs, folder / "logs", has_local_gpus(), sys.executable, gpus)
+    plan = make_plan(profile, configs, RunDir(folder).logs, has_local_gpus(), sys.executable, gpus)
     wait = args.wait or profile.executor == "debug"
     if args.dry_run and plan.executor != "slurm":
         raise UserError(
@@ -149,7 +150,7 @@ def check_resume(run_dir: Path, old: TrainConfig, new: TrainConfig) -> str:
                 f"--resume cannot change {key} ({before[key]} -> {after[key]}): the checkpoints hold the old "
                 f"model; drop {key}=..., or start a new run without --resume"
             )
-    if (run_dir / "job.json").exists():
+    if RunDir(run_dir).job.exists():
         from jobs.tracking import TERMINAL, find, info
 
         target = find(str(run_dir))
@@ -162,7 +163,7 @@ def check_resume(run_dir: Path, old: TrainConfig, new: TrainConfig) -> str:
                 f"{run_dir} is still running as job {target.job_id} ({state}); wait for it to end, or stop it "
                 f"with python -m jobs.cancel {run_dir}"
             )
-    summary = run_dir / "summary.json"
+    summary = RunDir(run_dir).summary
     final_step = json.loads(summary.read_text()).get("final_step", 0) if summary.exists() else 0
     if final_step >= new.steps:
         return f"{run_dir} already finished at step {final_step} (steps={new.steps}); to train on, pass steps=N above {final_step}"
@@ -203,7 +204,7 @@ def write_job_record(run_dir: Path, job: Any, plan: Plan) -> None:
     import json
 
     record = {"job_id": job.job_id, "executor": plan.executor, "log": str(launch.rank0_log(job)), "tasks": plan.tasks}
-    path = run_dir / "job.json"
+    path = RunDir(run_dir).job
     if path.exists():
         previous = json.loads(path.read_text())
         record["history"] = [*previous.pop("history", []), previous]

@@ -19,6 +19,7 @@ from trainer.atomic import read_json
 from trainer.checkpoint_names import has_checksum, list_checkpoints
 from trainer.errors import UserError
 from trainer.failures import Failure
+from trainer.rundir import RunDir
 
 TERMINAL = {
     "COMPLETED",
@@ -40,14 +41,15 @@ class Target:
     run_dir: Path | None
     log_dir: Path | None  # submitit's folder: each task's log, the local controller's exit codes
 
-    def log(self, rank: int) -> Path:
+    def logs(self, rank: int) -> tuple[Path, Path]:
+        """The task's stdout and stderr files."""
         if self.log_dir is None:
             raise UserError(f"the log folder of job {self.job_id} is unknown; pass its run directory instead")
-        return launch.task_log(self.log_dir, self.job_id, rank)
+        return launch.task_logs(self.log_dir, self.job_id, rank)
 
     @property
     def log0(self) -> Path | None:
-        return self.log(0) if self.log_dir is not None else None
+        return self.logs(0)[0] if self.log_dir is not None else None
 
 
 @dataclass(frozen=True)
@@ -77,8 +79,8 @@ def find_all(target: str) -> list[tuple[str, Target]]:
     """The jobs behind a run directory or job id (one, named ""), or behind a sweep's folder (one per point,
     named after the point's folder)."""
     path = Path(target)
-    if path.is_dir() and not (path / "job.json").exists():
-        points = sorted(d for d in path.iterdir() if (d / "job.json").is_file())
+    if path.is_dir() and not RunDir(path).job.exists():
+        points = sweep_points(path)
         if points:
             return [(point.name, find(str(point))) for point in points]
     return [("", find(target))]
@@ -88,8 +90,8 @@ def find(target: str) -> Target:
     """A run directory (holding job.json) or a job id."""
     path = Path(target)
     if path.is_dir():
-        record_file = path / "job.json"
-        points = sorted(d for d in path.iterdir() if (d / "job.json").is_file())
+        record_file = RunDir(path).job
+        points = sweep_points(path)
         if not record_file.exists() and points:
             raise UserError(f"{path} is a sweep; pass one of its points, e.g. {points[0]}")
         if not record_file.exists():
@@ -106,7 +108,7 @@ def find(target: str) -> Target:
         raise UserError(f"{target!r} is neither a run directory nor a job id; pass one of them")
     records = parse_scontrol(_slurm("scontrol", "show", "job", "-o", target).stdout)
     log_dir = Path(records[0]["StdOut"]).parent if records and "StdOut" in records[0] else None
-    run_dir = log_dir.parent if log_dir and (log_dir.parent / "config.yaml").exists() else None
+    run_dir = log_dir.parent if log_dir and RunDir(log_dir.parent).config.exists() else None
     return Target(target, "slurm", run_dir, log_dir)
 
 
@@ -130,7 +132,7 @@ def local_info(target: Target) -> JobInfo:
     if record.get("cancelled"):
         state = "CANCELLED"
     else:
-        done = target.run_dir is not None and (target.run_dir / "summary.json").exists()
+        done = target.run_dir is not None and RunDir(target.run_dir).summary.exists()
         state = "COMPLETED" if done else "FAILED"
     return JobInfo(state, 0, "localhost")
 
@@ -185,14 +187,18 @@ def info(target: Target) -> JobInfo:
 
 def progress(run_dir: Path) -> tuple[int | None, Path | None]:
     """The last step reached and the newest checkpoint of a run that has its checksum (a torn one has none)."""
-    step = None
-    for name, key in (("summary.json", "final_step"), ("progress.json", "step")):
-        if (run_dir / name).exists():
-            after = "jobs.status then reads progress.json" if name == "summary.json" else "rewritten at the next log"
+    step, files = None, RunDir(run_dir)
+    for path, key in ((files.summary, "final_step"), (files.progress, "step")):
+        if path.exists():
+            after = (
+                f"jobs.status then reads {files.progress.name}"
+                if path == files.summary
+                else "rewritten at the next log"
+            )
             fix = f"move it aside ({after})"
-            step = read_json(run_dir / name, fix, lambda r, k=key: isinstance(r, dict) and type(r.get(k)) is int)[key]
+            step = read_json(path, fix, lambda r, k=key: isinstance(r, dict) and type(r.get(k)) is int)[key]
             break
-    checkpoints = [path for _, path in list_checkpoints(run_dir / "checkpoints") if has_checksum(path)]
+    checkpoints = [path for _, path in list_checkpoints(files.checkpoints) if has_checksum(path)]
     return step, checkpoints[0] if checkpoints else None
 
 
@@ -215,12 +221,18 @@ def killed_tasks(target: Target) -> list[Failure]:
     codes = local_exit_record(target).get("codes")
     if codes is not None:
         host = socket.gethostname()
-        return [Failure(0, rank, host, "", _killed_by(-c), False) for rank, c in enumerate(codes) if c and c < 0]
+        return [
+            Failure(0, rank, host, "", _killed_by(-c), False, killed=True)
+            for rank, c in enumerate(codes)
+            if c and c < 0
+        ]
     # srun says `Killed` for SIGKILL; a line naming the signal (`killed by SIGTERM`) is read the same way.
     pattern = r"(\S+): tasks? (\d+)(?:-\d+)?: (?:Killed|killed by (SIG[A-Z0-9]+))"
     killed = (re.fullmatch(pattern, line) for line in failed_tasks(target))
     return [
-        Failure(0, int(m.group(2)), m.group(1), "", _killed_by(signal.Signals[m.group(3) or "SIGKILL"]), False)
+        Failure(
+            0, int(m.group(2)), m.group(1), "", _killed_by(signal.Signals[m.group(3) or "SIGKILL"]), False, killed=True
+        )
         for m in killed
         if m and (m.group(3) or "SIGKILL") in signal.Signals.__members__
     ]
@@ -233,16 +245,23 @@ def _killed_by(signum: int) -> str:
         return f"killed by signal {signum}"
 
 
-def failure_line(target: Target) -> str | None:
-    """Why a job failed, in one line naming the rank and host that failed first (see trainer.failures)."""
+def first_failure(target: Target) -> Failure | None:
+    """The rank and host that failed first, and why (see trainer.failures)."""
     run_dir = target.run_dir
-    first = failures.root_cause(failures.read(run_dir) if run_dir else [], killed_tasks(target))
-    if first is not None:
+    return failures.root_cause(failures.read(run_dir) if run_dir else [], killed_tasks(target))
+
+
+def failure_line(target: Target) -> str | None:
+    """Why a job failed, in one line."""
+    if (first := first_failure(target)) is not None:
         return first.line()
-    # No rank named: a stop the trainer wrote itself (past max_num_timeout), or a run from before errors/.
-    if run_dir is None or not (run_dir / "error.txt").exists():
-        return None
-    return (run_dir / "error.txt").read_text().strip() or None
+    # No rank named: a run from before errors/ existed.
+    error = RunDir(target.run_dir).error if target.run_dir else None
+    return (error.read_text().strip() or None) if error and error.exists() else None
+
+
+def sweep_points(folder: Path) -> list[Path]:
+    return sorted(d for d in folder.iterdir() if RunDir(d).job.is_file())
 
 
 def tail(path: Path, done: Callable[[], bool], poll_s: float, sink: TextIO | None = None) -> None:

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from trainer.atomic import write_text
 from trainer.errors import UserError
+from trainer.rundir import RunDir
 
 # What a rank sees when another rank died or hangs: gloo's and NCCL's transport errors and timeouts.
 PEER_TYPES = {"DistBackendError", "DistNetworkError", "DistStoreError"}
@@ -40,6 +41,7 @@ class Failure:
     kind: str  # the exception's type name; empty for a UserError, whose message says it all
     message: str  # one line
     peer: bool  # a consequence of another rank's failure (connection closed, collective timeout)
+    killed: bool = False  # by a signal: it wrote nothing itself, the exit codes or srun's lines tell
 
     def line(self) -> str:
         kind = f"{self.kind}: " if self.kind else ""
@@ -85,13 +87,9 @@ def root_cause(failures: Sequence[Failure], killed: Sequence[Failure] = ()) -> F
     return None
 
 
-def errors_dir(run_dir: Path) -> Path:
-    return run_dir / "errors"
-
-
 def read(run_dir: Path) -> list[Failure]:
     failures = []
-    for path in sorted(errors_dir(run_dir).glob("rank_*.json")):
+    for path in sorted(RunDir(run_dir).errors.glob("rank_*.json")):
         try:
             failures.append(Failure(**json.loads(path.read_text())))
         except (ValueError, TypeError):
@@ -101,13 +99,15 @@ def read(run_dir: Path) -> list[Failure]:
 
 def record(run_dir: Path, failure: Failure) -> None:
     """This rank's record, then error.txt refreshed from every record written so far."""
-    write_text(errors_dir(run_dir) / f"rank_{failure.rank}.json", json.dumps(asdict(failure)) + "\n")
+    files = RunDir(run_dir)
+    write_text(files.errors / f"rank_{failure.rank}.json", json.dumps(asdict(failure)) + "\n")
     first = root_cause(read(run_dir))
-    if first is not None:
-        write_text(run_dir / "error.txt", first.line() + "\n")
+    if first is not None:  # error.txt has this one writer
+        write_text(files.error, first.line() + "\n")
 
 
 def clear(run_dir: Path) -> None:
     """Forget an earlier attempt's failure: a new attempt is starting."""
-    (run_dir / "error.txt").unlink(missing_ok=True)
-    shutil.rmtree(errors_dir(run_dir), ignore_errors=True)
+    files = RunDir(run_dir)
+    files.error.unlink(missing_ok=True)
+    shutil.rmtree(files.errors, ignore_errors=True)

@@ -16,9 +16,11 @@ import torch
 import torch.distributed as dist
 from submitit.local.local import LOCAL_REQUEUE_RETURN_CODE  # the local controller restarts tasks exiting with it
 
+from trainer import failures
 from trainer.atomic import read_json, write_text
 from trainer.config import JobSettings
 from trainer.distenv import DistEnv
+from trainer.rundir import RunDir
 from trainer.stopflag import StopFlag
 
 TIMEOUT_SLACK_S = 30  # Slurm checks time limits periodically: the signal can come a little late
@@ -72,8 +74,8 @@ class Attempts:
     """The history of a run's attempts (`attempts.json`, written by rank 0 alone)."""
 
     def __init__(self, run_dir: Path) -> None:
-        self.path = run_dir / "attempts.json"
-        self.progress_path = run_dir / "progress.json"
+        self.path = RunDir(run_dir).attempts
+        self.progress_path = RunDir(run_dir).progress
         self.items: list[dict[str, Any]] = (
             read_json(
                 self.path,
@@ -174,7 +176,7 @@ def decide(
                 f"time limit reached {timeouts} time(s), more than max_num_timeout={settings.max_num_timeout}: "
                 f"stopped at step {step} with a checkpoint; resubmit with --resume {run_dir} and a longer --time"
             )
-            write_text(run_dir / "error.txt", message + "\n")
+            failures.record(run_dir, failures.Failure(time.time(), env.rank, env.node_name, "", message, False))
             print(f"error: {message}", file=sys.stderr, flush=True)
         else:
             print(f"{reason}: saved at step {step}, requeueing", flush=True)

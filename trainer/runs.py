@@ -12,6 +12,7 @@ import yaml
 from trainer.atomic import write_text
 from trainer.config import TrainConfig
 from trainer.errors import UserError
+from trainer.rundir import RunDir
 
 
 def resolve_data(config: TrainConfig, sample_root: Path) -> TrainConfig:
@@ -91,13 +92,13 @@ def new_run_dir(run_root: Path, task: str) -> Path:
 
 def write_config(run_dir: Path, config: TrainConfig) -> None:
     """The resolved config, the last thing written before a run starts: its presence marks a run."""
-    write_text(run_dir / "config.yaml", yaml.safe_dump(dataclasses.asdict(config), sort_keys=False))
+    write_text(RunDir(run_dir).config, yaml.safe_dump(dataclasses.asdict(config), sort_keys=False))
 
 
 def load_config_file(run_dir: Path) -> dict[str, object]:
-    path = run_dir / "config.yaml"
+    path = RunDir(run_dir).config
     if not path.is_file():
-        raise UserError(f"{run_dir} is not a run directory (no config.yaml); pass the folder printed at submit time")
+        raise UserError(f"{run_dir} is not a run directory (no {path.name}); pass the folder printed at submit time")
     fix = "write the run's settings back into it (no defaults are assumed), or submit a new run without --resume"
     try:
         config = yaml.safe_load(path.read_text())

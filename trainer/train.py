@@ -20,6 +20,7 @@ from trainer.distenv import DistEnv
 from trainer.distributed import mean_over_ranks, pick_device, process_group, wrap
 from trainer.errors import UserError
 from trainer.preemption import Attempts, decide, leave, stop_agreed
+from trainer.rundir import RunDir
 from trainer.runs import write_config
 from trainer.state import TrainState
 from trainer.stopflag import StopFlag
@@ -62,6 +63,7 @@ def train(
     settings = settings or JobSettings()
     stop_flag = stop_flag or StopFlag(settings.signal)
     run_dir = Path(config.run_dir)
+    files = RunDir(run_dir)
     device = pick_device(env)
     torch.set_num_threads(env.cpus_per_task)
     with process_group(env, config.dist.timeout_s, device):
@@ -95,7 +97,7 @@ def train(
                 print(f"warning: {message}", flush=True)
 
         state = TrainState(model, optimizer, scheduler, scaler, env, device)
-        checkpoints = checkpoint.Checkpointer(run_dir / "checkpoints", config.checkpoint, env.is_main, warn)
+        checkpoints = checkpoint.Checkpointer(files.checkpoints, config.checkpoint, env.is_main, warn)
         attempts = Attempts(run_dir) if env.is_main else None
         resumed_from = checkpoints.restore(state)
         if resumed_from is not None and env.is_main:
@@ -105,7 +107,7 @@ def train(
         if env.is_main:  # only now: a --resume whose new settings fail before this point leaves config.yaml as it was
             write_config(run_dir, config)
 
-        logger = TensorBoardLogger(run_dir / "tensorboard") if env.is_main else NullLogger()
+        logger = TensorBoardLogger(files.tensorboard) if env.is_main else NullLogger()
         if attempts is not None:
             cost = attempts.start(state.step, env.restart_count, warned)
             if len(attempts.items) > 1:
@@ -164,7 +166,7 @@ def train(
                     }
                     logger.scalars(values, step)
                     if env.is_main:  # for jobs.status
-                        write_text(run_dir / "progress.json", json.dumps({"step": step, "time": time.time()}))
+                        write_text(files.progress, json.dumps({"step": step, "time": time.time()}))
                     progress.update(step, values)
                     interval_loss.zero_()
                     interval_metrics, interval_steps, step_time, data_time = {}, 0, 0.0, 0.0
@@ -212,9 +214,9 @@ def train(
             finals = {"final_loss": final_loss, **final_metrics}
             logger.hparams(hparams, {k: v for k, v in finals.items() if v is not None})
             logger.close()
-            write_text(run_dir / "summary.json", json.dumps(summary, indent=2, allow_nan=False) + "\n")
+            write_text(files.summary, json.dumps(summary, indent=2, allow_nan=False) + "\n")
             loss_text = f"{final_loss:.4f}" if final_loss is not None else "-"
-            print(f"done: step {state.step}, final loss {loss_text}, summary in {run_dir / 'summary.json'}", flush=True)
+            print(f"done: step {state.step}, final loss {loss_text}, summary in {files.summary}", flush=True)
         return summary
 
 

@@ -1,0 +1,60 @@
+"""The files of a run directory, named in one place (as submitit's JobPaths names those of its folder).
+
+Torch-free: the submitter and the status commands read run directories too.
+"""
+
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class RunDir:
+    path: Path
+
+    @property
+    def config(self) -> Path:
+        """The run's settings; rank 0 replaces it on a --resume once the checkpoint is loaded."""
+        return self.path / "config.yaml"
+
+    @property
+    def job(self) -> Path:
+        """The job that runs it (id, executor, rank 0's log), with earlier jobs in `history`."""
+        return self.path / "job.json"
+
+    @property
+    def progress(self) -> Path:
+        """The last logged step and when it was reached."""
+        return self.path / "progress.json"
+
+    @property
+    def attempts(self) -> Path:
+        """Each attempt's start, where it resumed, why it stopped."""
+        return self.path / "attempts.json"
+
+    @property
+    def summary(self) -> Path:
+        """Written once the run reached its steps."""
+        return self.path / "summary.json"
+
+    @property
+    def error(self) -> Path:
+        """One line: the first failure (trainer.failures writes it)."""
+        return self.path / "error.txt"
+
+    @property
+    def errors(self) -> Path:
+        """One record per failing rank, `rank_N.json`."""
+        return self.path / "errors"
+
+    @property
+    def checkpoints(self) -> Path:
+        return self.path / "checkpoints"
+
+    @property
+    def tensorboard(self) -> Path:
+        return self.path / "tensorboard"
+
+    @property
+    def logs(self) -> Path:
+        """submitit's folder: each task's output, the pickled function and its result."""
+        return self.path / "logs"
