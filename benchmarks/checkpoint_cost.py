@@ -20,7 +20,7 @@ import torch  # noqa: E402
 
 from trainer import checkpoint  # noqa: E402
 from trainer.config import CheckpointConfig  # noqa: E402
-from trainer.tasks.pix2pix import UNet  # noqa: E402
+from trainer.tasks._pix2pix_nn import UNet  # noqa: E402
 
 
 def main() -> None:

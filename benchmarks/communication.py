@@ -80,7 +80,7 @@ def worker(steps: int, width: int, out: Path) -> None:
     from trainer.config import DistConfig
     from trainer.distenv import resolve
     from trainer.distributed import wrap
-    from trainer.tasks.pix2pix import UNet
+    from trainer.tasks._pix2pix_nn import UNet
 
     env = resolve(os.environ)
     torch.set_num_threads(1)  # the tasks share this machine's cores

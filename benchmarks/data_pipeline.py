@@ -21,9 +21,9 @@ from PIL import Image  # noqa: E402
 from torch.utils.data import DataLoader  # noqa: E402
 from torchvision.transforms.functional import to_tensor  # noqa: E402
 
-from trainer.pairs import read_pairs  # noqa: E402
 from trainer.sample_data import ensure_sample_data  # noqa: E402
-from trainer.tasks.pix2pix import PairsDataset  # noqa: E402
+from trainer.tasks._pix2pix_nn import PairsDataset  # noqa: E402
+from trainer.tasks.pix2pix import read_pairs  # noqa: E402
 
 
 def as_jpeg(root: Path, out: Path) -> Path:

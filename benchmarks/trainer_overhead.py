@@ -59,8 +59,8 @@ def run_ours(steps: int, data: Path, out: Path) -> dict:
 def textbook_parts(data: Path):  # type: ignore[no-untyped-def]
     import torch
 
-    from trainer.pairs import read_pairs
-    from trainer.tasks.pix2pix import PairsDataset, UNet
+    from trainer.tasks._pix2pix_nn import PairsDataset, UNet
+    from trainer.tasks.pix2pix import read_pairs
 
     torch.manual_seed(SEED)
     dataset = PairsDataset(read_pairs(data, "pairs.csv", verify=False), 64)
@@ -74,7 +74,7 @@ def run_textbook(steps: int, data: Path, out: Path) -> dict:
     from torch.utils.data import DataLoader, DistributedSampler
 
     from trainer.checkpoint import weights_sha256
-    from trainer.tasks.pix2pix import to_unit
+    from trainer.tasks._pix2pix_nn import to_unit
 
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     torch.set_num_threads(max(1, len(os.sched_getaffinity(0)) // world))  # as the trainer does
@@ -107,7 +107,7 @@ def run_lightning(steps: int, data: Path, out: Path) -> dict:
     import torch
     from torch.utils.data import DataLoader
 
-    from trainer.tasks.pix2pix import to_unit
+    from trainer.tasks._pix2pix_nn import to_unit
 
     dataset, model = textbook_parts(data)
     ends: list[float] = []

@@ -15,7 +15,7 @@ from jobs import launch
 from jobs.plan import Plan, make_plan, sbatch_script, sweep_points, visible_gpus
 from jobs.profiles import load_profile
 from trainer.atomic import write_text
-from trainer.config import TrainConfig, build_config
+from trainer.config import TrainConfig, build_config, config_dict
 from trainer.errors import UserError, one_line_errors
 from trainer.rundir import RunDir
 from trainer.runs import (
@@ -123,7 +123,8 @@ def prepare(argv: list[str] | None) -> Request:
         run_dirs = [folder / point_name(i, point) for i, point in enumerate(points)]
     configs = [dataclasses.replace(c, run_dir=str(d)) for c, d in zip(configs, run_dirs, strict=True)]
     if not args.dry_run:
-        configs = [resolve_data(c, run_root / "sample_data") for c in configs]
+        world_size = profile.nodes * profile.gpus_per_node  # one process per GPU (per local process)
+        configs = [resolve_data(c, run_root / "sample_data", world_size) for c in configs]
     gpus = visible_gpus(os.environ.get("CUDA_VISIBLE_DEVICES")) if profile.executor == "local" else ()
     plan = make_plan(profile, configs, RunDir(folder).logs, has_local_gpus(), sys.executable, gpus)
     wait = args.wait or profile.executor == "debug"
@@ -134,18 +135,18 @@ def prepare(argv: list[str] | None) -> Request:
     return Request(plan, folder, wait, args.dry_run, bool(args.resume), finished)
 
 
-def locked_on_resume(key: str) -> bool:
-    """Settings the checkpoints' shapes depend on: a resume cannot change them."""
-    return key in ("task", "data.image_size") or key.startswith("model.")
+def locked_on_resume(key: str, task: str) -> bool:
+    """Settings the checkpoints' shapes depend on (the task's own among them): a resume cannot change them."""
+    return key in ("task", "data.image_size") or key.startswith(f"{task}.")
 
 
 def check_resume(run_dir: Path, old: TrainConfig, new: TrainConfig) -> str:
     """Refuse a resume that cannot work; a line saying so when the run has nothing left to do, else ""."""
     import json  # here, not at the top: --dry-run of a new run never needs it and must stay quick
 
-    before, after = flat(dataclasses.asdict(old)), flat(dataclasses.asdict(new))
+    before, after = flat(config_dict(old)), flat(config_dict(new))
     for key in before:
-        if locked_on_resume(key) and before[key] != after[key]:
+        if locked_on_resume(key, old.task) and before[key] != after.get(key):
             raise UserError(
                 f"--resume cannot change {key} ({before[key]} -> {after[key]}): the checkpoints hold the old "
                 f"model; drop {key}=..., or start a new run without --resume"

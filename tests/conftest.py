@@ -27,9 +27,11 @@ def local_profile(tmp_path: Path) -> Path:
     return write_profile(tmp_path, f"executor: local\ngpus_per_node: 2\nrun_root: {tmp_path / 'runs'}\n")
 
 
-def submit(*args: str, cwd: Path | None = None, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-    """Run `python -m jobs.submit` the way a user does."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+def submit(
+    *args: str, cwd: Path | None = None, timeout: float = 300, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """Run `python -m jobs.submit` the way a user does (with `env` added to this environment)."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}
     return subprocess.run(
         [sys.executable, "-m", "jobs.submit", *args],
         cwd=cwd or ROOT,

@@ -52,7 +52,7 @@ def test_debug_profile_runs_in_process(tmp_path: Path, sample_root: Path) -> Non
         str(profile),
         f"data.root={sample_root / 'classify'}",
         "task=classify",
-        "model.name=resnet18",
+        "classify.model=resnet18",
         "steps=3",
         "log.every=1",
         "data.image_size=32",

@@ -46,9 +46,9 @@ def run_copy(finished_run: Path, tmp_path: Path) -> Path:
     return Path(shutil.copytree(finished_run, tmp_path / "run"))
 
 
-def resume(run_dir: Path, *args: str) -> subprocess.CompletedProcess[str]:
+def resume(run_dir: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     profile = write_profile(run_dir.parent, "executor: local\ngpus_per_node: 2\n", "resume.yaml")
-    return submit("--profile", str(profile), "--wait", "--resume", str(run_dir), *args)
+    return submit("--profile", str(profile), "--wait", "--resume", str(run_dir), *args, env=env)
 
 
 def test_resuming_a_finished_run_starts_no_job(run_copy: Path) -> None:
@@ -88,15 +88,16 @@ def test_resume_with_more_steps_continues_and_reports_its_warnings(run_copy: Pat
 def test_resume_refuses_a_new_model_shape_and_keeps_the_config_until_the_checkpoint_loads(run_copy: Path) -> None:
     config = (run_copy / "config.yaml").read_text()
     job = (run_copy / "job.json").read_text()
-    refused = resume(run_copy, "steps=12", "model.width=32")
+    refused = resume(run_copy, "steps=12", "pix2pix.width=32")
     assert refused.returncode == 2, refused.stdout + refused.stderr
-    assert refused.stderr.startswith("error: --resume cannot change model.width (16 -> 32)")
+    assert refused.stderr.startswith("error: --resume cannot change pix2pix.width (16 -> 32)")
     assert refused.stderr.count("\n") == 1 and refused.stdout == ""
     assert (run_copy / "config.yaml").read_text() == config and (run_copy / "job.json").read_text() == job
-    # Accepted at submit, but the job fails before it loads the checkpoint: the run keeps its settings.
-    failed = resume(run_copy, "steps=12", "batch_size=1000")
+    # Accepted at submit, but the job fails before it loads the checkpoint (gloo cannot find the network
+    # interface it is told to use, which only the nodes can tell): the run keeps its settings.
+    failed = resume(run_copy, "steps=12", env={"GLOO_SOCKET_IFNAME": "nosuch0"})
     assert failed.returncode == 1, failed.stdout + failed.stderr
-    assert "give no full batch of 1000" in failed.stderr
+    assert "Unable to find address for: nosuch0" in failed.stderr
     assert (run_copy / "config.yaml").read_text() == config
     resumed = resume(run_copy, "steps=12")
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr

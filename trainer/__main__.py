@@ -18,7 +18,7 @@ def main(argv: list[str]) -> int:
     # A fixed default folder: running the same command again resumes the run.
     run_dir = Path(config.run_dir or f"runs/{config.task}").resolve()
     config = dataclasses.replace(config, run_dir=str(run_dir))
-    config = resolve_data(config, Path("runs/sample_data"))
+    config = resolve_data(config, Path("runs/sample_data"), env.world_size)
     if env.is_main:
         make_dirs(run_dir)
         write_config(run_dir, config)

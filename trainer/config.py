@@ -43,19 +43,6 @@ class DataConfig:
 
 
 @dataclass(frozen=True, eq=False)
-class ModelConfig:
-    """Which model the task builds."""
-
-    name: str = "resnet18"  # classify: any torchvision model name; pix2pix: ignored
-    width: int = 16  # pix2pix U-Net base channels
-    depth: int = 3  # pix2pix U-Net down/up levels
-
-    def __post_init__(self) -> None:
-        _check(self.width >= 1, "model.width", "must be >= 1")
-        _check(1 <= self.depth <= 6, "model.depth", "must be between 1 and 6")
-
-
-@dataclass(frozen=True, eq=False)
 class OptimConfig:
     """AdamW and its schedule."""
 
@@ -124,15 +111,19 @@ class TrainConfig:
     batch_size: int = 8  # per process
     amp: str = "off"
     data: DataConfig = field(default_factory=DataConfig)
-    model: ModelConfig = field(default_factory=ModelConfig)
     optim: OptimConfig = field(default_factory=OptimConfig)
     log: LogConfig = field(default_factory=LogConfig)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     dist: DistConfig = field(default_factory=DistConfig)
+    # The task's own settings (an instance of its `settings` class), under the task's name in YAML and
+    # overrides: `pix2pix.width=32`. None: the task's defaults.
+    task_settings: Any = None
 
     def __post_init__(self) -> None:
-        tasks = trainer.tasks.available()
-        _check(self.task in tasks, "task", f"unknown task {self.task!r}; choose one of {', '.join(tasks)}")
+        settings = task_settings_class(self.task)
+        if self.task_settings is None:
+            object.__setattr__(self, "task_settings", settings())
+        _check(isinstance(self.task_settings, settings), self.task, f"settings must be a {settings.__name__}")
         _check(self.amp in AMP_MODES, "amp", f"must be one of {', '.join(AMP_MODES)}, got {self.amp!r}")
         _check(self.steps >= 1, "steps", "must be >= 1")
         _check(self.batch_size >= 1, "batch_size", "must be >= 1")
@@ -147,16 +138,24 @@ class JobSettings:
     max_num_timeout: int = 3
 
 
+def task_settings_class(task: str) -> type:
+    tasks = trainer.tasks.available()
+    _check(task in tasks, "task", f"unknown task {task!r}; choose one of {', '.join(tasks)}")
+    return trainer.tasks.get(task).settings
+
+
 def _fields(cls: type) -> dict[str, Any]:
     hints = typing.get_type_hints(cls)
     return {f.name: hints[f.name] for f in dataclasses.fields(cls)}
 
 
-def valid_keys(cls: type = TrainConfig, prefix: str = "") -> list[str]:
-    """Every dotted key a config of `cls` accepts."""
+def valid_keys(cls: type = TrainConfig, prefix: str = "", task: str = TrainConfig.task) -> list[str]:
+    """Every dotted key a config of `cls` accepts (a TrainConfig: with the settings of `task`)."""
     keys = []
     for name, tp in _fields(cls).items():
-        if dataclasses.is_dataclass(tp):
+        if cls is TrainConfig and name == "task_settings":
+            keys.extend(valid_keys(task_settings_class(task), f"{prefix}{task}."))
+        elif dataclasses.is_dataclass(tp):
             keys.extend(valid_keys(tp, f"{prefix}{name}."))
         else:
             keys.append(prefix + name)
@@ -180,6 +179,8 @@ def from_dict(cls: type, data: Mapping[str, Any], prefix: str = "") -> Any:
     """Build a config dataclass from a nested mapping, rejecting unknown keys and wrong types."""
     if not isinstance(data, Mapping):
         raise UserError(f"{prefix.rstrip('.') or 'config'}: expected a mapping, got {type(data).__name__}")
+    if cls is TrainConfig:
+        return _train_config(data)
     fields = _fields(cls)
     unknown = sorted(set(data) - set(fields))
     if unknown:
@@ -192,6 +193,46 @@ def from_dict(cls: type, data: Mapping[str, Any], prefix: str = "") -> Any:
         else:
             kwargs[name] = _coerce(value, tp, prefix + name)
     return cls(**kwargs)
+
+
+def _train_config(data: Mapping[str, Any]) -> TrainConfig:
+    """A TrainConfig: the section named after its task holds the task's settings; another task's section
+    is a mistake (settings that would silently do nothing)."""
+    task = data.get("task", TrainConfig.task)
+    if not isinstance(task, str):
+        raise UserError(f"task: expected str, got {type(task).__name__} {task!r}")
+    settings_class = task_settings_class(task)
+    rest = {k: v for k, v in data.items() if k != task}
+    if "model" in rest:  # config.yaml and profiles from before the tasks owned their settings
+        raise UserError(
+            "the model section is gone: write model.name as classify.model, model.width and model.depth as "
+            "pix2pix.width and pix2pix.depth"
+        )
+    _refuse_other_tasks(rest, task)
+    keys = _fields(TrainConfig)
+    unknown = sorted(set(rest) - set(keys) | ({"task_settings"} & set(rest)))
+    if unknown:
+        raise UserError(f"unknown config key {unknown[0]}; valid keys: {', '.join(valid_keys(task=task))}")
+    kwargs = {}
+    for name, value in rest.items():
+        tp = keys[name]
+        kwargs[name] = from_dict(tp, value, f"{name}.") if dataclasses.is_dataclass(tp) else _coerce(value, tp, name)
+    settings = from_dict(settings_class, data.get(task) or {}, f"{task}.")
+    return TrainConfig(**kwargs, task_settings=settings)
+
+
+def _refuse_other_tasks(keys: Iterable[str], task: str) -> None:
+    for key in keys:
+        other = key.split(".", 1)[0]
+        if other != task and other in trainer.tasks.available():
+            raise UserError(f"{key} is a setting of task {other}, but task is {task}; drop it, or pass task={other}")
+
+
+def config_dict(config: TrainConfig) -> dict[str, Any]:
+    """The config as plain values, the task's settings under the task's name (config.yaml's layout)."""
+    out = {f.name: getattr(config, f.name) for f in dataclasses.fields(config) if f.name != "task_settings"}
+    out = {k: dataclasses.asdict(v) if dataclasses.is_dataclass(v) else v for k, v in out.items()}
+    return out | {config.task: dataclasses.asdict(config.task_settings)}
 
 
 _TRUE = {"true", "yes", "on", "1"}
@@ -218,21 +259,27 @@ def _example(tp: Any) -> str:
     return {bool: "true", int: "10", float: "0.001"}.get(tp, "text")
 
 
-def parse_overrides(items: Iterable[str]) -> dict[str, Any]:
-    """Turn `a.b=1` arguments into a nested dict with values of the right types."""
-    out: dict[str, Any] = {}
-    keys = valid_keys()
+def parse_overrides(items: Iterable[str], task: str | None = None) -> dict[str, Any]:
+    """Turn `a.b=1` arguments into a nested dict with values of the right types. The task's own keys are
+    those of `task` (by default the one the items name, else the default task)."""
+    pairs = []
     for item in items:
         key, eq, raw = item.partition("=")
         if not eq or not key:
             raise UserError(f"override {item!r} is not key=value; write e.g. steps=100")
+        pairs.append((key, raw))
+    task = next((raw for key, raw in reversed(pairs) if key == "task"), task or TrainConfig.task)
+    keys = valid_keys(task=task) if task in trainer.tasks.available() else valid_keys()
+    out: dict[str, Any] = {}
+    for key, raw in pairs:
         if key not in keys:
+            _refuse_other_tasks([key], task)
             raise UserError(f"unknown config key {key}; valid keys: {', '.join(keys)}")
         cls: Any = TrainConfig
         node = out
         *parents, leaf = key.split(".")
         for part in parents:
-            cls = _fields(cls)[part]
+            cls = task_settings_class(task) if cls is TrainConfig and part == task else _fields(cls)[part]
             node = node.setdefault(part, {})
         node[leaf] = _parse_scalar(raw, _fields(cls)[leaf], key)
     return out
@@ -251,4 +298,5 @@ def merge(base: Mapping[str, Any], updates: Mapping[str, Any]) -> dict[str, Any]
 
 def build_config(overrides: Iterable[str] = (), base: Mapping[str, Any] | None = None) -> TrainConfig:
     """The resolved trainer config: defaults, then `base` (a profile's section), then overrides."""
-    return from_dict(TrainConfig, merge(base or {}, parse_overrides(overrides)))
+    base = base or {}
+    return from_dict(TrainConfig, merge(base, parse_overrides(overrides, base.get("task"))))

@@ -9,16 +9,16 @@ from pathlib import Path
 
 import yaml
 
+import trainer.tasks
 from trainer.atomic import write_text
-from trainer.config import TrainConfig
+from trainer.config import TrainConfig, config_dict
 from trainer.errors import UserError
 from trainer.rundir import RunDir
 
 
-def resolve_data(config: TrainConfig, sample_root: Path) -> TrainConfig:
-    """Point an empty data.root at the built-in sample data (made on first use) and check the data."""
-    from trainer.pairs import check_data  # not needed by --dry-run, which must stay quick
-
+def resolve_data(config: TrainConfig, sample_root: Path, world_size: int) -> TrainConfig:
+    """Point an empty data.root at the built-in sample data (made on first use); the task checks the data
+    and its settings for `world_size` processes."""
     if config.data.root:
         root = Path(config.data.root).expanduser().resolve()
     else:
@@ -33,8 +33,9 @@ def resolve_data(config: TrainConfig, sample_root: Path) -> TrainConfig:
             ) from None
         if not root.is_dir():
             raise UserError(f"task {config.task} has no built-in sample data; set data.root=PATH")
-    check_data(config.task, root, config.data.csv, config.data.verify_images)
-    return dataclasses.replace(config, data=dataclasses.replace(config.data, root=str(root)))
+    config = dataclasses.replace(config, data=dataclasses.replace(config.data, root=str(root)))
+    trainer.tasks.get(config.task).check(config, world_size)
+    return config
 
 
 # One rule for every name that becomes a folder (and reaches the batch script): no separators, no "..".
@@ -92,7 +93,7 @@ def new_run_dir(run_root: Path, task: str) -> Path:
 
 def write_config(run_dir: Path, config: TrainConfig) -> None:
     """The resolved config, the last thing written before a run starts: its presence marks a run."""
-    write_text(RunDir(run_dir).config, yaml.safe_dump(dataclasses.asdict(config), sort_keys=False))
+    write_text(RunDir(run_dir).config, yaml.safe_dump(config_dict(config), sort_keys=False))
 
 
 def load_config_file(run_dir: Path) -> dict[str, object]:

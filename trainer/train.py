@@ -1,6 +1,5 @@
 """The training loop, top to bottom. Rank 0 alone writes logs, TensorBoard and checkpoints."""
 
-import dataclasses
 import json
 import math
 import random
@@ -14,7 +13,7 @@ import torch
 import trainer.tasks
 from trainer import checkpoint
 from trainer.atomic import write_text
-from trainer.config import JobSettings, TrainConfig
+from trainer.config import JobSettings, TrainConfig, config_dict
 from trainer.data import make_loader
 from trainer.distenv import DistEnv
 from trainer.distributed import mean_over_ranks, pick_device, process_group, wrap
@@ -210,7 +209,7 @@ def train(
                 "wall_time_s": round(attempts.wall_time_s(), 3),
                 "weights_sha256": checkpoint.weights_sha256(model.state_dict()),
             } | attempts.totals()
-            hparams = {k: v for k, v in _flat(dataclasses.asdict(config)).items() if k != "run_dir"}
+            hparams = {k: v for k, v in _flat(config_dict(config)).items() if k != "run_dir"}
             finals = {"final_loss": final_loss, **final_metrics}
             logger.hparams(hparams, {k: v for k, v in finals.items() if v is not None})
             logger.close()

@@ -1,8 +1,14 @@
-"""Training tasks. Each module here defines `TASK`, an object with the `Task` methods;
-adding a task is adding one module. Importing this package does not import torch."""
+"""Training tasks. Each module here defines `TASK`, an object with the `Task` methods, and owns everything
+about its task: its settings, its data check, its sample data, its dataset, model and loss. Adding a task is
+adding one module; the shared code asks the task and never tests a task's name.
+
+Task modules import torch inside their methods only: the submitter imports them (for the settings and the
+data check) and must stay quick.
+"""
 
 import importlib
 import os
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
@@ -13,6 +19,17 @@ if TYPE_CHECKING:
 
 
 class Task(Protocol):
+    settings: type
+    """A frozen dataclass of the task's own keys, validated in __post_init__, set as `<task>.<key>=value`."""
+
+    def check(self, config: "TrainConfig", world_size: int) -> None:
+        """Refuse data and settings this task cannot train on, with a UserError (torch-free: run at submit)."""
+        ...
+
+    def sample_data(self, folder: Path, count: int) -> None:
+        """Write about `count` samples of the task's built-in data into `folder` (not yet there)."""
+        ...
+
     def dataset(self, config: "TrainConfig") -> "Dataset[Any]": ...
 
     def model(self, config: "TrainConfig", dataset: "Dataset[Any]") -> "torch.nn.Module": ...
@@ -32,4 +49,4 @@ def available() -> list[str]:
 
 
 def get(name: str) -> Task:
-    return importlib.import_module(f"{__name__}.{name}").TASK
+    return importlib.import_module(f"{__name__}.{name}").TASK  # type: ignore[no-any-return]

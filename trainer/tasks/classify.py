@@ -1,18 +1,86 @@
-"""Image classification: a torchvision ImageFolder and a torchvision model chosen by name."""
+"""Image classification: a torchvision ImageFolder and a torchvision classification model chosen by name."""
 
-from typing import Any
+from __future__ import annotations
 
-import torch
-import torchvision
-from torch import nn
-from torchvision import transforms
+import random
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-from trainer.config import TrainConfig
 from trainer.errors import UserError
+from trainer.images import IMAGE_SUFFIXES, check_batches, check_image
+
+if TYPE_CHECKING:
+    import torch
+    import torchvision
+    from torch import nn
+
+    from trainer.config import TrainConfig
+
+
+@dataclass(frozen=True, eq=False)
+class ClassifySettings:
+    """`classify.<key>=value`."""
+
+    # A torchvision classification model that takes num_classes and returns logits; built without weights
+    # (nothing is downloaded), checked on a probe batch of the configured image size when the job starts.
+    model: str = "resnet18"
+
+    def __post_init__(self) -> None:
+        if not self.model:
+            raise UserError("classify.model: must name a torchvision model, e.g. classify.model=resnet18")
+
+
+def class_folders(root: Path) -> dict[str, list[Path]]:
+    """ImageFolder's layout: root/<class>/<image>, classes sorted by name, image files by suffix."""
+    if not root.is_dir():
+        raise UserError(f"data root {root} does not exist; set data.root to a folder of class sub-folders")
+    return {
+        d.name: sorted(f for f in d.rglob("*") if f.suffix.lower() in IMAGE_SUFFIXES and f.is_file())
+        for d in sorted(root.iterdir())
+        if d.is_dir()
+    }
 
 
 class Classify:
+    settings = ClassifySettings
+
+    def check(self, config: TrainConfig, world_size: int) -> None:
+        root = Path(config.data.root)
+        classes = class_folders(root)
+        if not classes:
+            raise UserError(f"data root {root} has no class sub-folders; lay it out as root/<class>/<image>")
+        empty = [name for name, files in classes.items() if not files]
+        if empty:
+            raise UserError(
+                f"class folder {root / empty[0]} holds no images ({', '.join(IMAGE_SUFFIXES)}); add images or "
+                "remove the folder"
+            )
+        if len(classes) < 2:
+            raise UserError(
+                f"data root {root} has one class ({next(iter(classes))}): a classifier needs at least two "
+                "class sub-folders"
+            )
+        if config.data.verify_images:
+            for name, files in classes.items():
+                for path in files:
+                    check_image(path, f"class {name}")
+        check_batches(sum(len(f) for f in classes.values()), config, world_size, f"data root {root}")
+
+    def sample_data(self, folder: Path, count: int) -> None:
+        """An ImageFolder of circles, squares and triangles, `count` images in all."""
+        from trainer.sample_data import SHAPES, scene
+
+        rng = random.Random(1)
+        for kind in SHAPES:
+            (folder / kind).mkdir(parents=True)
+            for i in range(count // len(SHAPES)):
+                scene(rng, kind).save(folder / kind / f"{i:04d}.jpg", quality=90)
+
     def dataset(self, config: TrainConfig) -> torchvision.datasets.ImageFolder:
+        import torchvision
+        from torchvision import transforms
+
         size = config.data.image_size
         transform = transforms.Compose(
             [transforms.Resize((size, size)), transforms.ToTensor(), transforms.Normalize(0.5, 0.5)]
@@ -20,15 +88,22 @@ class Classify:
         return torchvision.datasets.ImageFolder(config.data.root, transform=transform)
 
     def model(self, config: TrainConfig, dataset: Any) -> nn.Module:
-        name = config.model.name
-        if name not in torchvision.models.list_models():
+        import torchvision
+
+        name = config.task_settings.model
+        if name not in torchvision.models.list_models(module=torchvision.models):
             raise UserError(
-                f"model.name: unknown torchvision model {name!r}; try resnet18, mobilenet_v3_small or another of torchvision.models.list_models()"
+                f"classify.model: {name!r} is not a torchvision classification model; try resnet18, "
+                "mobilenet_v3_small or another of torchvision.models.list_models(torchvision.models)"
             )
         # weights=None: nothing is downloaded, the model starts from the seeded initialisation.
-        return torchvision.models.get_model(name, weights=None, num_classes=len(dataset.classes))
+        model = torchvision.models.get_model(name, weights=None, num_classes=len(dataset.classes))
+        probe(model, name, config.data.image_size)
+        return model
 
     def forward(self, model: nn.Module, batch: Any) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        from torch import nn
+
         images, labels = batch
         logits = model(images).float()
         accuracy = (logits.argmax(dim=1) == labels).float().mean()
@@ -39,3 +114,31 @@ class Classify:
 
 
 TASK = Classify()
+
+
+def probe(model: nn.Module, name: str, size: int) -> None:
+    """One training-mode forward pass of two blank images: a model that cannot take this image size, or
+    that returns something other than a logits tensor (googlenet's and inception's auxiliary outputs),
+    fails here in one line rather than at the first step."""
+    import torch
+
+    buffers = [b.clone() for b in model.buffers()]  # BatchNorm's running statistics: left as they were
+    model.train()
+    try:
+        with torch.no_grad(), torch.random.fork_rng(devices=[]):  # dropout's draws: the seeded stream stays
+            out = model(torch.zeros(2, 3, size, size))
+    except (RuntimeError, ValueError, AssertionError) as exc:
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise UserError(
+            f"classify.model={name} cannot take {size}x{size} images ({first}); pass a larger data.image_size "
+            "or another classify.model"
+        ) from None
+    finally:
+        with torch.no_grad():
+            for buffer, saved in zip(model.buffers(), buffers, strict=True):
+                buffer.copy_(saved)
+    if not isinstance(out, torch.Tensor):
+        raise UserError(
+            f"classify.model={name} returns {type(out).__name__}, not a tensor of logits, in training; pick a "
+            "model that returns logits, e.g. classify.model=resnet18"
+        )

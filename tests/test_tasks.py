@@ -1,0 +1,125 @@
+"""Each task owns its settings, data check and sample data; bad data and models are refused before anything
+is queued (torch-free), or, for a model only torch can judge, within seconds of the job's start."""
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ROOT, run_dirs, submit
+from tests.test_bad_input import assert_refused
+from trainer.config import build_config, config_dict
+from trainer.errors import UserError
+
+
+@pytest.fixture
+def folders(tmp_path: Path, sample_root: Path) -> Path:
+    """A private copy of the classify sample data (an ImageFolder of three classes), free to break."""
+    root = tmp_path / "classes"
+    shutil.copytree(sample_root / "classify", root)
+    return root
+
+
+def classify(local_profile: Path, root: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return submit("--profile", str(local_profile), "task=classify", f"data.root={root}", *args)
+
+
+def test_the_submit_path_imports_no_torch() -> None:
+    code = (
+        "import sys, trainer.tasks, trainer.config, trainer.runs;"
+        "[trainer.tasks.get(n) for n in trainer.tasks.available()];"
+        "trainer.config.build_config(['task=classify', 'classify.model=vgg11']);"
+        "assert 'torch' not in sys.modules, 'torch imported'"
+    )
+    result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+
+
+def test_task_settings_live_under_the_tasks_name() -> None:
+    config = build_config(["task=classify", "classify.model=resnet34"])
+    assert config.task_settings.model == "resnet34"
+    assert config_dict(config)["classify"] == {"model": "resnet34"} and "pix2pix" not in config_dict(config)
+    assert build_config(["pix2pix.width=8"]).task_settings.width == 8
+    assert build_config(base=config_dict(config)).task_settings.model == "resnet34"  # config.yaml round trip
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (["pix2pix.width=8", "task=classify"], "pix2pix.width is a setting of task pix2pix, but task is classify"),
+        (["classify.model=vgg11"], "classify.model is a setting of task classify, but task is pix2pix"),
+        (["pix2pix.widht=8"], "unknown config key pix2pix.widht; valid keys: "),
+        (["pix2pix.depth=9"], "pix2pix.depth: must be between 1 and 6"),
+        (["model.name=resnet18"], "unknown config key model.name"),
+    ],
+)
+def test_task_settings_are_validated_like_the_trainers(overrides: list[str], message: str) -> None:
+    with pytest.raises(UserError, match=message.replace(".", r"\.")):
+        build_config(overrides)
+
+
+def test_an_old_model_section_says_how_to_rename_it() -> None:
+    with pytest.raises(UserError, match="write model.name as classify.model"):
+        build_config(base={"task": "classify", "model": {"name": "resnet18"}})
+
+
+def empty_class(root: Path) -> None:
+    (root / "hexagon").mkdir()
+
+
+def one_class(root: Path) -> None:
+    shutil.rmtree(root / "circle")
+    shutil.rmtree(root / "square")
+
+
+def not_an_image(root: Path) -> None:
+    (root / "circle" / "0003.jpg").write_text("not a jpeg")
+
+
+@pytest.mark.parametrize(
+    ("breakage", "message"),
+    [
+        (empty_class, "class folder"),
+        (one_class, "has one class (triangle): a classifier needs at least two class sub-folders"),
+        (not_an_image, "class circle: image"),
+    ],
+)
+def test_bad_image_folders_are_refused_at_submit(  # type: ignore[no-untyped-def]
+    breakage, message: str, folders: Path, local_profile: Path, tmp_path: Path
+) -> None:
+    breakage(folders)
+    assert_refused(classify(local_profile, folders), message, tmp_path / "runs")
+
+
+def test_too_few_samples_for_one_batch_per_rank_is_refused_at_submit(
+    local_profile: Path, sample_root: Path, tmp_path: Path
+) -> None:
+    result = submit("--profile", str(local_profile), f"data.root={sample_root / 'pix2pix'}", "batch_size=1000")
+    message = "holds 256 samples: 128 for each of 2 processes, fewer than batch_size=1000; pass batch_size=128"
+    assert_refused(result, message, tmp_path / "runs")
+
+
+def test_a_unet_deeper_than_the_image_is_refused_at_submit(local_profile: Path, tmp_path: Path) -> None:
+    result = submit("--profile", str(local_profile), "pix2pix.depth=6", "data.image_size=16")
+    assert_refused(result, "data.image_size=16 is not divisible by 64; pass data.image_size=64", tmp_path / "runs")
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["classify.model=resnet1800"], "classify.model: 'resnet1800' is not a torchvision classification model"),
+        (["classify.model=vit_b_16", "data.image_size=32"], "classify.model=vit_b_16 cannot take 32x32 images"),
+        (["classify.model=googlenet"], "classify.model=googlenet returns GoogLeNetOutputs, not a tensor of logits"),
+    ],
+)
+def test_a_model_torch_cannot_use_ends_the_job_in_one_line(
+    args: list[str], message: str, local_profile: Path, folders: Path, tmp_path: Path
+) -> None:
+    result = classify(local_profile, folders, "--wait", "steps=2", *args)
+    assert result.returncode == 1, result.stdout + result.stderr
+    [line] = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
+    assert message in line, line
+    [run_dir] = run_dirs(tmp_path / "runs")
+    assert message in (run_dir / "error.txt").read_text()

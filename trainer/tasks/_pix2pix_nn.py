@@ -1,0 +1,74 @@
+"""pix2pix's torch parts: the paired-image dataset and the U-Net (imported by the task's methods only)."""
+
+from pathlib import Path
+
+import torch
+from PIL import Image
+from torch import nn
+from torch.utils.data import Dataset
+from torchvision import transforms
+
+from trainer.errors import UserError
+
+
+class PairsDataset(Dataset[torch.Tensor]):
+    """Each pair as one uint8 tensor (2, 3, H, W): source and target stacked.
+
+    uint8 is a quarter of float32's bytes between workers and to the device; one tensor rather than two
+    halves the shared-memory handoffs per batch, which cost the loader about 15% of its throughput here
+    (benchmarks/data_pipeline.py). Scaling to [-1, 1] happens on the device, on whole batches (`to_unit`).
+    """
+
+    def __init__(self, pairs: list[tuple[Path, Path]], image_size: int) -> None:
+        self.pairs = pairs
+        self.size = (image_size, image_size)
+
+    def __len__(self) -> int:
+        return len(self.pairs)
+
+    def _load(self, path: Path) -> torch.Tensor:
+        try:
+            with Image.open(path) as image:
+                image = image.convert("RGB")
+                if image.size != self.size:  # resizing costs as much as decoding: only when needed
+                    image = image.resize(self.size, Image.Resampling.BILINEAR)
+                return transforms.functional.pil_to_tensor(image)
+        except OSError as exc:
+            raise UserError(f"cannot read image {path} ({exc}); fix or remove it") from None
+
+    def __getitem__(self, index: int) -> torch.Tensor:
+        source, target = self.pairs[index]
+        return torch.stack([self._load(source), self._load(target)])
+
+
+def to_unit(images: torch.Tensor) -> torch.Tensor:
+    """uint8 [0, 255] -> float [-1, 1]."""
+    return images.float() / 127.5 - 1
+
+
+def _block(c_in: int, c_out: int, stride: int = 1) -> nn.Sequential:
+    # GroupNorm, not BatchNorm: no running buffers to broadcast, same result at any batch size.
+    conv = nn.Conv2d(c_in, c_out, 4 if stride == 2 else 3, stride, 1)
+    return nn.Sequential(conv, nn.GroupNorm(min(8, c_out), c_out), nn.SiLU())
+
+
+class UNet(nn.Module):
+    def __init__(self, width: int, depth: int) -> None:
+        super().__init__()
+        chans = [width * 2**i for i in range(depth + 1)]
+        self.inc = _block(3, chans[0])
+        self.downs = nn.ModuleList(_block(chans[i], chans[i + 1], stride=2) for i in range(depth))
+        self.ups = nn.ModuleList(nn.ConvTranspose2d(chans[i + 1], chans[i], 4, 2, 1) for i in reversed(range(depth)))
+        self.fuse = nn.ModuleList(_block(2 * chans[i], chans[i]) for i in reversed(range(depth)))
+        self.out = nn.Conv2d(chans[0], 3, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.inc(x)
+        skips = [x]
+        for down in self.downs:
+            x = down(x)
+            skips.append(x)
+        skips.pop()
+        for up, fuse in zip(self.ups, self.fuse, strict=True):
+            x = fuse(torch.cat([up(x), skips.pop()], dim=1))
+        return torch.tanh(self.out(x))
