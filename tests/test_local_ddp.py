@@ -42,6 +42,9 @@ def test_two_process_run_writes_scalars_images_and_summary(local_profile: Path, 
     assert [e.step for e in images] == [12, 24] and images[0].width == 3 * 64 + 4 * 2  # input | target | output
     result = summary(run_dir)
     assert result["world_size"] == 2 and result["final_step"] == 24 and len(result["weights_sha256"]) == 64
+    # The summary's train loss is the last log interval's mean (4 steps), the value TensorBoard shows at 24.
+    assert result["final_loss"] == pytest.approx(events.Scalars("train/loss")[-1].value, rel=1e-6)
+    assert [e.value for e in events.Scalars("train/epoch")][-1] == pytest.approx(24 / (256 // 2 // 4))
     # The hash is reproducible for a given thread count (reductions split by threads), so it is recorded.
     assert result["torch_threads"] == max(1, len(os.sched_getaffinity(0)) // 2)
     assert sorted(p.name for p in (run_dir / "checkpoints").glob("*.pt")) == [
@@ -143,3 +146,13 @@ def test_local_run_inside_another_launcher_trains_as_one_job(
     run_dir = run_local(local_profile, sample_root)
     assert summary(run_dir)["world_size"] == 2
     assert not (run_dir / "errors").exists()
+
+
+def test_a_cosine_schedule_decays_to_min_lr(local_profile: Path, sample_root: Path) -> None:
+    schedule = ["optim.schedule=cosine", "optim.min_lr=0.0001", "optim.warmup_steps=4"]
+    run_dir = run_local(local_profile, sample_root, *schedule)
+    events = EventAccumulator(str(run_dir / "tensorboard"), size_guidance={"scalars": 0})
+    events.Reload()
+    lrs = [e.value for e in events.Scalars("train/lr")]  # the rate of the next step, logged every 4 steps
+    assert lrs[0] == pytest.approx(2e-3) and lrs[-1] == pytest.approx(1e-4)
+    assert all(a > b for a, b in zip(lrs, lrs[1:], strict=False))

@@ -13,6 +13,7 @@ import trainer.tasks
 from trainer.errors import UserError
 
 AMP_MODES = ("off", "bf16", "fp16")
+SCHEDULES = ("constant", "cosine", "linear")
 
 # The config classes are frozen (validated once, never changed) with eq=False: nothing compares configs,
 # and each generated method is compiled at import, on the submit path (benchmarks/submit_speed.py).
@@ -50,9 +51,17 @@ class OptimConfig:
     weight_decay: float = 0.0
     warmup_steps: int = 0
     grad_clip: float = 0.0  # 0: off
+    schedule: str = "constant"  # after warm-up: constant, cosine or linear decay to min_lr at the last step
+    min_lr: float = 0.0
 
     def __post_init__(self) -> None:
         _check(self.lr > 0, "optim.lr", "must be > 0")
+        _check(
+            self.schedule in SCHEDULES,
+            "optim.schedule",
+            f"must be one of {', '.join(SCHEDULES)}, got {self.schedule!r}",
+        )
+        _check(0 <= self.min_lr <= self.lr, "optim.min_lr", f"must be between 0 and optim.lr ({self.lr})")
         _check(self.weight_decay >= 0, "optim.weight_decay", "must be >= 0")
         _check(self.warmup_steps >= 0, "optim.warmup_steps", "must be >= 0")
         _check(self.grad_clip >= 0, "optim.grad_clip", "must be >= 0 (0 turns clipping off)")

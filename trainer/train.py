@@ -21,6 +21,7 @@ from trainer.errors import UserError
 from trainer.preemption import Attempts, decide, leave, stop_agreed
 from trainer.rundir import RunDir
 from trainer.runs import write_config
+from trainer.schedule import lr_factor
 from trainer.state import TrainState
 from trainer.stopflag import StopFlag
 from trainer.tblog import NullLogger, TensorBoardLogger
@@ -36,20 +37,29 @@ def to_device(batch: Any, device: torch.device) -> Any:
 
 
 class Progress:
-    """A live line on a terminal, plain periodic lines in batch logs."""
+    """A live line on a terminal, plain periodic lines in batch logs: step, elapsed time, ETA, values."""
 
-    def __init__(self, total: int, enabled: bool) -> None:
+    def __init__(self, total: int, first_step: int, enabled: bool) -> None:
         self.total, self.enabled, self.tty = total, enabled, sys.stdout.isatty()
+        self.first_step, self.started = first_step, time.monotonic()  # this attempt's: the ETA is its pace
 
     def update(self, step: int, values: dict[str, float]) -> None:
         if not self.enabled:
             return
-        text = f"step {step}/{self.total} " + " ".join(f"{k.split('/')[-1]}={v:.4g}" for k, v in values.items())
+        elapsed = time.monotonic() - self.started
+        eta = elapsed / max(1, step - self.first_step) * (self.total - step)
+        head = f"step {step}/{self.total} elapsed {clock(elapsed)} eta {clock(eta)} "
+        text = head + " ".join(f"{k.split('/')[-1]}={v:.4g}" for k, v in values.items())
         print(("\r" + text) if self.tty else text, end="" if self.tty else "\n", flush=True)
 
     def close(self) -> None:
         if self.enabled and self.tty:
             print(flush=True)
+
+
+def clock(seconds: float) -> str:
+    minutes, secs = divmod(int(seconds), 60)
+    return f"{minutes // 60}:{minutes % 60:02d}:{secs:02d}"
 
 
 def train(
@@ -80,10 +90,7 @@ def train(
         model = task.model(config, dataset).to(device)
         ddp = wrap(model, env, device, config.dist)
         optimizer = torch.optim.AdamW(model.parameters(), lr=config.optim.lr, weight_decay=config.optim.weight_decay)
-        warmup = config.optim.warmup_steps
-        scheduler = torch.optim.lr_scheduler.LambdaLR(
-            optimizer, lambda s: min(1.0, (s + 1) / warmup) if warmup else 1.0
-        )
+        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: lr_factor(s, config.steps, config.optim))
         scaler = torch.amp.GradScaler(device.type, enabled=config.amp == "fp16")
         autocast = torch.autocast(device.type, dtype=AMP_DTYPES.get(config.amp), enabled=config.amp != "off")
 
@@ -116,7 +123,7 @@ def train(
                     | {"restarts/last_time_lost_s": cost["time_lost_s"]},
                     state.step,
                 )
-        progress = Progress(config.steps, enabled=env.is_main)
+        progress = Progress(config.steps, state.step, enabled=env.is_main)
         interval_loss, interval_metrics, interval_steps = torch.zeros((), device=device), {}, 0
         step_time = data_time = 0.0
         final_loss: float | None = None  # stays None when this attempt had no step left to train
@@ -159,6 +166,7 @@ def train(
                     }
                     values |= {
                         "train/lr": scheduler.get_last_lr()[0],
+                        "train/epoch": state.epoch + state.batch_in_epoch / batches_per_epoch,
                         "perf/samples_per_s": interval_steps * config.batch_size * env.world_size / step_time,
                         "perf/step_time_s": step_time / interval_steps,
                         "perf/data_wait_s": data_time / interval_steps,
@@ -167,16 +175,15 @@ def train(
                     if env.is_main:  # for jobs.status
                         write_text(files.progress, json.dumps({"step": step, "time": time.time()}))
                     progress.update(step, values)
+                    if step == config.steps:  # the summary's train metrics: this last interval's means
+                        final_loss = finite(values["train/loss"])
+                        final_metrics = {k[6:]: finite(v) for k, v in values.items() if is_task_metric(k, metrics)}
                     interval_loss.zero_()
                     interval_metrics, interval_steps, step_time, data_time = {}, 0, 0.0, 0.0
                 if config.log.image_every and (step % config.log.image_every == 0 or step == config.steps):
                     grid = task.images(model, batch) if env.is_main else None
                     if grid is not None:
                         logger.image("images/input_target_output", grid, step)
-                if step == config.steps:
-                    # Summary metrics from the last step alone: the same whether or not the run was resumed.
-                    final_loss = finite(mean_over_ranks(loss, env))
-                    final_metrics = {k: finite(mean_over_ranks(v, env)) for k, v in metrics.items()}
                 saved = checkpoints.due(step, config.steps)
                 if saved:
                     checkpoints.save(state)  # a collective
@@ -217,6 +224,10 @@ def train(
             loss_text = f"{final_loss:.4f}" if final_loss is not None else "-"
             print(f"done: step {state.step}, final loss {loss_text}, summary in {files.summary}", flush=True)
         return summary
+
+
+def is_task_metric(key: str, metrics: dict[str, Any]) -> bool:
+    return key.startswith("train/") and key[6:] in metrics
 
 
 def finite(value: float) -> float | None:
