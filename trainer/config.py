@@ -33,8 +33,24 @@ class DataConfig:
     image_size: int = 64
     num_workers: int = -1  # -1: derived from the CPUs available to each task
     verify_images: bool = True  # open every image once before training starts
+    # Validation: a separate data root (its CSV: val_csv, default the same name as csv), or a fraction of the
+    # training data held out by seed. Neither: no validation.
+    val_root: str = ""
+    val_csv: str = ""
+    val_fraction: float = 0.0
 
     def __post_init__(self) -> None:
+        _check(0 <= self.val_fraction < 1, "data.val_fraction", "must be >= 0 and < 1, e.g. 0.1")
+        _check(
+            not (self.val_root and self.val_fraction),
+            "data.val_root",
+            "and data.val_fraction are both set; hold out a fraction or name a validation root, not both",
+        )
+        _check(not self.val_csv or bool(self.val_root), "data.val_csv", "needs data.val_root (the folder it is in)")
+
+    def held_out(self, samples: int) -> int:
+        """How many of `samples` val_fraction holds out for validation (at least one when it is set)."""
+        return max(1, round(samples * self.val_fraction)) if self.val_fraction else 0
         _check(
             self.image_size >= 16 and self.image_size % 16 == 0,
             "data.image_size",
@@ -65,6 +81,16 @@ class OptimConfig:
         _check(self.weight_decay >= 0, "optim.weight_decay", "must be >= 0")
         _check(self.warmup_steps >= 0, "optim.warmup_steps", "must be >= 0")
         _check(self.grad_clip >= 0, "optim.grad_clip", "must be >= 0 (0 turns clipping off)")
+
+
+@dataclass(frozen=True, eq=False)
+class EvalConfig:
+    """When the validation set is evaluated (with one: see data.val_root and data.val_fraction)."""
+
+    every: int = 100  # steps between evaluations; the last step is always evaluated; 0: the last step only
+
+    def __post_init__(self) -> None:
+        _check(self.every >= 0, "eval.every", "must be >= 0 (0: only at the end)")
 
 
 @dataclass(frozen=True, eq=False)
@@ -122,6 +148,7 @@ class TrainConfig:
     data: DataConfig = field(default_factory=DataConfig)
     optim: OptimConfig = field(default_factory=OptimConfig)
     log: LogConfig = field(default_factory=LogConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     dist: DistConfig = field(default_factory=DistConfig)
     # The task's own settings (an instance of its `settings` class), under the task's name in YAML and

@@ -26,6 +26,13 @@ class ResumableSampler(DistributedSampler[Any]):
         return self.num_samples - self.start
 
 
+def to_device(batch: Any, device: torch.device) -> Any:
+    """A batch as the task's dataset collates it (one tensor, or a tuple of them) moved to the device."""
+    if isinstance(batch, torch.Tensor):
+        return batch.to(device, non_blocking=True)
+    return [t.to(device, non_blocking=True) for t in batch]
+
+
 def num_workers(config: TrainConfig, env: DistEnv) -> int:
     if config.data.num_workers >= 0:
         return config.data.num_workers

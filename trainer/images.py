@@ -41,6 +41,7 @@ def check_image(path: Path, where: str) -> None:
 def check_batches(samples: int, config: "TrainConfig", world_size: int, what: str) -> None:
     """Every rank needs one full batch per epoch: the loader drops a last partial one so that all ranks take
     the same steps, and DistributedSampler gives each rank ceil(samples / world_size) samples."""
+    samples -= config.data.held_out(samples)
     per_rank = -(-samples // world_size)
     if per_rank < config.batch_size:
         raise UserError(

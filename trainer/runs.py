@@ -34,8 +34,24 @@ def resolve_data(config: TrainConfig, sample_root: Path, world_size: int) -> Tra
         if not root.is_dir():
             raise UserError(f"task {config.task} has no built-in sample data; set data.root=PATH")
     config = dataclasses.replace(config, data=dataclasses.replace(config.data, root=str(root)))
-    trainer.tasks.get(config.task).check(config, world_size)
+    task = trainer.tasks.get(config.task)
+    task.check(config, world_size)
+    if config.data.val_root:  # checked as data in its own right; any size will do for evaluation
+        val_root = str(Path(config.data.val_root).expanduser().resolve())
+        config = dataclasses.replace(config, data=dataclasses.replace(config.data, val_root=val_root))
+        try:
+            task.check(validation_config(config), 1)
+        except UserError as exc:  # its words name data.root and data.csv: say which data they mean here
+            raise UserError(f"validation data (data.val_root, data.val_csv): {exc}") from None
     return config
+
+
+def validation_config(config: TrainConfig) -> TrainConfig:
+    """The config that describes the validation root as a task's data (one sample per batch will do)."""
+    data = dataclasses.replace(
+        config.data, root=config.data.val_root, csv=config.data.val_csv or config.data.csv, val_root="", val_csv=""
+    )
+    return dataclasses.replace(config, data=data, batch_size=1)
 
 
 # One rule for every name that becomes a folder (and reaches the batch script): no separators, no "..".

@@ -11,10 +11,10 @@ from typing import Any
 import torch
 
 import trainer.tasks
-from trainer import checkpoint
+from trainer import checkpoint, validation
 from trainer.atomic import write_text
 from trainer.config import JobSettings, TrainConfig, config_dict
-from trainer.data import make_loader
+from trainer.data import make_loader, num_workers, to_device
 from trainer.distenv import DistEnv
 from trainer.distributed import mean_over_ranks, pick_device, process_group, wrap
 from trainer.errors import UserError
@@ -27,13 +27,6 @@ from trainer.stopflag import StopFlag
 from trainer.tblog import NullLogger, TensorBoardLogger
 
 AMP_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
-
-
-def to_device(batch: Any, device: torch.device) -> Any:
-    """A batch as the task's dataset collates it (one tensor, or a tuple of them) moved to the device."""
-    if isinstance(batch, torch.Tensor):
-        return batch.to(device, non_blocking=True)
-    return [t.to(device, non_blocking=True) for t in batch]
 
 
 class Progress:
@@ -51,6 +44,10 @@ class Progress:
         head = f"step {step}/{self.total} elapsed {clock(elapsed)} eta {clock(eta)} "
         text = head + " ".join(f"{k.split('/')[-1]}={v:.4g}" for k, v in values.items())
         print(("\r" + text) if self.tty else text, end="" if self.tty else "\n", flush=True)
+
+    def line(self, text: str) -> None:
+        if self.enabled:
+            print(("\n" + text) if self.tty else text, flush=True)
 
     def close(self) -> None:
         if self.enabled and self.tty:
@@ -79,15 +76,17 @@ def train(
         random.seed(config.seed)
         torch.manual_seed(config.seed)  # the same initial weights on every rank
         task = trainer.tasks.get(config.task)
-        dataset = task.dataset(config)
+        data = validation.datasets(task, config)
+        dataset = data.train
         loader, sampler = make_loader(dataset, config, env, device)
+        val_loader = validation.shard_loader(data.val, config, env, num_workers(config, env)) if data.val else None
         batches_per_epoch = len(sampler) // config.batch_size
         if batches_per_epoch == 0:
             raise UserError(
                 f"{len(dataset)} samples give no full batch of {config.batch_size} on each of {env.world_size} "
                 f"processes; lower batch_size or add data"
             )
-        model = task.model(config, dataset).to(device)
+        model = task.model(config, data.full).to(device)
         ddp = wrap(model, env, device, config.dist)
         optimizer = torch.optim.AdamW(model.parameters(), lr=config.optim.lr, weight_decay=config.optim.weight_decay)
         scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: lr_factor(s, config.steps, config.optim))
@@ -128,6 +127,8 @@ def train(
         step_time = data_time = 0.0
         final_loss: float | None = None  # stays None when this attempt had no step left to train
         final_metrics: dict[str, float | None] = {}
+        final_val: dict[str, float | None] | None = None  # the last step's validation metrics
+        image_batch = None  # fixed validation samples: the same images compared across steps
 
         while state.step < config.steps:
             sampler.set_epoch(state.epoch)
@@ -181,9 +182,20 @@ def train(
                     interval_loss.zero_()
                     interval_metrics, interval_steps, step_time, data_time = {}, 0, 0.0, 0.0
                 if config.log.image_every and (step % config.log.image_every == 0 or step == config.steps):
-                    grid = task.images(model, batch) if env.is_main else None
+                    if env.is_main and val_loader is not None and image_batch is None:
+                        image_batch = to_device(next(iter(val_loader)), device)
+                    grid = task.images(model, batch if image_batch is None else image_batch) if env.is_main else None
                     if grid is not None:
                         logger.image("images/input_target_output", grid, step)
+                # A collective: every rank evaluates its shard at the same steps.
+                if val_loader is not None and (
+                    step == config.steps or (config.eval.every and step % config.eval.every == 0)
+                ):
+                    val = validation.evaluate(model, val_loader, task, env, device, autocast)
+                    logger.scalars({f"val/{k}": v for k, v in val.items()}, step)
+                    progress.line(f"validation at step {step}: " + " ".join(f"{k}={v:.4g}" for k, v in val.items()))
+                    if step == config.steps:
+                        final_val = {k: finite(v) for k, v in val.items()}
                 saved = checkpoints.due(step, config.steps)
                 if saved:
                     checkpoints.save(state)  # a collective
@@ -210,6 +222,7 @@ def train(
                 "final_step": state.step,
                 "final_loss": final_loss,
                 "final_metrics": final_metrics,
+                "val_metrics": final_val,  # of the final weights, on the whole validation set; null: none
                 "world_size": env.world_size,
                 "torch_threads": torch.get_num_threads(),  # the hash below is reproducible for this count
                 # From the first attempt's start when the run was requeued: the time a user waited.

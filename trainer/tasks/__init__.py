@@ -38,6 +38,10 @@ class Task(Protocol):
         """Loss and named metrics (scalars) for one batch already on the device."""
         ...
 
+    def evaluate(self, model: "torch.nn.Module", batch: Any) -> dict[str, "torch.Tensor"]:
+        """Validation metrics of one batch, one value per sample (the trainer averages them over the set)."""
+        ...
+
     def images(self, model: "torch.nn.Module", batch: Any) -> "torch.Tensor | None":
         """An image grid (C, H, W in [0, 1]) for TensorBoard, or None."""
         ...

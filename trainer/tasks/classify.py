@@ -109,6 +109,20 @@ class Classify:
         accuracy = (logits.argmax(dim=1) == labels).float().mean()
         return nn.functional.cross_entropy(logits, labels), {"accuracy": accuracy}
 
+    def evaluate(self, model: nn.Module, batch: Any) -> dict[str, torch.Tensor]:
+        """Loss and top-1 accuracy per sample; top-5 too with more than 5 classes."""
+        from torch import nn
+
+        images, labels = batch
+        logits = model(images).float()
+        values = {
+            "loss": nn.functional.cross_entropy(logits, labels, reduction="none"),
+            "top1": (logits.argmax(dim=1) == labels).float(),
+        }
+        if logits.shape[1] > 5:
+            values["top5"] = (logits.topk(5, dim=1).indices == labels[:, None]).any(dim=1).float()
+        return values
+
     def images(self, model: nn.Module, batch: Any) -> None:
         return None
 

@@ -113,6 +113,17 @@ class Pix2Pix:
         loss = nn.functional.l1_loss(model(source).float(), target)
         return loss, {}
 
+    def evaluate(self, model: nn.Module, batch: Any) -> dict[str, torch.Tensor]:
+        """L1 and PSNR (dB, for images in [-1, 1]: a peak-to-peak range of 2) per pair."""
+        import torch
+
+        from trainer.tasks._pix2pix_nn import to_unit
+
+        source, target = to_unit(batch).unbind(1)
+        error = model(source).float() - target
+        mse = error.square().mean(dim=(1, 2, 3)).clamp_min(1e-10)
+        return {"l1": error.abs().mean(dim=(1, 2, 3)), "psnr": 10 * torch.log10(4 / mse)}
+
     def images(self, model: nn.Module, batch: Any) -> torch.Tensor:
         import torch
         from torchvision.utils import make_grid

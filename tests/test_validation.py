@@ -1,0 +1,99 @@
+"""Validation counts every sample once, at any world size: the distributed mean equals one process's."""
+
+import contextlib
+import json
+import tempfile
+from pathlib import Path
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+from torch.utils.data import TensorDataset
+
+from tests.conftest import submit
+from trainer.config import build_config
+from trainer.distenv import DistEnv
+from trainer.tasks.classify import TASK as CLASSIFY
+from trainer.validation import evaluate, shard_loader
+
+SAMPLES, CLASSES = 23, 7  # 23 is divisible by none of 2 and 3 (and > 5 classes: top-5 is reported too)
+
+
+def data_and_model() -> tuple[TensorDataset, torch.nn.Module]:
+    torch.manual_seed(0)
+    images, labels = torch.randn(SAMPLES, 3, 4, 4), torch.randint(0, CLASSES, (SAMPLES,))
+    return TensorDataset(images, labels), torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(48, CLASSES))
+
+
+def reference() -> dict[str, float]:
+    """One process, the whole set in one batch, no trainer code: what the metric should be."""
+    (dataset, model) = data_and_model()
+    images, labels = dataset.tensors
+    with torch.no_grad():
+        logits = model(images)
+    return {
+        "loss": torch.nn.functional.cross_entropy(logits, labels).item(),
+        "top1": (logits.argmax(1) == labels).double().mean().item(),
+        "top5": (logits.topk(5, 1).indices == labels[:, None]).any(1).double().mean().item(),
+    }
+
+
+def worker(rank: int, world: int, store: str, out: str) -> None:
+    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world)
+    env = DistEnv("env", rank, rank, world, world, 0, 1, "127.0.0.1", 0, None, 1)
+    dataset, model = data_and_model()
+    config = build_config(["task=classify", "batch_size=4"])
+    loader = shard_loader(dataset, config, env, workers=0)
+    result = evaluate(model, loader, CLASSIFY, env, torch.device("cpu"), contextlib.nullcontext())
+    if rank == 0:
+        Path(out).write_text(json.dumps(result))
+    dist.destroy_process_group()
+
+
+@pytest.mark.parametrize("world", [1, 2, 3])
+def test_the_distributed_mean_equals_a_single_process_evaluation(world: int, tmp_path: Path) -> None:
+    store, out = tempfile.mktemp(dir=tmp_path), tmp_path / "result.json"
+    mp.spawn(worker, args=(world, store, str(out)), nprocs=world, join=True)
+    result = json.loads(out.read_text())
+    assert result.keys() == reference().keys()
+    for name, value in reference().items():
+        assert result[name] == pytest.approx(value, rel=1e-6, abs=1e-9), name
+
+
+def test_a_run_with_a_held_out_fraction_reports_validation(tmp_path: Path, sample_root: Path) -> None:
+    profile = tmp_path / "p.yaml"
+    profile.write_text(f"executor: local\ngpus_per_node: 2\nrun_root: {tmp_path / 'runs'}\n")
+    args = ["--wait", "steps=8", "log.every=4", "eval.every=4", "data.val_fraction=0.1", "log.image_every=0"]
+    result = submit("--profile", str(profile), f"data.root={sample_root / 'pix2pix'}", *args)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "validation at step 4: l1=" in result.stdout and "validation at step 8: l1=" in result.stdout
+    [summary] = [json.loads(p.read_text()) for p in (tmp_path / "runs").glob("*/summary.json")]
+    assert set(summary["val_metrics"]) == {"l1", "psnr"} and summary["val_metrics"]["psnr"] > 0
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (["data.val_fraction=0.1", "data.val_root=/x"], "hold out a fraction or name a validation root, not both"),
+        (["data.val_fraction=1"], "data.val_fraction: must be >= 0 and < 1"),
+        (["data.val_csv=v.csv"], "data.val_csv: needs data.val_root"),
+    ],
+)
+def test_validation_settings_are_refused_in_one_line(overrides: list[str], message: str) -> None:
+    from trainer.errors import UserError
+
+    with pytest.raises(UserError, match=message):
+        build_config(overrides)
+
+
+def test_a_separate_validation_root_is_checked_at_submit_and_evaluated(tmp_path: Path, sample_root: Path) -> None:
+    profile = tmp_path / "p.yaml"
+    profile.write_text(f"executor: local\ngpus_per_node: 2\nrun_root: {tmp_path / 'runs'}\n")
+    data = [f"data.root={sample_root / 'pix2pix'}", "--wait", "steps=4", "log.image_every=0"]
+    refused = submit("--profile", str(profile), *data, f"data.val_root={tmp_path / 'nowhere'}")
+    assert refused.returncode == 2 and refused.stderr.startswith("error: validation data (data.val_root, data.val_csv)")
+    assert not list((tmp_path / "runs").glob("*/config.yaml"))
+    result = submit("--profile", str(profile), *data, f"data.val_root={sample_root / 'pix2pix'}")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "validation at step 4: l1=" in result.stdout

@@ -1,0 +1,89 @@
+"""The validation set and its evaluation: every sample counted once, whatever the number of ranks.
+
+DistributedSampler pads a shard by repeating samples so all ranks get the same count: right for training,
+wrong for a metric. Here each rank takes every world_size-th sample (no padding, no drop), sums each
+metric over its samples in float64, and one all-reduce adds the sums and counts: the mean is that of a
+single process evaluating the whole set with the same weights.
+"""
+
+import contextlib
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch.utils.data import DataLoader, Dataset, Subset
+
+from trainer.config import TrainConfig
+from trainer.data import to_device
+from trainer.distenv import DistEnv
+from trainer.errors import UserError
+from trainer.runs import validation_config
+from trainer.tasks import Task
+
+
+@dataclass
+class Datasets:
+    full: Any  # what the task's model is built for (classify's class names): the training root, whole
+    train: Dataset[Any]
+    val: Dataset[Any] | None
+
+
+def datasets(task: Task, config: TrainConfig) -> Datasets:
+    """The training data, and the validation data: a held-out fraction (by seed) or a separate root."""
+    full = task.dataset(config)
+    if config.data.val_fraction:
+        order = torch.randperm(len(full), generator=torch.Generator().manual_seed(config.seed)).tolist()
+        held = config.data.held_out(len(full))
+        return Datasets(full, Subset(full, sorted(order[held:])), Subset(full, sorted(order[:held])))
+    if config.data.val_root:
+        val = task.dataset(validation_config(config))
+        classes, val_classes = getattr(full, "classes", None), getattr(val, "classes", None)
+        if classes != val_classes:  # ImageFolder numbers classes by sorted folder name: they must agree
+            raise UserError(
+                f"data.val_root {config.data.val_root} has classes {val_classes}, the training data {classes}; "
+                "give both the same class folders"
+            )
+        return Datasets(full, full, val)
+    return Datasets(full, full, None)
+
+
+def shard_loader(val: Dataset[Any], config: TrainConfig, env: DistEnv, workers: int) -> DataLoader[Any]:
+    """This rank's share of the validation set: samples rank, rank + world_size, ... in order."""
+    size = len(val)  # type: ignore[arg-type]
+    if size < env.world_size:
+        raise UserError(
+            f"the validation set holds {size} samples for {env.world_size} processes; give it at least "
+            f"{env.world_size} (a larger data.val_fraction, or more data in data.val_root)"
+        )
+    shard = Subset(val, list(range(env.rank, size, env.world_size)))
+    return DataLoader(
+        shard, batch_size=config.batch_size, shuffle=False, num_workers=workers, persistent_workers=workers > 0
+    )
+
+
+def evaluate(
+    model: torch.nn.Module,
+    loader: DataLoader[Any],
+    task: Task,
+    env: DistEnv,
+    device: torch.device,
+    autocast: contextlib.AbstractContextManager[Any],
+) -> dict[str, float]:
+    """The mean of each of the task's per-sample metrics over the whole validation set. A collective."""
+    model.eval()
+    sums: dict[str, torch.Tensor] = {}
+    count = torch.zeros((), dtype=torch.float64, device=device)
+    with torch.no_grad():
+        for batch in loader:
+            with autocast:
+                values = task.evaluate(model, to_device(batch, device))
+            for name, per_sample in values.items():
+                sums[name] = sums.get(name, 0) + per_sample.double().sum()
+            count += len(next(iter(values.values())))
+    model.train()
+    names = sorted(sums)  # every rank has at least one sample, so the same names in the same order
+    totals = torch.stack([*(sums[n] for n in names), count])
+    if env.distributed:
+        dist.all_reduce(totals)
+    return {name: (totals[i] / totals[-1]).item() for i, name in enumerate(names)}
