@@ -65,9 +65,17 @@ def test_same_seed_same_weights(local_profile: Path, sample_root: Path) -> None:
     assert summary(third)["weights_sha256"] != summary(first)["weights_sha256"]
 
 
+def val_scalars(run_dir: Path) -> dict[int, float]:
+    events = EventAccumulator(str(run_dir / "tensorboard"), size_guidance={"scalars": 0})
+    events.Reload()
+    return {e.step: e.value for e in events.Scalars("val/l1")}  # an evaluation done again after a kill: its last
+
+
 def test_killed_run_resumes_to_the_same_weights(local_profile: Path, sample_root: Path, tmp_path: Path) -> None:
-    reference = run_local(local_profile, sample_root, "steps=48")
-    args = ["--profile", str(local_profile), "--wait", f"data.root={sample_root / 'pix2pix'}", *SMALL, "steps=48"]
+    """...and evaluates at the same steps with the same numbers: evaluation is part of resume."""
+    validated = ["steps=48", "data.val_fraction=0.1", "eval.every=8"]
+    reference = run_local(local_profile, sample_root, *validated)
+    args = ["--profile", str(local_profile), "--wait", f"data.root={sample_root / 'pix2pix'}", *SMALL, *validated]
     proc = subprocess.Popen(
         [sys.executable, "-m", "jobs.submit", *args],
         cwd=ROOT,
@@ -90,6 +98,18 @@ def test_killed_run_resumes_to_the_same_weights(local_profile: Path, sample_root
     assert result.returncode == 0, result.stdout + result.stderr
     assert "resumed from" in result.stdout
     assert summary(interrupted)["weights_sha256"] == summary(reference)["weights_sha256"]
+    assert summary(interrupted)["val_metrics"] == summary(reference)["val_metrics"]
+    assert {k: v for k, v in summary(interrupted)["best"].items() if k != "path"} == {
+        k: v for k, v in summary(reference)["best"].items() if k != "path"
+    }
+    assert val_scalars(interrupted) == val_scalars(reference) and sorted(val_scalars(reference)) == [
+        8,
+        16,
+        24,
+        32,
+        40,
+        48,
+    ]
 
 
 def test_local_timeout_signal_saves_requeues_and_resumes(tmp_path: Path, sample_root: Path) -> None:

@@ -2,6 +2,9 @@
 
 import contextlib
 import json
+import os
+import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
@@ -11,7 +14,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 from torch.utils.data import TensorDataset
 
-from tests.conftest import submit
+from tests.conftest import ROOT, submit
 from trainer.config import build_config
 from trainer.distenv import DistEnv
 from trainer.tasks.classify import TASK as CLASSIFY
@@ -97,3 +100,49 @@ def test_a_separate_validation_root_is_checked_at_submit_and_evaluated(tmp_path:
     result = submit("--profile", str(profile), *data, f"data.val_root={sample_root / 'pix2pix'}")
     assert result.returncode == 0, result.stdout + result.stderr
     assert "validation at step 4: l1=" in result.stdout
+
+
+def evaluate_cli(target: Path, *args: str) -> dict:  # type: ignore[type-arg]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    cmd = [sys.executable, "-m", "trainer.evaluate", str(target), *args]
+    result = subprocess.run(cmd, cwd=target.parent, env=env, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout.splitlines()[-1])  # type: ignore[no-any-return]
+
+
+def test_the_best_checkpoint_survives_pruning_and_evaluate_agrees(tmp_path: Path, sample_root: Path) -> None:
+    """keep=1 prunes every step checkpoint but the last; best.pt is apart, holds what its use needs, and
+    trainer.evaluate recomputes the numbers summary.json reports for it and for the final weights."""
+    profile = tmp_path / "p.yaml"
+    profile.write_text(f"executor: local\ngpus_per_node: 2\nrun_root: {tmp_path / 'runs'}\n")
+    args = ["--wait", "task=classify", "steps=12", "eval.every=3", "data.val_fraction=0.2", "checkpoint.every=3"]
+    args += ["checkpoint.keep=1", "eval.metric=loss", "log.image_every=0", "batch_size=4"]
+    result = submit("--profile", str(profile), f"data.root={sample_root / 'classify'}", *args)
+    assert result.returncode == 0, result.stdout + result.stderr
+    [run_dir] = [p.parent for p in (tmp_path / "runs").glob("*/summary.json")]
+    summary = json.loads((run_dir / "summary.json").read_text())
+    best = summary["best"]
+    evaluated = [line for line in result.stdout.splitlines() if line.startswith("validation at step")]
+    losses = {int(line.split()[3][:-1]): float(line.split("loss=")[1].split()[0]) for line in evaluated}
+    assert sorted(losses) == [3, 6, 9, 12] and best["step"] == min(losses, key=losses.__getitem__)
+    assert (best["metric"], best["mode"]) == ("loss", "min")
+    names = sorted(p.name for p in (run_dir / "checkpoints").iterdir())
+    assert names == ["best.pt", "best.pt.sha256", "step_00000012.pt", "step_00000012.pt.sha256"]
+
+    final = evaluate_cli(run_dir)
+    assert final["step"] == 12 and final["val_metrics"] == pytest.approx(summary["val_metrics"], rel=1e-9)
+    from_best = evaluate_cli(Path(best["path"]))
+    assert from_best["step"] == best["step"] and from_best["val_metrics"] == pytest.approx(
+        best["val_metrics"], rel=1e-9
+    )
+
+    meta = torch.load(best["path"], weights_only=True)["meta"]
+    assert meta["task"] == "classify" and meta["classes"] == ["circle", "square", "triangle"]
+    assert meta["config"]["classify"] == {"model": "resnet18"} and meta["val_metrics"] == best["val_metrics"]
+
+
+def test_an_unknown_eval_metric_is_refused() -> None:
+    from trainer.errors import UserError
+
+    with pytest.raises(UserError, match="eval.metric: task pix2pix reports l1, psnr, not 'top1'"):
+        build_config(["eval.metric=top1"])

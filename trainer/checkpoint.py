@@ -13,8 +13,16 @@ import torch
 import torch.distributed as dist
 
 from trainer.atomic import write_bytes, write_text
-from trainer.checkpoint_names import checkpoint_path, checksum_path, list_checkpoints, stale_temporaries, to_prune
+from trainer.checkpoint_names import (
+    best_path,
+    checkpoint_path,
+    checksum_path,
+    list_checkpoints,
+    stale_temporaries,
+    to_prune,
+)
 from trainer.config import CheckpointConfig
+from trainer.errors import UserError
 from trainer.state import KEYS, PROGRESS, TrainState
 
 
@@ -156,6 +164,31 @@ class Checkpointer:
     def wait(self) -> None:
         """Until the last checkpoint is on disk (a background write may still run)."""
         self.writer.wait()
+
+
+def save_best(folder: Path, weights: dict[str, torch.Tensor], meta: dict[str, Any]) -> Path:
+    """best.pt: the weights and what is needed to use them (task, config, class names, step, metrics)."""
+    buffer = io.BytesIO()
+    torch.save({"model": weights, "meta": meta}, buffer)
+    path = best_path(folder)
+    checksum_path(path).unlink(missing_ok=True)  # first: a best.pt being replaced is never trusted half-written
+    write_bytes(path, buffer.getvalue())
+    write_text(checksum_path(path), hashlib.sha256(buffer.getvalue()).hexdigest() + "\n")
+    return path
+
+
+def load_weights(path: Path, map_location: torch.device) -> dict[str, Any]:
+    """A checkpoint (step_*.pt or best.pt) to evaluate: its checksum must match; the safe loader only."""
+    data = _verified_bytes(path)
+    if data is None:
+        raise UserError(f"{path} has no matching {checksum_path(path).name} (torn, corrupt or not ours); pick another")
+    try:
+        state = torch.load(io.BytesIO(data), map_location=map_location, weights_only=True)
+    except Exception as exc:
+        raise UserError(f"{path} cannot be loaded ({type(exc).__name__}); pick another checkpoint") from None
+    if not isinstance(state, dict) or "model" not in state or not isinstance(state.get("meta"), dict):
+        raise UserError(f"{path} holds no weights with their settings (written before checkpoints carried them)")
+    return state
 
 
 def weights_sha256(state_dict: dict[str, torch.Tensor]) -> str:

@@ -10,6 +10,11 @@ def checkpoint_path(folder: Path, step: int) -> Path:
     return folder / f"step_{step:08d}.pt"
 
 
+def best_path(folder: Path) -> Path:
+    """The best checkpoint by the validation metric: not step-numbered, so keep-K pruning never sees it."""
+    return folder / "best.pt"
+
+
 def checksum_path(path: Path) -> Path:
     return path.with_suffix(".pt.sha256")
 

@@ -88,9 +88,12 @@ class EvalConfig:
     """When the validation set is evaluated (with one: see data.val_root and data.val_fraction)."""
 
     every: int = 100  # steps between evaluations; the last step is always evaluated; 0: the last step only
+    metric: str = ""  # the validation metric that picks the best checkpoint; empty: the task's choice
+    mode: str = ""  # min or max; empty: the metric's own direction (the task knows it)
 
     def __post_init__(self) -> None:
         _check(self.every >= 0, "eval.every", "must be >= 0 (0: only at the end)")
+        _check(self.mode in ("", "min", "max"), "eval.mode", f"must be min or max, got {self.mode!r}")
 
 
 @dataclass(frozen=True, eq=False)
@@ -160,6 +163,18 @@ class TrainConfig:
         if self.task_settings is None:
             object.__setattr__(self, "task_settings", settings())
         _check(isinstance(self.task_settings, settings), self.task, f"settings must be a {settings.__name__}")
+        metrics = trainer.tasks.get(self.task).metrics
+        _check(
+            not self.eval.metric or self.eval.metric in metrics,
+            "eval.metric",
+            f"task {self.task} reports {', '.join(metrics)}, not {self.eval.metric!r}",
+        )
+
+    def best_metric(self) -> tuple[str, str]:
+        """The validation metric that picks the best checkpoint, and whether lower (min) or higher is better."""
+        metrics = trainer.tasks.get(self.task).metrics
+        name = self.eval.metric or next(iter(metrics))
+        return name, self.eval.mode or metrics[name]
         _check(self.amp in AMP_MODES, "amp", f"must be one of {', '.join(AMP_MODES)}, got {self.amp!r}")
         _check(self.steps >= 1, "steps", "must be >= 1")
         _check(self.batch_size >= 1, "batch_size", "must be >= 1")

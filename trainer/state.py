@@ -28,6 +28,10 @@ class TrainState:
     step: int = 0
     epoch: int = 0
     batch_in_epoch: int = 0  # batches of `epoch` already trained: resume continues mid-epoch
+    # What a checkpoint needs to be used without its run directory: task, config, class names (plain values).
+    meta: dict[str, Any] | None = None
+    last_val: dict[str, float] | None = None  # the latest validation metrics
+    best: dict[str, Any] | None = None  # {"step", "metric", "mode", "value", "val_metrics"}: carried across resumes
 
     def advance(self, batches_per_epoch: int) -> None:
         """One optimizer step done."""
@@ -45,7 +49,13 @@ class TrainState:
             "scaler": self.scaler.state_dict(),
             "progress": {"step": self.step, "epoch": self.epoch, "batch_in_epoch": self.batch_in_epoch},
             "rng": gather_rng(self.env, self.device),
+            "meta": {**(self.meta or {}), "step": self.step, "val_metrics": self.last_val},
+            "best": self.best or {},
         }
+
+    def best_meta(self) -> dict[str, Any]:
+        """What best.pt carries beside the weights."""
+        return {**(self.meta or {}), "step": self.step, "val_metrics": self.last_val, "best": self.best}
 
     def load_state_dict(self, state: dict[str, Any], source: Path, warn: Callable[[str], None]) -> None:
         self.model.load_state_dict(state["model"])
@@ -53,6 +63,8 @@ class TrainState:
         self.scheduler.load_state_dict(state["scheduler"])
         self.scaler.load_state_dict(state["scaler"])
         self.step, self.epoch, self.batch_in_epoch = (int(state["progress"][k]) for k in PROGRESS)
+        self.best = state.get("best") or None  # absent from checkpoints of earlier versions
+        self.last_val = (state.get("meta") or {}).get("val_metrics")
         if len(state["rng"]) != self.env.world_size:
             warn(
                 f"{source} was saved by {len(state['rng'])} processes, this attempt has {self.env.world_size}: the "

@@ -13,6 +13,7 @@ import torch
 import trainer.tasks
 from trainer import checkpoint, validation
 from trainer.atomic import write_text
+from trainer.checkpoint_names import best_path
 from trainer.config import JobSettings, TrainConfig, config_dict
 from trainer.data import make_loader, num_workers, to_device
 from trainer.distenv import DistEnv
@@ -102,6 +103,7 @@ def train(
                 print(f"warning: {message}", flush=True)
 
         state = TrainState(model, optimizer, scheduler, scaler, env, device)
+        state.meta = {"task": config.task, "config": config_dict(config), "classes": getattr(data.full, "classes", [])}
         checkpoints = checkpoint.Checkpointer(files.checkpoints, config.checkpoint, env.is_main, warn)
         attempts = Attempts(run_dir) if env.is_main else None
         resumed_from = checkpoints.restore(state)
@@ -194,6 +196,9 @@ def train(
                     val = validation.evaluate(model, val_loader, task, env, device, autocast)
                     logger.scalars({f"val/{k}": v for k, v in val.items()}, step)
                     progress.line(f"validation at step {step}: " + " ".join(f"{k}={v:.4g}" for k, v in val.items()))
+                    state.last_val = val
+                    if validation.improves(state, val, config) and env.is_main:
+                        checkpoint.save_best(files.checkpoints, model.state_dict(), state.best_meta())
                     if step == config.steps:
                         final_val = {k: finite(v) for k, v in val.items()}
                 saved = checkpoints.due(step, config.steps)
@@ -223,6 +228,7 @@ def train(
                 "final_loss": final_loss,
                 "final_metrics": final_metrics,
                 "val_metrics": final_val,  # of the final weights, on the whole validation set; null: none
+                "best": state.best and {**state.best, "path": str(best_path(files.checkpoints))},
                 "world_size": env.world_size,
                 "torch_threads": torch.get_num_threads(),  # the hash below is reproducible for this count
                 # From the first attempt's start when the run was requeued: the time a user waited.

@@ -7,6 +7,7 @@ single process evaluating the whole set with the same weights.
 """
 
 import contextlib
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -62,6 +63,20 @@ def shard_loader(val: Dataset[Any], config: TrainConfig, env: DistEnv, workers: 
     )
 
 
+def improves(state: Any, val: dict[str, float], config: TrainConfig) -> bool:
+    """Do these metrics beat the best so far (by eval.metric and eval.mode)? If so they become the best."""
+    name, mode = config.best_metric()
+    if name not in val:  # classify's top5 needs more than 5 classes
+        raise UserError(f"eval.metric={name} is not reported here (only {', '.join(val)}); pick one of those")
+    value, best = val[name], state.best
+    if not math.isfinite(value):
+        return False
+    if best and (value >= best["value"] if mode == "min" else value <= best["value"]):
+        return False
+    state.best = {"step": state.step, "metric": name, "mode": mode, "value": value, "val_metrics": dict(val)}
+    return True
+
+
 def evaluate(
     model: torch.nn.Module,
     loader: DataLoader[Any],
@@ -71,6 +86,12 @@ def evaluate(
     autocast: contextlib.AbstractContextManager[Any],
 ) -> dict[str, float]:
     """The mean of each of the task's per-sample metrics over the whole validation set. A collective."""
+    if env.distributed:
+        # BatchNorm's running statistics differ between ranks after training steps: DDP broadcasts rank 0's
+        # at the start of each forward. Every rank evaluates rank 0's (those a checkpoint holds); the next
+        # training forward would have copied them anyway.
+        for buffer in model.buffers():
+            dist.broadcast(buffer, src=0)
     model.eval()
     sums: dict[str, torch.Tensor] = {}
     count = torch.zeros((), dtype=torch.float64, device=device)

@@ -21,6 +21,9 @@ if TYPE_CHECKING:
 class Task(Protocol):
     settings: type
     """A frozen dataclass of the task's own keys, validated in __post_init__, set as `<task>.<key>=value`."""
+    metrics: dict[str, str]
+    """The validation metrics `evaluate` reports, each with its direction (min or max); the first one picks
+    the best checkpoint unless eval.metric names another."""
 
     def check(self, config: "TrainConfig", world_size: int) -> None:
         """Refuse data and settings this task cannot train on, with a UserError (torch-free: run at submit)."""

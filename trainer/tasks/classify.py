@@ -44,6 +44,7 @@ def class_folders(root: Path) -> dict[str, list[Path]]:
 
 class Classify:
     settings = ClassifySettings
+    metrics = {"top1": "max", "loss": "min", "top5": "max"}  # top5 only with more than 5 classes
 
     def check(self, config: TrainConfig, world_size: int) -> None:
         root = Path(config.data.root)

@@ -66,6 +66,7 @@ def read_pairs(root: Path, csv_name: str, verify: bool = True) -> list[tuple[Pat
 
 class Pix2Pix:
     settings = Pix2PixSettings
+    metrics = {"l1": "min", "psnr": "max"}
 
     def check(self, config: TrainConfig, world_size: int) -> None:
         depth, size = config.task_settings.depth, config.data.image_size
