@@ -12,6 +12,7 @@ TINY = [
     ["checkpoint_cost.py", "--repeats", "1", "--width", "4"],
     ["trainer_overhead.py", "--steps", "20", "--rounds", "1"],
     ["data_pipeline.py", "--count", "24", "--epochs", "1"],
+    ["eval_share.py", "--steps", "4"],
 ]
 
 

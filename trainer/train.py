@@ -131,6 +131,8 @@ def train(
         final_metrics: dict[str, float | None] = {}
         final_val: dict[str, float | None] | None = None  # the last step's validation metrics
         image_batch = None  # fixed validation samples: the same images compared across steps
+        eval_time = 0.0  # this attempt's, for summary.json: evaluation must not dominate
+        attempt_start = time.perf_counter()
 
         while state.step < config.steps:
             sampler.set_epoch(state.epoch)
@@ -193,7 +195,9 @@ def train(
                 if val_loader is not None and (
                     step == config.steps or (config.eval.every and step % config.eval.every == 0)
                 ):
+                    evaluating = time.perf_counter()
                     val = validation.evaluate(model, val_loader, task, env, device, autocast)
+                    eval_time += time.perf_counter() - evaluating
                     logger.scalars({f"val/{k}": v for k, v in val.items()}, step)
                     progress.line(f"validation at step {step}: " + " ".join(f"{k}={v:.4g}" for k, v in val.items()))
                     state.last_val = val
@@ -228,6 +232,7 @@ def train(
                 "final_loss": final_loss,
                 "final_metrics": final_metrics,
                 "val_metrics": final_val,  # of the final weights, on the whole validation set; null: none
+                "eval_share": round(eval_time / (time.perf_counter() - attempt_start), 4),  # of the last attempt
                 "best": state.best and {**state.best, "path": str(best_path(files.checkpoints))},
                 "world_size": env.world_size,
                 "torch_threads": torch.get_num_threads(),  # the hash below is reproducible for this count
@@ -236,7 +241,11 @@ def train(
                 "weights_sha256": checkpoint.weights_sha256(model.state_dict()),
             } | attempts.totals()
             hparams = {k: v for k, v in _flat(config_dict(config)).items() if k != "run_dir"}
-            finals = {"final_loss": final_loss, **final_metrics}
+            finals = {
+                "final_loss": final_loss,
+                **final_metrics,
+                **{f"val_{k}": v for k, v in (final_val or {}).items()},
+            }
             logger.hparams(hparams, {k: v for k, v in finals.items() if v is not None})
             logger.close()
             write_text(files.summary, json.dumps(summary, indent=2, allow_nan=False) + "\n")

@@ -73,7 +73,8 @@ def improves(state: Any, val: dict[str, float], config: TrainConfig) -> bool:
         return False
     if best and (value >= best["value"] if mode == "min" else value <= best["value"]):
         return False
-    state.best = {"step": state.step, "metric": name, "mode": mode, "value": value, "val_metrics": dict(val)}
+    finite = {k: v if math.isfinite(v) else None for k, v in val.items()}  # summary.json is strict JSON
+    state.best = {"step": state.step, "metric": name, "mode": mode, "value": value, "val_metrics": finite}
     return True
 
 
