@@ -1,4 +1,4 @@
-"""Benchmark 8: the share of a run's wall time spent evaluating the validation set.
+"""Benchmark 7: the share of a run's wall time spent evaluating the validation set.
 
 Runs the main job's defaults (local profile, 2 processes, the sample data, 300 steps, eval.every=100) with
 data.val_fraction=0.1, and reads the trainer's own count (summary.json's eval_share: evaluation time over the
