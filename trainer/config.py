@@ -169,15 +169,15 @@ class TrainConfig:
             "eval.metric",
             f"task {self.task} reports {', '.join(metrics)}, not {self.eval.metric!r}",
         )
+        _check(self.amp in AMP_MODES, "amp", f"must be one of {', '.join(AMP_MODES)}, got {self.amp!r}")
+        _check(self.steps >= 1, "steps", "must be >= 1")
+        _check(self.batch_size >= 1, "batch_size", "must be >= 1")
 
     def best_metric(self) -> tuple[str, str]:
         """The validation metric that picks the best checkpoint, and whether lower (min) or higher is better."""
         metrics = trainer.tasks.get(self.task).metrics
         name = self.eval.metric or next(iter(metrics))
         return name, self.eval.mode or metrics[name]
-        _check(self.amp in AMP_MODES, "amp", f"must be one of {', '.join(AMP_MODES)}, got {self.amp!r}")
-        _check(self.steps >= 1, "steps", "must be >= 1")
-        _check(self.batch_size >= 1, "batch_size", "must be >= 1")
 
 
 @dataclass(frozen=True, eq=False)
