@@ -15,7 +15,7 @@ from jobs import launch
 from jobs.plan import Plan, make_plan, sbatch_script, sweep_points, visible_gpus
 from jobs.profiles import load_profile
 from trainer.atomic import write_text
-from trainer.config import TrainConfig, build_config, config_dict
+from trainer.config import TrainConfig, build_config, config_dict, section
 from trainer.errors import UserError, one_line_errors
 from trainer.rundir import RunDir
 from trainer.runs import (
@@ -116,7 +116,7 @@ def prepare(argv: list[str] | None) -> Request:
     configs = [build_config([*args.overrides, *point], base=base) for point in points]
     finished = check_resume(folder, build_config(base=base), configs[0]) if args.resume else ""
     if not args.resume:
-        folder = run_root / args.name if args.name else new_run_dir(run_root, configs[0].task)
+        folder = run_root / args.name if args.name else new_run_dir(run_root, section(configs[0].task))
     if len(configs) == 1:
         run_dirs = [folder]
     else:
@@ -146,7 +146,7 @@ def check_resume(run_dir: Path, old: TrainConfig, new: TrainConfig) -> str:
 
     before, after = flat(config_dict(old)), flat(config_dict(new))
     for key in before:
-        if locked_on_resume(key, old.task) and before[key] != after.get(key):
+        if locked_on_resume(key, section(old.task)) and before[key] != after.get(key):
             raise UserError(
                 f"--resume cannot change {key} ({before[key]} -> {after[key]}): the checkpoints hold the old "
                 f"model; drop {key}=..., or start a new run without --resume"

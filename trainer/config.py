@@ -159,6 +159,8 @@ class TrainConfig:
     task_settings: Any = None
 
     def __post_init__(self) -> None:
+        # Your task's file as an absolute path: the same file whatever folder a resume starts from.
+        object.__setattr__(self, "task", trainer.tasks.canonical(self.task))
         settings = task_settings_class(self.task)
         if self.task_settings is None:
             object.__setattr__(self, "task_settings", settings())
@@ -167,11 +169,21 @@ class TrainConfig:
         _check(
             not self.eval.metric or self.eval.metric in metrics,
             "eval.metric",
-            f"task {self.task} reports {', '.join(metrics)}, not {self.eval.metric!r}",
+            f"task {self.task} reports {', '.join(metrics) or 'none'}, not {self.eval.metric!r}",
+        )
+        _check(
+            bool(metrics) or not (self.data.val_fraction or self.data.val_root),
+            "data.val_fraction",
+            f"and data.val_root need a task with evaluate() and metrics; task {self.task} has none",
         )
         _check(self.amp in AMP_MODES, "amp", f"must be one of {', '.join(AMP_MODES)}, got {self.amp!r}")
         _check(self.steps >= 1, "steps", "must be >= 1")
         _check(self.batch_size >= 1, "batch_size", "must be >= 1")
+
+    def __reduce__(self) -> tuple[Any, tuple[dict[str, Any]]]:
+        # Pickled (by submitit) as plain values and rebuilt in the task: a task's settings class may live in
+        # a file imported by path, which the task's interpreter has not imported when it unpickles.
+        return _from_plain, (config_dict(self),)
 
     def best_metric(self) -> tuple[str, str]:
         """The validation metric that picks the best checkpoint, and whether lower (min) or higher is better."""
@@ -190,9 +202,12 @@ class JobSettings:
 
 
 def task_settings_class(task: str) -> type:
-    tasks = trainer.tasks.available()
-    _check(task in tasks, "task", f"unknown task {task!r}; choose one of {', '.join(tasks)}")
     return trainer.tasks.get(task).settings
+
+
+def section(task: str) -> str:
+    """The key the task's settings live under (`<section>.<key>=value`): its name."""
+    return trainer.tasks.get(task).name
 
 
 def _fields(cls: type) -> dict[str, Any]:
@@ -205,7 +220,7 @@ def valid_keys(cls: type = TrainConfig, prefix: str = "", task: str = TrainConfi
     keys = []
     for name, tp in _fields(cls).items():
         if cls is TrainConfig and name == "task_settings":
-            keys.extend(valid_keys(task_settings_class(task), f"{prefix}{task}."))
+            keys.extend(valid_keys(task_settings_class(task), f"{prefix}{section(task)}."))
         elif dataclasses.is_dataclass(tp):
             keys.extend(valid_keys(tp, f"{prefix}{name}."))
         else:
@@ -252,14 +267,14 @@ def _train_config(data: Mapping[str, Any]) -> TrainConfig:
     task = data.get("task", TrainConfig.task)
     if not isinstance(task, str):
         raise UserError(f"task: expected str, got {type(task).__name__} {task!r}")
-    settings_class = task_settings_class(task)
-    rest = {k: v for k, v in data.items() if k != task}
+    settings_class, own = task_settings_class(task), section(task)
+    rest = {k: v for k, v in data.items() if k != own}
     if "model" in rest:  # config.yaml and profiles from before the tasks owned their settings
         raise UserError(
             "the model section is gone: write model.name as classify.model, model.width and model.depth as "
             "pix2pix.width and pix2pix.depth"
         )
-    _refuse_other_tasks(rest, task)
+    _refuse_other_tasks(rest, own)
     keys = _fields(TrainConfig)
     unknown = sorted(set(rest) - set(keys) | ({"task_settings"} & set(rest)))
     if unknown:
@@ -268,7 +283,7 @@ def _train_config(data: Mapping[str, Any]) -> TrainConfig:
     for name, value in rest.items():
         tp = keys[name]
         kwargs[name] = from_dict(tp, value, f"{name}.") if dataclasses.is_dataclass(tp) else _coerce(value, tp, name)
-    settings = from_dict(settings_class, data.get(task) or {}, f"{task}.")
+    settings = from_dict(settings_class, data.get(own) or {}, f"{own}.")
     return TrainConfig(**kwargs, task_settings=settings)
 
 
@@ -279,11 +294,15 @@ def _refuse_other_tasks(keys: Iterable[str], task: str) -> None:
             raise UserError(f"{key} is a setting of task {other}, but task is {task}; drop it, or pass task={other}")
 
 
+def _from_plain(data: dict[str, Any]) -> TrainConfig:
+    return from_dict(TrainConfig, data)  # type: ignore[no-any-return]
+
+
 def config_dict(config: TrainConfig) -> dict[str, Any]:
     """The config as plain values, the task's settings under the task's name (config.yaml's layout)."""
     out = {f.name: getattr(config, f.name) for f in dataclasses.fields(config) if f.name != "task_settings"}
     out = {k: dataclasses.asdict(v) if dataclasses.is_dataclass(v) else v for k, v in out.items()}
-    return out | {config.task: dataclasses.asdict(config.task_settings)}
+    return out | {section(config.task): dataclasses.asdict(config.task_settings)}
 
 
 _TRUE = {"true", "yes", "on", "1"}
@@ -320,17 +339,18 @@ def parse_overrides(items: Iterable[str], task: str | None = None) -> dict[str, 
             raise UserError(f"override {item!r} is not key=value; write e.g. steps=100")
         pairs.append((key, raw))
     task = next((raw for key, raw in reversed(pairs) if key == "task"), task or TrainConfig.task)
-    keys = valid_keys(task=task) if task in trainer.tasks.available() else valid_keys()
+    keys = valid_keys(task=task)
+    name = section(task)
     out: dict[str, Any] = {}
     for key, raw in pairs:
         if key not in keys:
-            _refuse_other_tasks([key], task)
+            _refuse_other_tasks([key], name)
             raise UserError(f"unknown config key {key}; valid keys: {', '.join(keys)}")
         cls: Any = TrainConfig
         node = out
         *parents, leaf = key.split(".")
         for part in parents:
-            cls = task_settings_class(task) if cls is TrainConfig and part == task else _fields(cls)[part]
+            cls = task_settings_class(task) if cls is TrainConfig and part == name else _fields(cls)[part]
             node = node.setdefault(part, {})
         node[leaf] = _parse_scalar(raw, _fields(cls)[leaf], key)
     return out

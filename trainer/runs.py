@@ -19,8 +19,11 @@ from trainer.rundir import RunDir
 def resolve_data(config: TrainConfig, sample_root: Path, world_size: int) -> TrainConfig:
     """Point an empty data.root at the built-in sample data (made on first use); the task checks the data
     and its settings for `world_size` processes."""
+    task = trainer.tasks.get(config.task)
     if config.data.root:
         root = Path(config.data.root).expanduser().resolve()
+    elif config.task not in trainer.tasks.available():
+        raise UserError(f"task {config.task} has no built-in sample data; set data.root=PATH")
     else:
         from trainer.sample_data import ensure_sample_data  # Pillow: only when the sample data is used
 
@@ -34,7 +37,6 @@ def resolve_data(config: TrainConfig, sample_root: Path, world_size: int) -> Tra
         if not root.is_dir():
             raise UserError(f"task {config.task} has no built-in sample data; set data.root=PATH")
     config = dataclasses.replace(config, data=dataclasses.replace(config.data, root=str(root)))
-    task = trainer.tasks.get(config.task)
     task.check(config, world_size)
     if config.data.val_root:  # checked as data in its own right; any size will do for evaluation
         val_root = str(Path(config.data.val_root).expanduser().resolve())
@@ -104,7 +106,7 @@ def claim(folder: Path) -> None:
 
 def new_run_dir(run_root: Path, task: str) -> Path:
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    return (run_root / f"{stamp}-{task}-{os.urandom(2).hex()}").resolve()
+    return (run_root / f"{stamp}-{re.sub(r'[^A-Za-z0-9._-]+', '_', task)}-{os.urandom(2).hex()}").resolve()
 
 
 def write_config(run_dir: Path, config: TrainConfig) -> None:

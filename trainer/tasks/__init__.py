@@ -1,15 +1,24 @@
-"""Training tasks. Each module here defines `TASK`, an object with the `Task` methods, and owns everything
-about its task: its settings, its data check, its sample data, its dataset, model and loss. Adding a task is
-adding one module; the shared code asks the task and never tests a task's name.
+"""Training tasks: the built-in ones (one module each here, defining `TASK`) and yours, by import path.
 
-Task modules import torch inside their methods only: the submitter imports them (for the settings and the
-data check) and must stay quick.
+A task owns everything about itself: its settings, its data check, its sample data, its dataset, model and
+loss; the shared code asks the task and never tests a task's name. `task=classify` names a built-in task;
+`task=my_pkg.my_module:MyTask` or `task=path/to/tasks.py:MyTask` names a class (instantiated without
+arguments) or an object of your own with at least dataset(), model() and forward().
+
+The built-in modules import torch inside their methods only: the submitter imports them (for the settings
+and the data check) and must stay quick. Yours may import what they like; the submitter then pays for it.
 """
 
+import dataclasses
+import functools
 import importlib
+import importlib.util
 import os
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
+
+from trainer.errors import UserError
 
 if TYPE_CHECKING:
     import torch
@@ -17,20 +26,24 @@ if TYPE_CHECKING:
 
     from trainer.config import TrainConfig
 
+REQUIRED = ("dataset", "model", "forward")
+
 
 class Task(Protocol):
+    name: str
+    """Where the task's settings live: `<name>.<key>=value` and the `<name>:` section of config.yaml."""
     settings: type
-    """A frozen dataclass of the task's own keys, validated in __post_init__, set as `<task>.<key>=value`."""
+    """A frozen dataclass of the task's own keys, validated in __post_init__ (optional: none)."""
     metrics: dict[str, str]
     """The validation metrics `evaluate` reports, each with its direction (min or max); the first one picks
-    the best checkpoint unless eval.metric names another."""
+    the best checkpoint unless eval.metric names another (optional with no evaluate: no validation)."""
 
     def check(self, config: "TrainConfig", world_size: int) -> None:
-        """Refuse data and settings this task cannot train on, with a UserError (torch-free: run at submit)."""
+        """Refuse data and settings this task cannot train on, with a UserError (run at submit; optional)."""
         ...
 
     def sample_data(self, folder: Path, count: int) -> None:
-        """Write about `count` samples of the task's built-in data into `folder` (not yet there)."""
+        """Write about `count` samples of the task's built-in data into `folder` (built-in tasks)."""
         ...
 
     def dataset(self, config: "TrainConfig") -> "Dataset[Any]": ...
@@ -46,14 +59,101 @@ class Task(Protocol):
         ...
 
     def images(self, model: "torch.nn.Module", batch: Any) -> "torch.Tensor | None":
-        """An image grid (C, H, W in [0, 1]) for TensorBoard, or None."""
+        """An image grid (C, H, W in [0, 1]) for TensorBoard, or None (optional)."""
         ...
 
 
+@dataclasses.dataclass(frozen=True)
+class NoSettings:
+    """The settings of a task that declares none."""
+
+
+class UserTask:
+    """Your task object, with the optional parts filled in."""
+
+    def __init__(self, obj: Any, name: str) -> None:
+        self.obj, self.name = obj, getattr(obj, "name", name)
+        self.settings = getattr(obj, "settings", NoSettings)
+        self.metrics = dict(getattr(obj, "metrics", {}))
+        for method in (*REQUIRED, "evaluate"):
+            if hasattr(obj, method):
+                setattr(self, method, getattr(obj, method))
+
+    def check(self, config: "TrainConfig", world_size: int) -> None:
+        if hasattr(self.obj, "check"):
+            self.obj.check(config, world_size)
+
+    def images(self, model: "torch.nn.Module", batch: Any) -> "torch.Tensor | None":
+        return self.obj.images(model, batch) if hasattr(self.obj, "images") else None
+
+
 def available() -> list[str]:
-    # A directory listing rather than pkgutil, whose import the submit path would pay for.
+    """The built-in tasks. A directory listing rather than pkgutil, whose import the submit path would pay for."""
     return sorted(n.removesuffix(".py") for n in os.listdir(__path__[0]) if n.endswith(".py") and n[0] != "_")
 
 
+def canonical(name: str) -> str:
+    """A task reference that names the same task from any folder: a file's path made absolute."""
+    if ".py:" not in name:
+        return name
+    path, _, attribute = name.rpartition(":")
+    return f"{Path(path).expanduser().resolve()}:{attribute}"
+
+
 def get(name: str) -> Task:
-    return importlib.import_module(f"{__name__}.{name}").TASK  # type: ignore[no-any-return]
+    return _get(canonical(name))
+
+
+@functools.cache
+def _get(name: str) -> Task:
+    if ":" not in name:
+        if name not in available():
+            raise UserError(
+                f"task: unknown task {name!r}; choose one of {', '.join(available())}, or give your own as "
+                "my_pkg.my_module:MyTask or path/to/tasks.py:MyTask"
+            )
+        return importlib.import_module(f"{__name__}.{name}").TASK  # type: ignore[no-any-return]
+    source, _, attribute = name.rpartition(":")
+    module = _import(source, name)
+    if not hasattr(module, attribute):
+        defined = ", ".join(n for n in vars(module) if not n.startswith("_"))[:200]
+        raise UserError(f"task {name}: {source} has no {attribute!r}; it defines {defined}")
+    obj = getattr(module, attribute)
+    obj = obj() if isinstance(obj, type) else obj
+    missing = [m for m in REQUIRED if not callable(getattr(obj, m, None))]
+    if missing:
+        raise UserError(
+            f"task {name}: {attribute} lacks {', '.join(missing)}(); a task defines dataset(config), "
+            "model(config, dataset) and forward(model, batch) (see README, Your own task)"
+        )
+    return UserTask(obj, attribute)  # type: ignore[return-value]
+
+
+def _import(source: str, name: str) -> Any:
+    """A module by import path, or a .py file by path (absolute or from the current folder)."""
+    try:
+        if source.endswith(".py"):
+            path = Path(source)
+            if not path.is_file():
+                raise UserError(f"task {name}: {path} is not a file; give path/to/tasks.py:MyTask")
+            module_name = f"_user_task_{path.stem}"
+            spec = importlib.util.spec_from_file_location(module_name, path)
+            assert spec is not None and spec.loader is not None
+            module = importlib.util.module_from_spec(spec)
+            sys.modules[module_name] = module  # dataclasses and pickling look modules up here
+            spec.loader.exec_module(module)
+            return module
+        if "" not in sys.path and os.getcwd() not in sys.path:
+            sys.path.insert(0, os.getcwd())  # as `python -m` would: your package next to where you submit
+        return importlib.import_module(source)
+    except UserError:
+        raise
+    except ModuleNotFoundError as exc:
+        raise UserError(
+            f"task {name}: no module named {exc.name!r}; check the name, or submit from the folder holding it"
+        ) from None
+    except Exception as exc:  # the user's module failed while being imported
+        first = (str(exc).strip().splitlines() or [""])[0]
+        raise UserError(
+            f"task {name}: importing {source} failed ({type(exc).__name__}: {first}); fix it and resubmit"
+        ) from None

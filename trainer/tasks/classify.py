@@ -43,6 +43,7 @@ def class_folders(root: Path) -> dict[str, list[Path]]:
 
 
 class Classify:
+    name = "classify"
     settings = ClassifySettings
     metrics = {"top1": "max", "loss": "min", "top5": "max"}  # top5 only with more than 5 classes
 

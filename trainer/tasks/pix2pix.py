@@ -65,6 +65,7 @@ def read_pairs(root: Path, csv_name: str, verify: bool = True) -> list[tuple[Pat
 
 
 class Pix2Pix:
+    name = "pix2pix"
     settings = Pix2PixSettings
     metrics = {"l1": "min", "psnr": "max"}
 
