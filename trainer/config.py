@@ -47,16 +47,16 @@ class DataConfig:
             "and data.val_fraction are both set; hold out a fraction or name a validation root, not both",
         )
         _check(not self.val_csv or bool(self.val_root), "data.val_csv", "needs data.val_root (the folder it is in)")
-
-    def held_out(self, samples: int) -> int:
-        """How many of `samples` val_fraction holds out for validation (at least one when it is set)."""
-        return max(1, round(samples * self.val_fraction)) if self.val_fraction else 0
         _check(
             self.image_size >= 16 and self.image_size % 16 == 0,
             "data.image_size",
             "must be a multiple of 16, at least 16",
         )
         _check(self.num_workers >= -1, "data.num_workers", "must be -1 (auto) or >= 0")
+
+    def held_out(self, samples: int) -> int:
+        """How many of `samples` val_fraction holds out for validation (at least one when it is set)."""
+        return max(1, round(samples * self.val_fraction)) if self.val_fraction else 0
 
 
 @dataclass(frozen=True, eq=False)
