@@ -53,7 +53,6 @@ def refusal(text: str) -> str:
 
 def submit(plan: Plan) -> list[submitit.Job[Any]]:
     """Queue the plan's jobs: one job, or one array job in a single sbatch call for a sweep."""
-    import trainer.entry  # the function every task runs; imported here to keep --dry-run quick
 
     captured = io.StringIO()
     # Local tasks get no variables of an enclosing launcher (an salloc shell, a torchrun worker): they
@@ -64,16 +63,32 @@ def submit(plan: Plan) -> list[submitit.Job[Any]]:
         executor = make_executor(plan)
         # submitit prints sbatch's stderr itself; we turn it into our one-line error instead.
         with contextlib.redirect_stderr(captured), hidden:
-            if len(plan.configs) == 1:
-                return [executor.submit(trainer.entry.run, plan.configs[0], plan.settings)]
+            calls = calls_of(plan)
+            if len(calls) == 1:
+                return [executor.submit(*calls[0])]
             with executor.batch():
-                jobs = [executor.submit(trainer.entry.run, config, plan.settings) for config in plan.configs]
+                jobs = [executor.submit(*call) for call in calls]
             return jobs
     except (submitit.core.utils.FailedJobError, subprocess.CalledProcessError) as exc:
         reason = refusal(str(exc) or captured.getvalue())
         raise UserError(f"Slurm refused the job: {reason}; fix the profile or flags") from None
     except FileNotFoundError as exc:
         raise UserError(f"{exc.filename} not found: run on a Slurm login node, or use --profile local") from None
+
+
+def calls_of(plan: Plan) -> list[tuple[Any, ...]]:
+    """The function each job runs and its arguments: the trainer, or your command (trainer.script)."""
+    if plan.script is None:
+        import trainer.entry  # imported here, not at the top, to keep --dry-run quick
+
+        return [(trainer.entry.run, config, plan.settings) for config in plan.configs]
+    import trainer.script
+
+    script, debug = plan.script, plan.executor == "debug"
+    return [
+        (trainer.script.run, command, script.cwd, run_dir, plan.settings, debug)
+        for command, run_dir in zip(script.commands, script.run_dirs, strict=True)
+    ]
 
 
 def rank0_log(job: submitit.Job[Any]) -> Path:

@@ -12,6 +12,15 @@ from trainer.errors import UserError
 
 
 @dataclass(frozen=True, eq=False)
+class Script:
+    """Your command instead of the trainer: one per job (a sweep's points substitute their values)."""
+
+    commands: list[list[str]]
+    cwd: str  # where it runs: the folder it was submitted from
+    run_dirs: list[str]
+
+
+@dataclass(frozen=True, eq=False)
 class Plan:
     """Everything needed to submit: executor parameters, one config per job, what each task is told."""
 
@@ -22,10 +31,11 @@ class Plan:
     python: str = ""  # the interpreter on the nodes (Slurm)
     max_num_timeout: int = 3
     settings: JobSettings = field(default_factory=JobSettings)  # for every task
+    script: Script | None = None  # set: every task runs this command, not the trainer
 
     @property
     def run_dirs(self) -> list[Path]:
-        return [Path(c.run_dir) for c in self.configs]
+        return [Path(d) for d in self.script.run_dirs] if self.script else [Path(c.run_dir) for c in self.configs]
 
     @property
     def tasks(self) -> int:
@@ -49,6 +59,36 @@ def sweep_points(sweeps: list[str]) -> list[list[str]]:
         keys.add(key)
         axes.append([f"{key}={v}" for v in values.split(",")])
     return [list(point) for point in itertools.product(*axes)]
+
+
+def script_commands(command: list[str], points: list[list[str]]) -> list[list[str]]:
+    """The command of each sweep point: `{key}` in its words replaced by the point's value of key."""
+    if not points or points == [[]]:
+        return [command]
+    out = []
+    for point in points:
+        values = dict(item.split("=", 1) for item in point)
+        missing = [key for key in values if not any("{" + key + "}" in word for word in command)]
+        if missing:
+            raise UserError(
+                f"--sweep {missing[0]} is not used by the command; write {{{missing[0]}}} where its value goes, "
+                f"e.g. -- python train.py --{missing[0].split('.')[-1]} {{{missing[0]}}}"
+            )
+        substituted = []
+        for word in command:
+            for key, value in values.items():
+                word = word.replace("{" + key + "}", value)
+            substituted.append(word)
+        out.append(substituted)
+    return out
+
+
+def script_name(command: list[str]) -> str:
+    """A run directory's middle part for a command: its script's or module's name."""
+    words = command[1:] if Path(command[0]).name.startswith("python") else command
+    if words[:1] == ["-m"] and len(words) > 1:
+        return words[1].rsplit(".", 1)[-1]
+    return Path(words[0]).stem if words else "script"
 
 
 def shell_value(value: object) -> str:
@@ -158,6 +198,6 @@ def sbatch_script(plan: Plan) -> str:
     from submitit.slurm.slurm import _make_sbatch_string  # the pure function submitit itself uses
 
     params = dict(plan.parameters)
-    if len(plan.configs) > 1:
-        params["map_count"] = len(plan.configs)
+    if len(plan.run_dirs) > 1:
+        params["map_count"] = len(plan.run_dirs)
     return _make_sbatch_string(command=plan.submitit_command(), folder=plan.log_dir, **params)

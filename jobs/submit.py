@@ -5,6 +5,7 @@ Thin on purpose: parse, build the plan, act, report. No torch import on this pat
 
 import argparse
 import dataclasses
+import json
 import os
 import shutil
 import sys
@@ -12,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from jobs import launch
-from jobs.plan import Plan, make_plan, sbatch_script, sweep_points, visible_gpus
+from jobs.plan import Plan, Script, make_plan, sbatch_script, script_commands, script_name, sweep_points, visible_gpus
 from jobs.profiles import load_profile
 from trainer.atomic import write_text
 from trainer.config import TrainConfig, build_config, config_dict, section
@@ -34,6 +35,17 @@ class Parser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # one line, not argparse's usage block
         print(f"error: {message}; see python -m jobs.submit --help", file=sys.stderr)
         sys.exit(2)
+
+
+def split_command(argv: list[str] | None) -> tuple[list[str], list[str]]:
+    """Our arguments, and the command after `--` that every task runs instead of the trainer."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if "--" not in argv:
+        return argv, []
+    cut = argv.index("--")
+    if cut == len(argv) - 1:
+        raise UserError("nothing after --; give the command every task runs, e.g. -- python train.py --lr 3e-4")
+    return argv[:cut], argv[cut + 1 :]
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -90,6 +102,7 @@ class Request:
 
 def prepare(argv: list[str] | None) -> Request:
     """Validate everything and build the plan; nothing is written to disk here but the sample data."""
+    argv, command = split_command(argv)
     args = parse_args(argv)
     profile = load_profile(args.profile).with_overrides(
         nodes=args.nodes,
@@ -106,6 +119,8 @@ def prepare(argv: list[str] | None) -> Request:
         check_local_processes(profile.gpus_per_node)
     if not args.dry_run:
         prepare_run_root(run_root)
+    if command or (args.resume and RunDir(Path(args.resume)).command.is_file()):
+        return prepare_script(args, command, profile, run_root, points)
     if args.resume:
         if args.sweep:
             raise UserError("--resume continues one run; drop --sweep")
@@ -135,6 +150,54 @@ def prepare(argv: list[str] | None) -> Request:
     return Request(plan, folder, wait, args.dry_run, bool(args.resume), finished)
 
 
+def prepare_script(
+    args: argparse.Namespace, command: list[str], profile: Any, run_root: Path, points: list[list[str]]
+) -> Request:
+    """The plan for your own command (`-- python train.py ...`), new or resumed."""
+    if args.overrides:
+        raise UserError(
+            f"{args.overrides[0]} configures the built-in trainer; with a command, pass your script's own "
+            "arguments after --"
+        )
+    cwd = os.getcwd()
+    if args.resume:
+        if command or args.sweep:
+            raise UserError("--resume reruns the run's own command; drop the command after -- and --sweep")
+        folder = Path(args.resume).resolve()
+        record = json.loads(RunDir(folder).command.read_text())
+        command, cwd, commands, run_dirs = record["command"], record["cwd"], [record["command"]], [folder]
+        refuse_if_running(folder)
+    else:
+        commands = script_commands(command, points)
+        folder = run_root / args.name if args.name else new_run_dir(run_root, script_name(command))
+        run_dirs = [folder] if len(commands) == 1 else [folder / point_name(i, p) for i, p in enumerate(points)]
+    gpus = visible_gpus(os.environ.get("CUDA_VISIBLE_DEVICES")) if profile.executor == "local" else ()
+    plan = make_plan(profile, [], RunDir(folder).logs, has_local_gpus(), sys.executable, gpus)
+    plan = dataclasses.replace(plan, script=Script(commands, cwd, [str(d) for d in run_dirs]))
+    if args.dry_run and plan.executor != "slurm":
+        raise UserError(
+            f"--dry-run prints an sbatch script; profile {profile.name} runs with the {plan.executor} executor"
+        )
+    return Request(plan, folder, args.wait or profile.executor == "debug", args.dry_run, bool(args.resume))
+
+
+def refuse_if_running(run_dir: Path) -> None:
+    if not RunDir(run_dir).job.exists():
+        return
+    from jobs.tracking import TERMINAL, find, info
+
+    target = find(str(run_dir))
+    try:
+        state = info(target).state
+    except UserError:  # Slurm knows the job no more: it is not running
+        state = "COMPLETED"
+    if state not in TERMINAL:
+        raise UserError(
+            f"{run_dir} is still running as job {target.job_id} ({state}); wait for it to end, or stop it "
+            f"with python -m jobs.cancel {run_dir}"
+        )
+
+
 def locked_on_resume(key: str, task: str) -> bool:
     """Settings the checkpoints' shapes depend on (the task's own among them): a resume cannot change them."""
     return key in ("task", "data.image_size") or key.startswith(f"{task}.")
@@ -142,8 +205,6 @@ def locked_on_resume(key: str, task: str) -> bool:
 
 def check_resume(run_dir: Path, old: TrainConfig, new: TrainConfig) -> str:
     """Refuse a resume that cannot work; a line saying so when the run has nothing left to do, else ""."""
-    import json  # here, not at the top: --dry-run of a new run never needs it and must stay quick
-
     before, after = flat(config_dict(old)), flat(config_dict(new))
     for key in before:
         if locked_on_resume(key, section(old.task)) and before[key] != after.get(key):
@@ -151,19 +212,7 @@ def check_resume(run_dir: Path, old: TrainConfig, new: TrainConfig) -> str:
                 f"--resume cannot change {key} ({before[key]} -> {after[key]}): the checkpoints hold the old "
                 f"model; drop {key}=..., or start a new run without --resume"
             )
-    if RunDir(run_dir).job.exists():
-        from jobs.tracking import TERMINAL, find, info
-
-        target = find(str(run_dir))
-        try:
-            state = info(target).state
-        except UserError:  # Slurm knows the job no more: it is not running
-            state = "COMPLETED"
-        if state not in TERMINAL:
-            raise UserError(
-                f"{run_dir} is still running as job {target.job_id} ({state}); wait for it to end, or stop it "
-                f"with python -m jobs.cancel {run_dir}"
-            )
+    refuse_if_running(run_dir)
     summary = RunDir(run_dir).summary
     final_step = json.loads(summary.read_text()).get("final_step", 0) if summary.exists() else 0
     if final_step >= new.steps:
@@ -188,9 +237,13 @@ def create_and_submit(request: Request) -> list:  # type: ignore[type-arg]
         return jobs
     claim(request.folder)  # from here on the folder is this process's: only it cleans it up
     try:
-        for run_dir, config in zip(plan.run_dirs, plan.configs, strict=True):
+        for index, run_dir in enumerate(plan.run_dirs):
             run_dir.mkdir(parents=True, exist_ok=run_dir == request.folder)
-            write_config(run_dir, config)
+            if plan.script is None:
+                write_config(run_dir, plan.configs[index])
+            else:
+                record = {"command": plan.script.commands[index], "cwd": plan.script.cwd}
+                write_text(RunDir(run_dir).command, json.dumps(record, indent=2) + "\n")
         jobs = launch.submit(plan)
     except BaseException:
         shutil.rmtree(request.folder, ignore_errors=True)  # leave nothing that looks like a run

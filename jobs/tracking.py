@@ -108,7 +108,8 @@ def find(target: str) -> Target:
         raise UserError(f"{target!r} is neither a run directory nor a job id; pass one of them")
     records = parse_scontrol(_slurm("scontrol", "show", "job", "-o", target).stdout)
     log_dir = Path(records[0]["StdOut"]).parent if records and "StdOut" in records[0] else None
-    run_dir = log_dir.parent if log_dir and RunDir(log_dir.parent).config.exists() else None
+    files = RunDir(log_dir.parent) if log_dir else None
+    run_dir = files.path if files and (files.config.exists() or files.command.exists()) else None
     return Target(target, "slurm", run_dir, log_dir)
 
 
@@ -196,7 +197,9 @@ def progress(run_dir: Path) -> tuple[int | None, Path | None]:
                 else "rewritten at the next log"
             )
             fix = f"move it aside ({after})"
-            step = read_json(path, fix, lambda r, k=key: isinstance(r, dict) and type(r.get(k)) is int)[key]
+            # A script's summary has no step: only what the trainer writes counts steps.
+            record = read_json(path, fix, lambda r, k=key: isinstance(r, dict) and type(r.get(k, 0)) is int)
+            step = record.get(key)
             break
     checkpoints = [path for _, path in list_checkpoints(files.checkpoints) if has_checksum(path)]
     return step, checkpoints[0] if checkpoints else None

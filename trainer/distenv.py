@@ -218,3 +218,23 @@ def _env_init(env: Mapping[str, str], source: str = "env", job_id: str | None = 
         job_id=job_id,
         cpus_per_task=_cpus(env, local_ws),
     )
+
+
+def torchrun_variables(env: DistEnv) -> dict[str, str]:
+    """What torchrun gives each worker, for a script the submitter runs in every task.
+
+    TORCHELASTIC_RUN_ID is left out on purpose: it says "an elastic agent started me", and resolve() would
+    then read these variables as torchrun's rather than the Slurm task's or the local executor's.
+    """
+    return {
+        "RANK": str(env.rank),
+        "LOCAL_RANK": str(env.local_rank),
+        "WORLD_SIZE": str(env.world_size),
+        "LOCAL_WORLD_SIZE": str(env.local_world_size),
+        "GROUP_RANK": str(env.node_rank),  # torchrun's node index
+        "ROLE_RANK": str(env.rank),  # one role ("default"): its ranks are the global ranks
+        "ROLE_WORLD_SIZE": str(env.world_size),
+        "MASTER_ADDR": env.master_addr,
+        "MASTER_PORT": str(env.master_port),
+        "OMP_NUM_THREADS": str(env.cpus_per_task),  # torchrun sets 1; the task's CPUs are a better default
+    }

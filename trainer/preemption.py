@@ -4,26 +4,17 @@ The signal handler only sets a flag: no I/O, no collectives, nothing that can bl
 boundary the ranks agree (an all-reduce of the flag), save together, and rank 0 requeues the job.
 """
 
-import json
-import re
-import subprocess
-import sys
-import time
 from pathlib import Path
-from typing import Any
 
 import torch
 import torch.distributed as dist
-from submitit.local.local import LOCAL_REQUEUE_RETURN_CODE  # the local controller restarts tasks exiting with it
 
-from trainer import failures
-from trainer.atomic import read_json, write_text
+from trainer.attempts import Attempts, leave, parse_time_left, record_stop, stop_reason
 from trainer.config import JobSettings
 from trainer.distenv import DistEnv
-from trainer.rundir import RunDir
 from trainer.stopflag import StopFlag
 
-TIMEOUT_SLACK_S = 30  # Slurm checks time limits periodically: the signal can come a little late
+__all__ = ["Attempts", "decide", "leave", "parse_time_left", "stop_agreed", "stop_reason"]
 
 
 def stop_agreed(flag: StopFlag, env: DistEnv, device: torch.device, step: int, every: int) -> bool:
@@ -42,112 +33,6 @@ def stop_agreed(flag: StopFlag, env: DistEnv, device: torch.device, step: int, e
     return bool(vote.item())
 
 
-def parse_time_left(text: str) -> int | None:
-    """squeue's %L (`[D-]HH:MM:SS`, `MM:SS`, `UNLIMITED`) in seconds; None when unknown or unlimited."""
-    match = re.fullmatch(r"(?:(\d+)-)?(?:(\d+):)?(\d+):(\d+)", text.strip())
-    if not match:
-        return None
-    days, hours, minutes, seconds = (int(g or 0) for g in match.groups())
-    return ((days * 24 + hours) * 60 + minutes) * 60 + seconds
-
-
-def slurm_time_left(job_id: str) -> int | None:
-    try:
-        out = subprocess.run(["squeue", "-h", "-j", job_id, "-o", "%L"], capture_output=True, text=True, timeout=30)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    return parse_time_left(out.stdout)
-
-
-def stop_reason(time_left_s: int | None, signal_delay_s: int) -> str:
-    """A signal with about signal_delay_s left is the time limit; with more left, a preemption.
-
-    Asked of Slurm, not guessed from elapsed time the way submitit does (it counts every signal of a
-    job shorter than 10 minutes as a timeout).
-    """
-    if time_left_s is None:
-        return "preempted"
-    return "timeout" if time_left_s <= signal_delay_s + TIMEOUT_SLACK_S else "preempted"
-
-
-class Attempts:
-    """The history of a run's attempts (`attempts.json`, written by rank 0 alone)."""
-
-    def __init__(self, run_dir: Path) -> None:
-        self.path = RunDir(run_dir).attempts
-        self.progress_path = RunDir(run_dir).progress
-        self.items: list[dict[str, Any]] = (
-            read_json(
-                self.path,
-                f"move it aside (mv {self.path} {self.path}.broken) and resubmit with --resume {run_dir}; "
-                "restarts are then counted from that attempt on",
-                lambda items: isinstance(items, list) and all(isinstance(a, dict) and "started" in a for a in items),
-            )
-            if self.path.exists()
-            else []
-        )
-
-    def _write(self) -> None:
-        write_text(self.path, json.dumps(self.items, indent=1) + "\n")
-
-    def start(self, resumed_step: int, restart_count: int, warnings: list[str] | None = None) -> dict[str, float]:
-        """Record this attempt and its warnings; returns what the previous one cost (time lost, steps recomputed)."""
-        cost = {"time_lost_s": 0.0, "steps_recomputed": 0.0}
-        if self.items:
-            previous = self.items[-1]
-            stop = previous.get("stop")
-            if stop is None:  # it died without saving: killed, node failure, crash
-                reached = (
-                    read_json(
-                        self.progress_path,
-                        f"move it aside and resubmit with --resume {self.path.parent}",
-                        lambda r: isinstance(r, dict),
-                    )
-                    if self.progress_path.exists()
-                    else {}
-                )
-                stop = {
-                    "reason": "failure",
-                    "step": reached.get("step", resumed_step),
-                    "time": reached.get("time", previous["started"]),
-                }
-                previous["stop"] = stop
-            # After a finished attempt the wait for this one (a --resume with more steps) is the user's, not lost.
-            lost = 0.0 if stop["reason"] == "finished" else time.time() - stop["time"]
-            cost = {"time_lost_s": lost, "steps_recomputed": max(0, stop["step"] - resumed_step)}
-            previous["cost"] = cost
-        attempt = {"started": time.time(), "resumed_step": resumed_step, "slurm_restart_count": restart_count}
-        self.items.append(attempt | ({"warnings": list(warnings)} if warnings else {}))
-        self._write()
-        return cost
-
-    def stop(self, reason: str, step: int, signalled_at: float | None = None) -> None:
-        """Record why and where this attempt stopped; `time` is when the checkpoint was on disk."""
-        self.items[-1]["stop"] = {"reason": reason, "step": step, "time": time.time(), "signal_time": signalled_at}
-        self._write()
-
-    def count(self, reason: str) -> int:
-        return sum(1 for a in self.items if (a.get("stop") or {}).get("reason") == reason)
-
-    def wall_time_s(self) -> float:
-        return time.time() - self.items[0]["started"]
-
-    def totals(self) -> dict[str, float]:
-        costs = [a["cost"] for a in self.items if "cost" in a]
-        return {
-            "restarts": len(self.items) - 1,
-            "timeouts": self.count("timeout"),
-            "preemptions": self.count("preempted"),
-            "failures": self.count("failure"),
-            "time_lost_s": round(sum(c["time_lost_s"] for c in costs), 3),
-            "steps_recomputed": sum(int(c["steps_recomputed"]) for c in costs),
-        }
-
-
-class RequeueExit(SystemExit):
-    """Leave the task without a result, so the job is requeued rather than reported finished."""
-
-
 def decide(
     env: DistEnv,
     attempts: Attempts | None,
@@ -160,38 +45,9 @@ def decide(
     """Rank 0 records why the run stopped and whether to requeue; every rank learns the decision."""
     go_on = True
     if attempts is not None:
-        # The Slurm job, however the ranks were started in it (srun tasks, or torchrun inside a task).
-        slurm_job = env.slurm_job_id if env.source in ("slurm", "torchrun") else None
-        if slurm_job:
-            reason = stop_reason(slurm_time_left(slurm_job), settings.signal_delay_s)
-        else:
-            # No Slurm job to ask. The local controller signals only before its time limit; a signal to
-            # torchrun outside Slurm is counted the same way (it, too, ends with a requeue or a stop).
-            reason = "timeout"
-        attempts.stop(reason, step, signalled_at)
-        timeouts = attempts.count("timeout")
-        if reason == "timeout" and timeouts > settings.max_num_timeout:
-            go_on = False
-            message = (
-                f"time limit reached {timeouts} time(s), more than max_num_timeout={settings.max_num_timeout}: "
-                f"stopped at step {step} with a checkpoint; resubmit with --resume {run_dir} and a longer --time"
-            )
-            failures.record(run_dir, failures.Failure(time.time(), env.rank, env.node_name, "", message, False))
-            print(f"error: {message}", file=sys.stderr, flush=True)
-        else:
-            print(f"{reason}: saved at step {step}, requeueing", flush=True)
-            if slurm_job:
-                # Under PreemptMode=REQUEUE Slurm requeues by itself; asking again is then harmless.
-                subprocess.run(["scontrol", "requeue", slurm_job], capture_output=True, timeout=60)
+        go_on = record_stop(env, attempts, settings, step, run_dir, signalled_at)
     if env.distributed:
         decision = torch.tensor([int(go_on)], device=device)
         dist.broadcast(decision, src=0)
         go_on = bool(decision.item())
     return go_on
-
-
-def leave(env: DistEnv, requeued: bool) -> SystemExit:
-    """The exit each rank takes after a stop: requeued, or stopped for good (exit 3)."""
-    if not requeued:
-        return SystemExit(3)
-    return RequeueExit(LOCAL_REQUEUE_RETURN_CODE if env.source == "submitit-local" else 0)

@@ -17,6 +17,11 @@ class RunDir:
         return self.path / "config.yaml"
 
     @property
+    def command(self) -> Path:
+        """A script run's command and working folder (instead of config.yaml)."""
+        return self.path / "command.json"
+
+    @property
     def job(self) -> Path:
         """The job that runs it (id, executor, rank 0's log), with earlier jobs in `history`."""
         return self.path / "job.json"

@@ -1,0 +1,154 @@
+"""Any torchrun-style script: `python -m jobs.submit [flags] -- python train.py ...` runs it in every task with
+torchrun's variables, passes the requeue signal on, and requeues it on its exit code 144. Real processes."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ROOT
+from tests.test_bad_input import assert_refused
+
+# A plain DDP script: it imports nothing from this project.
+DDP = """
+import json, os, sys
+import torch, torch.distributed as dist
+dist.init_process_group("gloo", init_method="env://")
+total = torch.ones(1) * (dist.get_rank() + 1)
+dist.all_reduce(total)
+keys = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "MASTER_ADDR", "MASTER_PORT")
+report = {k: os.environ[k] for k in keys} | {"sum": total.item(), "argv": sys.argv[1:], "cwd": os.getcwd()}
+with open(os.path.join(os.environ["RUN_DIR"], f"rank{dist.get_rank()}.json"), "w") as f:
+    json.dump(report, f)
+dist.destroy_process_group()
+sys.exit(int(os.environ.get("FAIL_RANK", "-1") == os.environ["RANK"]) * 3)
+"""
+
+# Saves its step on the requeue signal and asks to be requeued; starts from the saved step.
+REQUEUEING = """
+import os, sys, time
+from trainer import requeue
+requeue.install()
+state = os.path.join(os.environ["RUN_DIR"], f"step{os.environ['RANK']}")
+start = int(open(state).read()) if os.path.exists(state) else 0
+with open(os.path.join(os.environ["RUN_DIR"], "starts"), "a") as f:
+    f.write(f"{os.environ['RANK']}:{start}\\n")
+for step in range(start, 40):
+    time.sleep(0.5)
+    if requeue.requested():
+        open(state, "w").write(str(step + 1))
+        requeue.exit_for_requeue()
+"""
+
+
+def submit_in(folder: Path, *args: str, profile: str = "") -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    path = folder / "p.yaml"
+    path.write_text(profile or f"executor: local\ngpus_per_node: 2\nrun_root: {folder / 'runs'}\n")
+    cmd = [sys.executable, "-m", "jobs.submit", "--profile", str(path), *args]
+    return subprocess.run(cmd, cwd=folder, env=env, capture_output=True, text=True, timeout=300)
+
+
+def run_dir_of(output: str) -> Path:
+    [line] = [line for line in output.splitlines() if line.startswith("run directory:")]
+    return Path(line.split(":", 1)[1].strip())
+
+
+def test_every_rank_gets_torchruns_variables(tmp_path: Path) -> None:
+    (tmp_path / "train.py").write_text(DDP)
+    result = submit_in(tmp_path, "--wait", "--", sys.executable, "train.py", "--lr", "3e-4")
+    assert result.returncode == 0, result.stdout + result.stderr
+    run_dir = run_dir_of(result.stdout)
+    reports = [json.loads((run_dir / f"rank{r}.json").read_text()) for r in (0, 1)]
+    for rank, report in enumerate(reports):
+        assert report["RANK"] == report["LOCAL_RANK"] == str(rank)
+        assert (report["WORLD_SIZE"], report["LOCAL_WORLD_SIZE"], report["GROUP_RANK"]) == ("2", "2", "0")
+        assert report["MASTER_ADDR"] == "127.0.0.1" and report["MASTER_PORT"] == reports[0]["MASTER_PORT"]
+        assert report["sum"] == 3.0 and report["argv"] == ["--lr", "3e-4"] and report["cwd"] == str(tmp_path)
+    status = subprocess.run(
+        [sys.executable, "-m", "jobs.status", str(run_dir)],
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+    )
+    assert ": COMPLETED" in status.stdout, status.stdout + status.stderr
+    assert json.loads((run_dir / "command.json").read_text())["command"][1:] == ["train.py", "--lr", "3e-4"]
+
+
+def test_a_module_and_a_failing_rank(tmp_path: Path) -> None:
+    (tmp_path / "mypkg").mkdir()
+    (tmp_path / "mypkg" / "__init__.py").write_text("")
+    (tmp_path / "mypkg" / "train.py").write_text(DDP)
+    os.environ["FAIL_RANK"] = "1"
+    try:
+        result = submit_in(tmp_path, "--wait", "--", sys.executable, "-m", "mypkg.train")
+    finally:
+        del os.environ["FAIL_RANK"]
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "error: rank 1 on " in result.stderr and "-m mypkg.train exited with status 3" in result.stderr
+
+
+def test_a_script_that_saves_on_the_signal_is_requeued_and_resumes(tmp_path: Path) -> None:
+    """A 60 s limit with the signal 52 s before it: about 8 s in, the script saves and exits 144; the local
+    controller starts it again, and it resumes at the saved step."""
+    (tmp_path / "loop.py").write_text(REQUEUEING)
+    profile = (
+        "executor: local\ngpus_per_node: 2\ntimeout_min: 1\nsignal_delay_s: 52\nmax_num_timeout: 50\n"
+        f"run_root: {tmp_path / 'runs'}\n"
+    )
+    result = submit_in(tmp_path, "--wait", "--", sys.executable, "loop.py", profile=profile)
+    assert result.returncode == 0, result.stdout + result.stderr
+    run_dir = run_dir_of(result.stdout)
+    starts = (run_dir / "starts").read_text().split()
+    assert starts[:2] in (["0:0", "1:0"], ["1:0", "0:0"]) and len(starts) >= 4
+    assert all(int(s.split(":")[1]) > 0 for s in starts[2:]), starts  # the second attempt resumed
+    attempts = json.loads((run_dir / "attempts.json").read_text())
+    assert len(attempts) >= 2 and attempts[0]["stop"]["reason"] == "timeout"
+    assert json.loads((run_dir / "summary.json").read_text())["restarts"] == len(attempts) - 1
+
+
+def test_sweep_placeholders(tmp_path: Path) -> None:
+    (tmp_path / "train.py").write_text(DDP)
+    args = ["--gpus-per-node", "1", "--sweep", "lr=0.1,0.2", "--wait", "--", sys.executable, "train.py", "--lr={lr}"]
+    result = submit_in(tmp_path, *args)
+    assert result.returncode == 0, result.stdout + result.stderr
+    sweep = run_dir_of(result.stdout)
+    argvs = sorted(json.loads(p.read_text())["argv"] for p in sweep.glob("*/rank0.json"))
+    assert argvs == [["--lr=0.1"], ["--lr=0.2"]]
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["steps=10", "--", "python", "train.py"], "steps=10 configures the built-in trainer"),
+        (["--sweep", "lr=1,2", "--", "python", "train.py"], "--sweep lr is not used by the command; write {lr}"),
+        (["--"], "nothing after --"),
+    ],
+)
+def test_bad_script_submissions_are_one_line(tmp_path: Path, args: list[str], message: str) -> None:
+    assert_refused(submit_in(tmp_path, *args), message, tmp_path / "runs")
+
+
+def test_debug_runs_the_script_in_process(tmp_path: Path) -> None:
+    """Under the debug profile `python train.py` runs inside the submitter: breakpoints work."""
+    (tmp_path / "train.py").write_text(
+        "import os\nopen(os.path.join(os.environ['RUN_DIR'], 'pid'), 'w').write(str(os.getpid()))\n"
+    )
+    (tmp_path / "p.yaml").write_text(f"executor: debug\nrun_root: {tmp_path / 'runs'}\n")
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    cmd = [sys.executable, "-m", "jobs.submit", "--profile", str(tmp_path / "p.yaml"), "--", "python", "train.py"]
+    proc = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, out + err
+    [pid] = [p.read_text() for p in (tmp_path / "runs").glob("*/pid")]
+    assert pid == str(proc.pid)
+
+
+def test_dry_run_prints_the_batch_script(tmp_path: Path) -> None:
+    profile = f"executor: slurm\nrun_root: {tmp_path / 'runs'}\n"
+    result = submit_in(tmp_path, "--dry-run", "--nodes", "2", "--", "python", "train.py", profile=profile)
+    assert result.returncode == 0, result.stderr
+    assert "#SBATCH --nodes=2" in result.stdout

@@ -1,0 +1,39 @@
+"""For your own script run by `python -m jobs.submit ... -- python train.py`: save on the requeue signal.
+
+    from trainer import requeue
+
+    requeue.install()                      # once, early: the profile's signal sets a flag
+    for step in range(start, steps):
+        ...train one step...
+        if requeue.requested():            # under DDP, agree first: all_reduce the flag (MAX)
+            save(os.environ["RUN_DIR"])    # your checkpoint, in the run directory
+            requeue.exit_for_requeue()     # exit code 144: the job is requeued and the script starts again
+
+Torch-free and a few lines on purpose: copy it if you would rather not import the project.
+"""
+
+import os
+import signal
+import sys
+from typing import Any, NoReturn
+
+REQUEUE_EXIT = 144  # submitit's local requeue code, used for Slurm too: one number everywhere
+_raised = False
+
+
+def _handle(signum: int, frame: Any) -> None:
+    global _raised
+    _raised = True  # only a flag: the step boundary acts on it
+
+
+def install() -> None:
+    """Set the flag on the requeue signal the submitter names in REQUEUE_SIGNAL (the profile's, e.g. USR2)."""
+    signal.signal(getattr(signal, "SIG" + os.environ.get("REQUEUE_SIGNAL", "USR2")), _handle)
+
+
+def requested() -> bool:
+    return _raised
+
+
+def exit_for_requeue() -> NoReturn:
+    sys.exit(REQUEUE_EXIT)
