@@ -197,12 +197,18 @@ def progress(run_dir: Path) -> tuple[int | None, Path | None]:
                 else "rewritten at the next log"
             )
             fix = f"move it aside ({after})"
-            # A script's summary has no step: only what the trainer writes counts steps.
-            record = read_json(path, fix, lambda r, k=key: isinstance(r, dict) and type(r.get(k, 0)) is int)
+            record = read_json(
+                path, fix, lambda r, k=key: isinstance(r, dict) and (type(r.get(k)) is int or is_script(r))
+            )
             step = record.get(key)
             break
     checkpoints = [path for _, path in list_checkpoints(files.checkpoints) if has_checksum(path)]
     return step, checkpoints[0] if checkpoints else None
+
+
+def is_script(summary: dict[str, Any]) -> bool:
+    """A script run's summary (trainer.script): it counts no steps."""
+    return isinstance(summary.get("command"), list) and "final_step" not in summary
 
 
 def failed_tasks(target: Target) -> list[str]:
