@@ -63,7 +63,10 @@ def textbook_parts(data: Path):  # type: ignore[no-untyped-def]
     from trainer.tasks.pix2pix import read_pairs
 
     torch.manual_seed(SEED)
-    dataset = PairsDataset(read_pairs(data, "pairs.csv", verify=False), 64)
+    import numpy
+
+    sources, targets = (numpy.array([p.encode() for p in side]) for side in read_pairs(data, "pairs.csv"))
+    dataset = PairsDataset(str(data), sources, targets, 64)
     return dataset, UNet(16, 3)
 
 

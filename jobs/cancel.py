@@ -41,6 +41,12 @@ def main(argv: list[str] | None = None) -> int:
     if len(targets) == 1:
         print(cancel(targets[0][1]))
         return 0
+    arrays = {t.job_id.split("_")[0] for _, t in targets if t.executor == "slurm"}
+    if len(arrays) == 1 and all(t.executor == "slurm" and "_" in t.job_id for _, t in targets):
+        # A sweep is one array job: one scancel stops every point, pending or running.
+        array = arrays.pop()
+        print(cancel(Target(array, "slurm", None, None)) + f" (the sweep's {len(targets)} points)")
+        return 0
     refused = []
     for name, target in targets:  # every point: one that already ended does not keep the others running
         try:

@@ -91,9 +91,10 @@ class Controller(local.Controller):  # type: ignore[misc]
 
 
 class LocalExecutor(submitit.LocalExecutor):  # type: ignore[misc]
-    def __init__(self, folder: Path, requeue_signal: str = "USR2") -> None:
+    def __init__(self, folder: Path, requeue_signal: str = "USR2", cwd: Path | None = None) -> None:
         super().__init__(folder)
         self.requeue_signal = requeue_signal
+        self.cwd = cwd  # the code snapshot: the controller and its tasks (and their restarts) run in it
 
     def _submit_command(self, command: str) -> local.LocalJob[Any]:
         # submitit's start_controller, running this module's controller instead of submitit.local._local.
@@ -123,6 +124,7 @@ class LocalExecutor(submitit.LocalExecutor):  # type: ignore[misc]
             process = subprocess.Popen(
                 [sys.executable, "-m", "jobs.local_controller", str(self.folder)],
                 env=env,
+                cwd=self.cwd,
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=log,

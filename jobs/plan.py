@@ -32,6 +32,7 @@ class Plan:
     max_num_timeout: int = 3
     settings: JobSettings = field(default_factory=JobSettings)  # for every task
     script: Script | None = None  # set: every task runs this command, not the trainer
+    code_dir: Path | None = None  # the code snapshot every task runs in (jobs.snapshot); None: none
 
     @property
     def run_dirs(self) -> list[Path]:
@@ -139,9 +140,9 @@ def failure_requeue_lines(limit: int, log_dir: Path) -> list[str]:
 
     The trainer cannot do it: the rank that failed may be rank 0, or its node may be gone. A file per
     job id counts the failure requeues, apart from the requeues after a signal (those end with status 0).
+    `status` holds srun's exit status (teardown_lines).
     """
     return [
-        "status=$?",
         f'count_file={shlex.quote(str(log_dir))}/failures_"$SLURM_JOB_ID"',
         f'if [ "$status" -ne 0 ] && [ "$(cat "$count_file" 2>/dev/null | wc -l)" -lt {limit} ]; then',
         '    echo "$(date +%s) $status" >> "$count_file"',
@@ -150,6 +151,23 @@ def failure_requeue_lines(limit: int, log_dir: Path) -> list[str]:
         + ')"',
         '    scontrol requeue "$SLURM_JOB_ID"',
         "fi",
+    ]
+
+
+def teardown_lines(profile: Profile, log_dir: Path) -> list[str]:
+    """What the batch script runs after srun. It ends with srun's own status: the job must still end FAILED
+    when a task failed (the last command's status would otherwise be the job's)."""
+    requeue = failure_requeue_lines(profile.requeue_on_failure, log_dir) if profile.requeue_on_failure else []
+    return ["status=$?", *requeue, *sacct_lines(log_dir.parent), 'exit "$status"']
+
+
+def sacct_lines(folder: Path) -> list[str]:
+    """Batch-script lines run after srun: the job's accounting record (steps, states, exit codes) into the
+    run's provenance/ folder. The job still runs then, so its own line says RUNNING; its steps have ended."""
+    target = shlex.quote(str(folder / "provenance")) + '/sacct_"$SLURM_JOB_ID".txt'
+    return [
+        'sacct -j "$SLURM_JOB_ID" --parsable2 --format=JobID,JobName,State,ExitCode,Start,End,Elapsed,NodeList '
+        f"> {target} 2>&1 || true"
     ]
 
 
@@ -172,14 +190,17 @@ def make_plan(
     has_gpus: bool,
     python: str,
     gpus: tuple[int, ...] = (),
+    code_dir: Path | None = None,
 ) -> Plan:
+    """`log_dir` is the run's (or sweep's) logs/ folder; `code_dir` the code snapshot the tasks run in."""
     settings = JobSettings(profile.signal, profile.signal_delay_s, profile.max_num_timeout)
     if profile.executor == "slurm":
         params = slurm_parameters(profile)
-        if profile.requeue_on_failure:
-            params["teardown"] = failure_requeue_lines(profile.requeue_on_failure, log_dir)
+        params["teardown"] = teardown_lines(profile, log_dir)
+        if code_dir is not None:  # the batch script, and so every task and requeue, runs in the snapshot
+            params["additional_parameters"]["chdir"] = str(code_dir)
         python = profile.python or python
-        return Plan("slurm", log_dir, params, configs, python, profile.max_num_timeout, settings)
+        return Plan("slurm", log_dir, params, configs, python, profile.max_num_timeout, settings, code_dir=code_dir)
     parameters: dict[str, Any] = {"timeout_min": profile.timeout_min, "signal_delay_s": profile.signal_delay_s}
     if profile.executor == "local":
         # One process per GPU; on a machine without GPUs, gpus_per_node is the process count.
@@ -188,8 +209,15 @@ def make_plan(
             parameters["gpus_per_node"] = profile.gpus_per_node
             if gpus:  # the caller's CUDA_VISIBLE_DEVICES: without it submitit would use GPUs 0..n-1
                 parameters["visible_gpus"] = gpus
+    code_dir = code_dir if profile.executor == "local" else None  # debug runs in this process, as it is
     return Plan(
-        profile.executor, log_dir, parameters, configs, max_num_timeout=profile.max_num_timeout, settings=settings
+        profile.executor,
+        log_dir,
+        parameters,
+        configs,
+        max_num_timeout=profile.max_num_timeout,
+        settings=settings,
+        code_dir=code_dir,
     )
 
 

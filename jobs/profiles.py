@@ -51,6 +51,10 @@ class Profile:
     env: dict = field(default_factory=dict)  # exported for every task, e.g. NCCL_DEBUG: WARN
     python: str = ""  # the interpreter on the nodes; empty: the one running the submitter
     job_name: str = "ddp"
+    # The code snapshot (jobs.snapshot): the folder submitted from, copied into the run directory
+    snapshot: bool = True  # false: tasks run the code on disk when they start (each requeue: what is there then)
+    snapshot_limit_mb: float = 100  # refuse a larger snapshot (data or a virtual environment in the folder)
+    snapshot_exclude: list = field(default_factory=list)  # glob patterns relative to the folder, e.g. data/*
 
     def __post_init__(self) -> None:
         self._check_text()
@@ -82,6 +86,12 @@ class Profile:
                 f"a time limit of {self.timeout_min} min leaves no time before the requeue signal, sent "
                 f"signal_delay_s={self.signal_delay_s} s before it; use --time {self.signal_delay_s // 60 + 1} "
                 "or more, or a smaller signal_delay_s in the profile"
+            )
+        if self.snapshot_limit_mb <= 0:
+            raise UserError(f"snapshot_limit_mb must be above 0, got {self.snapshot_limit_mb}; or set snapshot: false")
+        if not all(isinstance(p, str) and p for p in self.snapshot_exclude):
+            raise UserError(
+                f"snapshot_exclude: {self.snapshot_exclude!r} must be a list of glob patterns, e.g. [data/*]"
             )
         if self.signal.removeprefix("SIG") not in SIGNALS:
             raise UserError(f"signal {self.signal!r} is unknown; use one of {', '.join(SIGNALS)}")

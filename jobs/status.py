@@ -1,10 +1,26 @@
 """`python -m jobs.status RUN_DIR|SWEEP_DIR|JOB_ID`: state, restarts, nodes, last step and checkpoint."""
 
 import argparse
+import json
 import sys
+from collections import Counter
+from pathlib import Path
 
-from jobs.tracking import Target, failed_tasks, failure_line, find_all, info, progress
+from jobs.tracking import Target, failed_tasks, failure_line, find_all, info, infos, progress
 from trainer.errors import one_line_errors
+from trainer.provenance import read_submit
+from trainer.rundir import RunDir
+
+
+def code_line(run_dir: Path) -> str:
+    """The commit submitted, and whether the tree held changes beyond it (they are in the snapshot)."""
+    submitted = read_submit(run_dir)
+    git, snapshot = submitted.get("git") or {}, submitted.get("snapshot")
+    where = "snapshot in code/" if snapshot else "no snapshot: the code on disk"
+    if not isinstance(git, dict) or not git.get("commit"):
+        return f"not a git tree ({where})" if submitted else "-"
+    state = "dirty: uncommitted changes, see provenance/git.diff" if git.get("dirty") else "clean"
+    return f"{str(git['commit'])[:12]} on {git.get('branch') or '?'} ({state}; {where})"
 
 
 def report(target: Target) -> str:
@@ -16,6 +32,7 @@ def report(target: Target) -> str:
             f"run directory: {target.run_dir}",
             f"last step: {step if step is not None else '-'}",
             f"last checkpoint: {ckpt or '-'}",
+            f"code: {code_line(target.run_dir)}",
         ]
     if error := failure_line(target):
         lines.append(f"error: {error}")
@@ -29,9 +46,47 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m jobs.status", description=__doc__.splitlines()[0])
     parser.add_argument("target", help="a run or sweep directory printed by jobs.submit, or a Slurm job id")
     args = parser.parse_args(argv)
-    reports = [(name, report(target)) for name, target in find_all(args.target)]
-    print("\n\n".join(f"== {name} ==\n{text}" if name else text for name, text in reports))
+    targets = find_all(args.target)
+    if len(targets) == 1 and not targets[0][0]:
+        print(report(targets[0][1]))
+    else:
+        print(sweep_table(Path(args.target), targets))
     return 0
+
+
+def sweep_table(folder: Path, targets: list[tuple[str, Target]]) -> str:
+    """One line per point (state, step, last validation metrics) from one Slurm query for all of them."""
+    states = infos([t for _, t in targets])
+    rows = [("point", "job", "state", "step", "validation")]
+    errors, counts = [], Counter(i.state for i in states)
+    for (name, target), job in zip(targets, states, strict=True):
+        step, val = point_progress(target.run_dir)
+        rows.append((name, target.job_id, job.state, str(step) if step is not None else "-", val))
+        if job.state not in ("RUNNING", "COMPLETED", "PENDING") and (line := failure_line(target)):
+            errors.append(f"error {name}: {line}")
+    widths = [max(len(r[i]) for r in rows) for i in range(4)]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(r[:4], widths, strict=True)) + "  " + r[4] for r in rows]
+    header = f"sweep {folder}: {len(targets)} points; " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items()))
+    return "\n".join([header, *[line.rstrip() for line in lines], *errors])
+
+
+def point_progress(run_dir: Path | None) -> tuple[int | None, str]:
+    """A point's last step and last validation metrics, from summary.json or progress.json."""
+    if run_dir is None:
+        return None, ""
+    for path, step_key, val_key in (
+        (RunDir(run_dir).summary, "final_step", "val_metrics"),
+        (RunDir(run_dir).progress, "step", "val"),
+    ):
+        if path.is_file():
+            try:
+                record = json.loads(path.read_text())
+            except (OSError, ValueError):
+                return None, f"({path.name} unreadable)"
+            val = record.get(val_key) or {}
+            text = " ".join(f"{k}={v:.4g}" for k, v in val.items() if isinstance(v, int | float))
+            return record.get(step_key), text
+    return None, ""
 
 
 if __name__ == "__main__":

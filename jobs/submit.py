@@ -8,16 +8,23 @@ import dataclasses
 import json
 import os
 import shutil
+import socket
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
+import trainer.tasks
 from jobs import launch
 from jobs.plan import Plan, Script, make_plan, sbatch_script, script_commands, script_name, sweep_points, visible_gpus
-from jobs.profiles import load_profile
-from trainer.atomic import write_text
-from trainer.config import TrainConfig, build_config, config_dict, section
+from jobs.profiles import Profile, load_profile
+from jobs.snapshot import Snapshot, git_diff, git_state, plan_snapshot
+from jobs.snapshot import copy as copy_snapshot
+from trainer import filelist
+from trainer.atomic import read_json, write_text
+from trainer.config import TrainConfig, build_config, config_dict, from_dict, section
 from trainer.errors import UserError, one_line_errors
+from trainer.provenance import write_submit
 from trainer.rundir import RunDir
 from trainer.runs import (
     check_name,
@@ -27,6 +34,7 @@ from trainer.runs import (
     point_name,
     prepare_run_root,
     resolve_data,
+    validation_config,
     write_config,
 )
 
@@ -98,10 +106,16 @@ class Request:
     dry_run: bool
     resuming: bool
     finished: str = ""  # --resume of a run that already reached its steps: this line, and no job
+    snapshot: Snapshot | None = None  # the code to copy into the run directory (a new run, not --dry-run)
+    profile: Profile | None = None  # as resolved, for provenance
+    argv: tuple[str, ...] = ()  # the command line, for provenance
+    lists: dict[tuple[str, str], list[str]] = dataclasses.field(default_factory=dict)  # (root, csv): file list
 
 
 def prepare(argv: list[str] | None) -> Request:
     """Validate everything and build the plan; nothing is written to disk here but the sample data."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    given = tuple(argv)
     argv, command = split_command(argv)
     args = parse_args(argv)
     profile = load_profile(args.profile).with_overrides(
@@ -120,11 +134,14 @@ def prepare(argv: list[str] | None) -> Request:
     if not args.dry_run:
         prepare_run_root(run_root)
     if command or (args.resume and RunDir(Path(args.resume)).command.is_file()):
-        return prepare_script(args, command, profile, run_root, points)
+        request = prepare_script(args, command, profile, run_root, points)
+        return dataclasses.replace(request, profile=profile, argv=given)
     if args.resume:
         if args.sweep:
             raise UserError("--resume continues one run; drop --sweep")
         folder = Path(args.resume).resolve()
+        if (code := code_for(args, profile, folder, run_root)[1]) is not None:
+            sys.path.insert(0, str(code))  # your task module as the job imports it: from the run's snapshot
         base = load_config_file(folder)
     else:
         base = profile.trainer
@@ -137,17 +154,105 @@ def prepare(argv: list[str] | None) -> Request:
     else:
         run_dirs = [folder / point_name(i, point) for i, point in enumerate(points)]
     configs = [dataclasses.replace(c, run_dir=str(d)) for c, d in zip(configs, run_dirs, strict=True)]
+    lists: dict[tuple[str, str], list[str]] = {}
     if not args.dry_run:
         world_size = profile.nodes * profile.gpus_per_node  # one process per GPU (per local process)
-        configs = [resolve_data(c, run_root / "sample_data", world_size) for c in configs]
+        configs = resolve_all(configs, run_root / "sample_data", world_size)
+        lists, configs = file_lists(configs, RunDir(folder).file_lists)
+    snapshot, code_dir = code_for(args, profile, folder, run_root)
+    if snapshot is not None:
+        snapshot = with_task_files(snapshot, configs)
     gpus = visible_gpus(os.environ.get("CUDA_VISIBLE_DEVICES")) if profile.executor == "local" else ()
-    plan = make_plan(profile, configs, RunDir(folder).logs, has_local_gpus(), sys.executable, gpus)
+    plan = make_plan(profile, configs, RunDir(folder).logs, has_local_gpus(), sys.executable, gpus, code_dir)
     wait = args.wait or profile.executor == "debug"
     if args.dry_run and plan.executor != "slurm":
         raise UserError(
             f"--dry-run prints an sbatch script; profile {profile.name} runs with the {plan.executor} executor"
         )
-    return Request(plan, folder, wait, args.dry_run, bool(args.resume), finished)
+    request = Request(plan, folder, wait, args.dry_run, bool(args.resume), finished, snapshot, profile, given)
+    return dataclasses.replace(request, lists=lists if not args.dry_run and not args.resume else {})
+
+
+def resolve_all(configs: list[TrainConfig], sample_root: Path, world_size: int) -> list[TrainConfig]:
+    """resolve_data for each config, the data checked once per distinct data: a sweep of 1,000 learning rates
+    checks its data once, not 1,000 times."""
+    resolved: dict[tuple[str, ...], Any] = {}
+    out = []
+    for config in configs:
+        key = (config.task, repr(config.data), repr(config.task_settings), str(config.batch_size))
+        if key not in resolved:
+            resolved[key] = resolve_data(config, sample_root, world_size).data
+        out.append(dataclasses.replace(config, data=resolved[key]))
+    return out
+
+
+def file_lists(configs: list[TrainConfig], folder: Path) -> tuple[dict[tuple[str, str], list[str]], list[TrainConfig]]:
+    """The resolved file list of each data root (training and validation; a sweep's points share them), and
+    the configs pointed at where they will be stored. Tasks without `file_list` read their data themselves."""
+    lists: dict[tuple[str, str], list[str]] = {}
+    out = []
+    for config in configs:
+        task = trainer.tasks.get(config.task)
+        if not hasattr(task, "file_list"):
+            out.append(config)
+            continue
+        for data in (config, validation_config(config)) if config.data.val_root else (config,):
+            key = (data.data.root, data.data.csv)
+            if key not in lists:
+                lists[key] = task.file_list(data)
+        out.append(dataclasses.replace(config, data=dataclasses.replace(config.data, file_lists=str(folder))))
+    return lists, out
+
+
+def code_for(
+    args: argparse.Namespace, profile: Profile, folder: Path, run_root: Path
+) -> tuple[Snapshot | None, Path | None]:
+    """The snapshot to take (a new run) and the folder the tasks run in; (None, None) without one.
+
+    --dry-run lists nothing (it stays quick) but prints the folder; --resume runs in the run's snapshot.
+    """
+    if args.resume:  # job.json names it: a sweep point's snapshot is the sweep's
+        job = RunDir(folder).job
+        record = (
+            read_json(job, f"remove it to resume with {RunDir(folder).code}", valid_record) if job.is_file() else {}
+        )
+        code = Path(record.get("code", RunDir(folder).code))
+        return None, code if code.is_dir() else None
+    if not profile.snapshot or profile.executor == "debug":  # debug: your breakpoints in your files
+        return None, None
+    code = RunDir(folder).code
+    if args.dry_run:
+        return None, code
+    return plan_snapshot(Path.cwd(), [run_root], profile.snapshot_exclude, profile.snapshot_limit_mb), code
+
+
+def valid_record(value: Any) -> bool:
+    return isinstance(value, dict) and isinstance(value.get("code", ""), str)
+
+
+def task_file(task: str, snapshot: Snapshot) -> str | None:
+    """Where a task given by file path lies in the snapshot (a file outside the folder joins it as _tasks/)."""
+    if ".py:" not in task:
+        return None  # built-in, or by module: imported from the snapshot, the tasks' working folder
+    source = Path(task.rpartition(":")[0])
+    name = str(source.relative_to(snapshot.workspace)) if snapshot.workspace in source.parents else None
+    return name or f"_tasks/{source.name}"
+
+
+def with_task_files(snapshot: Snapshot, configs: list[TrainConfig]) -> Snapshot:
+    listed = {name for _, name in snapshot.files}
+    extra = [(Path(c.task.rpartition(":")[0]), n) for c in configs if (n := task_file(c.task, snapshot)) is not None]
+    return dataclasses.replace(snapshot, files=[*snapshot.files, *{(s, n) for s, n in extra if n not in listed}])
+
+
+def in_snapshot(config: TrainConfig, snapshot: Snapshot, code_dir: Path) -> TrainConfig:
+    """The config pointed at the snapshot's copy of its task file: made once the copy exists (the config
+    checks that its task imports)."""
+    name = task_file(config.task, snapshot)
+    if name is None:
+        return config
+    task = f"{code_dir / name}:{config.task.rpartition(':')[2]}"
+    return from_dict(TrainConfig, config_dict(config) | {"task": task})  # type: ignore[no-any-return]
 
 
 def prepare_script(
@@ -159,7 +264,7 @@ def prepare_script(
             f"{args.overrides[0]} configures the built-in trainer; with a command, pass your script's own "
             "arguments after --"
         )
-    cwd = os.getcwd()
+    cwd, code_dir, snapshot = os.getcwd(), None, None
     if args.resume:
         if command or args.sweep:
             raise UserError("--resume reruns the run's own command; drop the command after -- and --sweep")
@@ -167,18 +272,22 @@ def prepare_script(
         record = json.loads(RunDir(folder).command.read_text())
         command, cwd, commands, run_dirs = record["command"], record["cwd"], [record["command"]], [folder]
         refuse_if_running(folder)
+        snapshot, code_dir = code_for(args, profile, folder, run_root)
     else:
         commands = script_commands(command, points)
         folder = run_root / args.name if args.name else new_run_dir(run_root, script_name(command))
         run_dirs = [folder] if len(commands) == 1 else [folder / point_name(i, p) for i, p in enumerate(points)]
+        snapshot, code_dir = code_for(args, profile, folder, run_root)
+        cwd = str(code_dir) if code_dir is not None else cwd  # the snapshot mirrors the folder submitted from
     gpus = visible_gpus(os.environ.get("CUDA_VISIBLE_DEVICES")) if profile.executor == "local" else ()
-    plan = make_plan(profile, [], RunDir(folder).logs, has_local_gpus(), sys.executable, gpus)
+    plan = make_plan(profile, [], RunDir(folder).logs, has_local_gpus(), sys.executable, gpus, code_dir)
     plan = dataclasses.replace(plan, script=Script(commands, cwd, [str(d) for d in run_dirs]))
     if args.dry_run and plan.executor != "slurm":
         raise UserError(
             f"--dry-run prints an sbatch script; profile {profile.name} runs with the {plan.executor} executor"
         )
-    return Request(plan, folder, args.wait or profile.executor == "debug", args.dry_run, bool(args.resume))
+    wait = args.wait or profile.executor == "debug"
+    return Request(plan, folder, wait, args.dry_run, bool(args.resume), snapshot=snapshot)
 
 
 def refuse_if_running(run_dir: Path) -> None:
@@ -237,12 +346,19 @@ def create_and_submit(request: Request) -> list:  # type: ignore[type-arg]
         return jobs
     claim(request.folder)  # from here on the folder is this process's: only it cleans it up
     try:
+        if request.snapshot is not None and plan.code_dir is not None:
+            copy_snapshot(request.snapshot, plan.code_dir)
+            configs = [in_snapshot(c, request.snapshot, plan.code_dir) for c in plan.configs]
+            plan = dataclasses.replace(plan, configs=configs)
+        write_provenance(request)
+        for (root, csv), lines in request.lists.items():
+            filelist.write(RunDir(request.folder).file_lists, root, csv, lines)
         for index, run_dir in enumerate(plan.run_dirs):
             run_dir.mkdir(parents=True, exist_ok=run_dir == request.folder)
             if plan.script is None:
                 write_config(run_dir, plan.configs[index])
             else:
-                record = {"command": plan.script.commands[index], "cwd": plan.script.cwd}
+                record = {"command": plan.script.commands[index], "cwd": plan.script.cwd, "submitted_from": os.getcwd()}
                 write_text(RunDir(run_dir).command, json.dumps(record, indent=2) + "\n")
         jobs = launch.submit(plan)
     except BaseException:
@@ -253,11 +369,29 @@ def create_and_submit(request: Request) -> list:  # type: ignore[type-arg]
     return jobs
 
 
+def write_provenance(request: Request) -> None:
+    """provenance/submit.json and git.diff of a new run (or sweep): where it came from."""
+    snapshot, cwd = request.snapshot, Path.cwd()
+    record = {
+        "argv": ["python", "-m", "jobs.submit", *request.argv],
+        "cwd": str(cwd),
+        "time": time.time(),
+        "user": os.environ.get("USER", ""),
+        "host": socket.gethostname(),
+        "python": sys.executable,
+        "git": snapshot.git if snapshot is not None else git_state(cwd),
+        "project_git": snapshot.project_git if snapshot is not None else {},
+        "snapshot": {"files": len(snapshot.files), "bytes": snapshot.size} if snapshot is not None else None,
+        "profile": dataclasses.asdict(request.profile) if request.profile is not None else None,
+    }
+    write_submit(request.folder, record, git_diff(cwd) if record["git"] else "")
+
+
 def write_job_record(run_dir: Path, job: Any, plan: Plan) -> None:
     """job.json names the run's current job; the jobs of earlier --resume's are kept in its `history`."""
-    import json
-
     record = {"job_id": job.job_id, "executor": plan.executor, "log": str(launch.rank0_log(job)), "tasks": plan.tasks}
+    if plan.code_dir is not None:
+        record["code"] = str(plan.code_dir)
     path = RunDir(run_dir).job
     if path.exists():
         previous = json.loads(path.read_text())

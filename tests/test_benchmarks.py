@@ -13,6 +13,9 @@ TINY = [
     ["trainer_overhead.py", "--steps", "20", "--rounds", "1"],
     ["data_pipeline.py", "--count", "24", "--epochs", "1"],
     ["eval_share.py", "--steps", "4"],
+    ["snapshot_cost.py", "--files", "200", "--repeats", "1"],
+    ["script_overhead.py", "--steps", "10", "--rounds", "1"],
+    ["data_scale.py", "--rows", "1000", "--files", "200"],
 ]
 
 

@@ -73,3 +73,12 @@ def test_a_bad_node_list_names_the_variable_not_an_empty_list() -> None:
     env = {"SLURM_PROCID": "0", "SLURM_STEP_ID": "0", "SLURM_NTASKS": "2", "SLURM_JOB_NODELIST": "n[3-1]"}
     with pytest.raises(UserError, match=r"SLURM_JOB_NODELIST: invalid hostlist 'n\[3-1\]': range '3-1' runs"):
         resolve(env)
+
+
+@pytest.mark.parametrize(
+    ("spec", "tasks"), [("7", ["7"]), ("2-5%3", ["2", "3", "4", "5"]), ("[0,4-6]", ["0", "4", "5", "6"]), ("", [])]
+)
+def test_array_task_lists(spec: str, tasks: list[str]) -> None:
+    from jobs.tracking import array_tasks
+
+    assert array_tasks(spec) == tasks

@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -98,6 +99,15 @@ def test_killed_run_resumes_to_the_same_weights(local_profile: Path, sample_root
     assert result.returncode == 0, result.stdout + result.stderr
     assert "resumed from" in result.stdout
     assert summary(interrupted)["weights_sha256"] == summary(reference)["weights_sha256"]
+    # Rank 0 alone read the checkpoint; rank 1 got it over the process group (checkpoint.broadcast).
+    job = json.loads((interrupted / "job.json").read_text())["job_id"]
+    reads = [
+        re.search(
+            r"checkpoint bytes read by this rank: (\d+)", (interrupted / "logs" / f"{job}_{r}_log.out").read_text()
+        )
+        for r in (0, 1)
+    ]
+    assert reads[0] and reads[1] and int(reads[0].group(1)) > 0 and int(reads[1].group(1)) == 0
     assert summary(interrupted)["val_metrics"] == summary(reference)["val_metrics"]
     assert {k: v for k, v in summary(interrupted)["best"].items() if k != "path"} == {
         k: v for k, v in summary(reference)["best"].items() if k != "path"

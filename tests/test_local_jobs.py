@@ -173,15 +173,16 @@ def test_status_and_cancel_take_a_sweep_folder(local_profile: Path, sample_root:
         started(point, tasks=1)
     status = cli("jobs.status", str(sweep))
     assert status.returncode == 0, status.stderr
-    assert [line for line in status.stdout.splitlines() if line.startswith("job ")] == [
-        f"job {job_pid(p)}: RUNNING" for p in points
+    assert status.stdout.splitlines()[0] == f"sweep {sweep}: 2 points; RUNNING 2"
+    assert [line.split()[:3] for line in status.stdout.splitlines()[2:]] == [
+        [p.name, str(job_pid(p)), "RUNNING"] for p in points
     ]
     cancelled = cli("jobs.cancel", str(sweep))
     assert cancelled.returncode == 0, cancelled.stderr
     assert cancelled.stdout.splitlines() == [f"{p.name}: cancelled job {job_pid(p)}" for p in points]
     status = cli("jobs.status", str(sweep)).stdout
-    assert [line for line in status.splitlines() if line.startswith("job ")] == [
-        f"job {job_pid(p)}: CANCELLED" for p in points
+    assert [line.split()[:3] for line in status.splitlines()[2:]] == [
+        [p.name, str(job_pid(p)), "CANCELLED"] for p in points
     ]
 
 

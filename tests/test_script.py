@@ -67,7 +67,8 @@ def test_every_rank_gets_torchruns_variables(tmp_path: Path) -> None:
         assert report["RANK"] == report["LOCAL_RANK"] == str(rank)
         assert (report["WORLD_SIZE"], report["LOCAL_WORLD_SIZE"], report["GROUP_RANK"]) == ("2", "2", "0")
         assert report["MASTER_ADDR"] == "127.0.0.1" and report["MASTER_PORT"] == reports[0]["MASTER_PORT"]
-        assert report["sum"] == 3.0 and report["argv"] == ["--lr", "3e-4"] and report["cwd"] == str(tmp_path)
+        assert report["sum"] == 3.0 and report["argv"] == ["--lr", "3e-4"]
+        assert report["cwd"] == str(run_dir / "code")  # the snapshot of the folder submitted from
     status = subprocess.run(
         [sys.executable, "-m", "jobs.status", str(run_dir)],
         env={**os.environ, "PYTHONPATH": str(ROOT)},
@@ -89,6 +90,17 @@ def test_a_module_and_a_failing_rank(tmp_path: Path) -> None:
         del os.environ["FAIL_RANK"]
     assert result.returncode == 1, result.stdout + result.stderr
     assert "error: rank 1 on " in result.stderr and "-m mypkg.train exited with status 3" in result.stderr
+
+
+def test_a_rank_failing_while_rank_0_starts_is_the_one_named(tmp_path: Path) -> None:
+    """Rank 1 fails at once; rank 0 (still starting, then killed by the controller) must not erase its record
+    as an earlier attempt's."""
+    (tmp_path / "quick.py").write_text(
+        "import os, sys, time\nsys.exit(3) if os.environ['RANK'] == '1' else time.sleep(60)\n"
+    )
+    result = submit_in(tmp_path, "--wait", "--", sys.executable, "quick.py")
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "error: rank 1 on " in result.stderr and "quick.py exited with status 3" in result.stderr, result.stderr
 
 
 def test_a_script_that_saves_on_the_signal_is_requeued_and_resumes(tmp_path: Path) -> None:

@@ -81,11 +81,15 @@ class Writer:
             raise error
 
 
+BYTES_READ = [0]  # checkpoint bytes this process read from the filesystem (resume at scale: rank 0 alone)
+
+
 def _verified_bytes(path: Path) -> bytes | None:
     digest_file = checksum_path(path)
     if not digest_file.exists():
         return None
     data = path.read_bytes()
+    BYTES_READ[0] += len(data)
     return data if hashlib.sha256(data).hexdigest() == digest_file.read_text().strip() else None
 
 
@@ -116,6 +120,14 @@ def load_latest(
     folder: Path, map_location: torch.device, warn: Callable[[str], None] = _warn_to_stderr
 ) -> tuple[dict[str, Any], Path] | None:
     """The newest checkpoint whose checksum matches and that loads; others are skipped with a warning."""
+    found = newest_loadable(folder, map_location, warn)
+    return None if found is None else (found[0], found[1])
+
+
+def newest_loadable(
+    folder: Path, map_location: torch.device, warn: Callable[[str], None]
+) -> tuple[dict[str, Any], Path, bytes] | None:
+    """load_latest's choice, with the file's verified bytes (to send to the other ranks)."""
     found = list_checkpoints(folder)
     for _, path in found:
         data = _verified_bytes(path)
@@ -124,11 +136,34 @@ def load_latest(
         else:
             state, problem = _load(data, map_location)
             if state is not None:
-                return state, path
+                return state, path, data
         warn(f"skipping checkpoint {path}: {problem}")
     if found:
         warn(f"no usable checkpoint in {folder}; starting from step 0")
     return None
+
+
+def broadcast_latest(
+    folder: Path, map_location: torch.device, warn: Callable[[str], None]
+) -> tuple[dict[str, Any], Path] | None:
+    """Rank 0 picks and reads the checkpoint, the others receive its bytes over the process group: one read of
+    the shared filesystem per job, not one per rank (512 nodes x 8 GPUs would be 4,096 reads of one file)."""
+    rank, device = dist.get_rank(), map_location if dist.get_backend() == "nccl" else torch.device("cpu")
+    found = newest_loadable(folder, map_location, warn) if rank == 0 else None
+    header = [str(found[1]) if found else "", len(found[2]) if found else 0]
+    dist.broadcast_object_list(header, src=0, device=device if dist.get_backend() == "nccl" else None)
+    path, size = header
+    if not size:
+        return None
+    buffer = torch.frombuffer(bytearray(found[2]), dtype=torch.uint8) if found else torch.empty(size, dtype=torch.uint8)
+    buffer = buffer.to(device)
+    dist.broadcast(buffer, src=0)
+    if found:
+        return found[0], found[1]
+    state, problem = _load(buffer.cpu().numpy().tobytes(), map_location)
+    if state is None:  # rank 0 loaded these very bytes: a transfer gone wrong
+        raise RuntimeError(f"the checkpoint {path} received from rank 0 does not load: {problem}")
+    return state, Path(path)
 
 
 class Checkpointer:
@@ -154,7 +189,10 @@ class Checkpointer:
 
     def restore(self, state: TrainState) -> Path | None:
         """Load the newest valid checkpoint into `state`; None when there is none (a fresh start)."""
-        resumed = load_latest(self.folder, state.device, self.warn)
+        if self.settings.broadcast and dist.is_initialized() and dist.get_world_size() > 1:
+            resumed = broadcast_latest(self.folder, state.device, self.warn)
+        else:
+            resumed = load_latest(self.folder, state.device, self.warn)
         if resumed is None:
             return None
         loaded, path = resumed

@@ -32,7 +32,10 @@ class DataConfig:
     csv: str = "pairs.csv"  # pix2pix only, relative to root
     image_size: int = 64
     num_workers: int = -1  # -1: derived from the CPUs available to each task
-    verify_images: bool = True  # open every image once before training starts
+    verify_images: bool = True  # open images at submit, before anything is queued
+    verify_sample: int = 1000  # how many samples' images (drawn at random, seed 0); 0: every one
+    bad_images: str = "fail"  # an image that cannot be read in training: fail (naming it) or skip (counted)
+    file_lists: str = ""  # set by the submitter: the folder of the resolved file lists every rank reads
     # Validation: a separate data root (its CSV: val_csv, default the same name as csv), or a fraction of the
     # training data held out by seed. Neither: no validation.
     val_root: str = ""
@@ -53,6 +56,8 @@ class DataConfig:
             "must be a multiple of 16, at least 16",
         )
         _check(self.num_workers >= -1, "data.num_workers", "must be -1 (auto) or >= 0")
+        _check(self.bad_images in ("fail", "skip"), "data.bad_images", f"must be fail or skip, got {self.bad_images!r}")
+        _check(self.verify_sample >= 0, "data.verify_sample", "must be >= 0 (0: open every image)")
 
     def held_out(self, samples: int) -> int:
         """How many of `samples` val_fraction holds out for validation (at least one when it is set)."""
@@ -115,6 +120,7 @@ class CheckpointConfig:
     every: int = 50  # steps between checkpoints; the last step is always saved
     keep: int = 3  # newest checkpoints kept
     background: bool = False  # write in a thread while training goes on (only serialising blocks)
+    broadcast: bool = True  # on resume rank 0 reads the checkpoint and sends it to the others (false: all read)
 
     def __post_init__(self) -> None:
         _check(self.every >= 1, "checkpoint.every", "must be >= 1")

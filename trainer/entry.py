@@ -6,7 +6,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from trainer import failures
+from trainer import failures, provenance
 from trainer.config import JobSettings, TrainConfig
 from trainer.distenv import DistEnv, resolve
 from trainer.errors import UserError
@@ -31,8 +31,9 @@ def run(config: TrainConfig, settings: JobSettings | None = None) -> dict[str, A
     from trainer.train import train  # torch is imported here, in the task, not at submit time
 
     print(env.describe(), flush=True)  # every rank, into its own log
+    provenance.record_start(Path(config.run_dir), env)  # after torch's import: its versions are read from it
     if env.is_main:
-        failures.clear(Path(config.run_dir))  # from an earlier, failed attempt
+        failures.clear(Path(config.run_dir), failures.process_start_time())  # from an earlier, failed attempt
     try:
         return train(config, env, settings, stop_flag)
     except BaseException as exc:

@@ -7,8 +7,10 @@ the earliest of those reported. `error.txt` holds the root cause's one line, `ra
 """
 
 import json
+import os
 import re
 import shutil
+import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -106,8 +108,28 @@ def record(run_dir: Path, failure: Failure) -> None:
         write_text(files.error, first.line() + "\n")
 
 
-def clear(run_dir: Path) -> None:
-    """Forget an earlier attempt's failure: a new attempt is starting."""
+def clear(run_dir: Path, before: float) -> None:
+    """Forget the failures of earlier attempts (recorded before `before`, this process's start): a peer of
+    this attempt that failed while rank 0 was still starting must keep its record."""
     files = RunDir(run_dir)
-    files.error.unlink(missing_ok=True)
-    shutil.rmtree(files.errors, ignore_errors=True)
+    stale = [f for f in read(run_dir) if f.time < before]
+    for failure in stale:
+        (files.errors / f"rank_{failure.rank}.json").unlink(missing_ok=True)
+    current = read(run_dir)
+    if not current:
+        files.error.unlink(missing_ok=True)
+        shutil.rmtree(files.errors, ignore_errors=True)
+    elif (first := root_cause(current)) is not None:
+        write_text(files.error, first.line() + "\n")
+
+
+def process_start_time() -> float:
+    """When this process started (wall clock), from /proc; now where /proc cannot say."""
+    try:
+        ticks = int(Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()[19])
+        boot = next(
+            float(line.split()[1]) for line in Path("/proc/stat").read_text().splitlines() if line.startswith("btime")
+        )
+        return boot + ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError, StopIteration):
+        return time.time()

@@ -52,12 +52,37 @@ class RunDir:
         return self.path / "errors"
 
     @property
+    def exits(self) -> Path:
+        """A script run's ranks that asked for a requeue in this attempt (rank 0 waits for all of them)."""
+        return self.path / "exits"
+
+    @property
     def checkpoints(self) -> Path:
         return self.path / "checkpoints"
 
     @property
     def tensorboard(self) -> Path:
         return self.path / "tensorboard"
+
+    @property
+    def bad_images(self) -> Path:
+        """Images skipped in training under data.bad_images=skip, one file per process (summary.json counts them)."""
+        return self.path / "bad_images"
+
+    @property
+    def file_lists(self) -> Path:
+        """The resolved file lists of the run's data (trainer.filelist), one per data root; a sweep's are shared."""
+        return self.path / "file_lists"
+
+    @property
+    def code(self) -> Path:
+        """The code snapshot taken at submit (jobs.snapshot); every attempt runs in it."""
+        return self.path / "code"
+
+    @property
+    def provenance(self) -> Path:
+        """Where the run came from: submit.json, git.diff, environment.json, ranks/, the Slurm records."""
+        return self.path / "provenance"
 
     @property
     def logs(self) -> Path:

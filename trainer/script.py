@@ -12,6 +12,7 @@ Torch-free: the task only starts your command, passes the requeue signal on, and
 import ctypes
 import os
 import runpy
+import shutil
 import signal
 import subprocess
 import sys
@@ -19,7 +20,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from trainer import failures
+from trainer import failures, provenance
 from trainer.atomic import write_text
 from trainer.attempts import Attempts, leave, record_stop
 from trainer.config import JobSettings
@@ -28,6 +29,7 @@ from trainer.requeue import REQUEUE_EXIT
 from trainer.rundir import RunDir
 
 PR_SET_PDEATHSIG = 1
+PEER_WAIT_S = 30.0  # rank 0, after its command asked for a requeue: how long the others get to save and exit
 
 
 def _die_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec
@@ -50,9 +52,11 @@ def run(command: list[str], cwd: str, run_dir: str, settings: JobSettings, in_pr
     env = resolve(os.environ)
     folder = Path(run_dir)
     print(env.describe(), flush=True)
+    provenance.record_start(folder, env)
     attempts = Attempts(folder) if env.is_main else None
     if env.is_main:
-        failures.clear(folder)
+        failures.clear(folder, failures.process_start_time())
+        shutil.rmtree(RunDir(folder).exits, ignore_errors=True)  # the previous attempt's
         assert attempts is not None
         attempts.start(0, env.restart_count)
     started = time.time()
@@ -62,7 +66,16 @@ def run(command: list[str], cwd: str, run_dir: str, settings: JobSettings, in_pr
         else _run(command, cwd, env, run_dir, settings)
     )
     if code == REQUEUE_EXIT:
-        requeued = record_stop(env, attempts, settings, -1, folder, None) if attempts is not None else True
+        exited = RunDir(folder).exits
+        write_text(exited / f"rank_{env.rank}", str(code))
+        if attempts is None:
+            raise leave(env, True)
+        # Each rank saves on its own signal; a requeue now would kill a peer still saving. Wait for them
+        # (bounded: a peer that never got the signal must not hold the job until its time limit).
+        deadline = time.monotonic() + PEER_WAIT_S
+        while len(list(exited.glob("rank_*"))) < env.world_size and time.monotonic() < deadline:
+            time.sleep(0.1)
+        requeued = record_stop(env, attempts, settings, -1, folder, None)
         raise leave(env, requeued)
     if code != 0:
         message = f"{' '.join(command)} exited with status {code}" + (f" ({_signal_name(-code)})" if code < 0 else "")

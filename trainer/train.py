@@ -19,6 +19,7 @@ from trainer.data import make_loader, num_workers, to_device
 from trainer.distenv import DistEnv
 from trainer.distributed import mean_over_ranks, pick_device, process_group, wrap
 from trainer.errors import UserError
+from trainer.images import count_bad_images
 from trainer.preemption import Attempts, decide, leave, stop_agreed
 from trainer.rundir import RunDir
 from trainer.runs import write_config
@@ -107,6 +108,8 @@ def train(
         checkpoints = checkpoint.Checkpointer(files.checkpoints, config.checkpoint, env.is_main, warn)
         attempts = Attempts(run_dir) if env.is_main else None
         resumed_from = checkpoints.restore(state)
+        if resumed_from is not None:  # every rank, in its own log: what resuming cost the shared filesystem
+            print(f"checkpoint bytes read by this rank: {checkpoint.BYTES_READ[0]}", flush=True)
         if resumed_from is not None and env.is_main:
             print(f"resumed from {resumed_from} at step {state.step}", flush=True)
         elif resumed_from is None and attempts is not None and attempts.items:
@@ -178,7 +181,9 @@ def train(
                     }
                     logger.scalars(values, step)
                     if env.is_main:  # for jobs.status
-                        write_text(files.progress, json.dumps({"step": step, "time": time.time()}))
+                        write_text(
+                            files.progress, json.dumps({"step": step, "time": time.time(), "val": state.last_val})
+                        )
                     progress.update(step, values)
                     if step == config.steps:  # the summary's train metrics: this last interval's means
                         final_loss = finite(values["train/loss"])
@@ -239,6 +244,7 @@ def train(
                 # From the first attempt's start when the run was requeued: the time a user waited.
                 "wall_time_s": round(attempts.wall_time_s(), 3),
                 "weights_sha256": checkpoint.weights_sha256(model.state_dict()),
+                "bad_images_skipped": count_bad_images(files.bad_images),  # data.bad_images=skip
             } | attempts.totals()
             hparams = {k: v for k, v in _flat(config_dict(config)).items() if k != "run_dir"}
             finals = {

@@ -7,6 +7,8 @@ from tests.test_benchmarks import run_benchmark
 TINY = [
     (["communication.py", "--layouts", "1x1,2x2", "--steps", "2", "--width", "4"], ["2x2      4", "static_graph"]),
     (["preemption_cost.py", "--preemptions", "1", "--steps", "80"], ["preemption 1 (preempted", "ratio", "meets"]),
+    (["sweep_scale.py", "--points", "3", "--repeats", "1"], ["| 3 |", "| 3, the trainer |", "ratio"]),
+    (["resume_scale.py", "--nodes", "2", "--tasks", "1", "--width", "4"], ["ranks reading: 1 of 2", "meets"]),
 ]
 
 

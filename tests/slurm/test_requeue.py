@@ -215,3 +215,44 @@ def test_truncated_newest_checkpoint_falls_back_to_the_one_before(
     assert f"warning: skipping checkpoint {newest}" in resumed.stdout
     assert f"resumed from {previous}" in resumed.stdout
     assert summary(run_dir)["weights_sha256"] == reference_hash
+
+
+def test_a_requeued_run_runs_the_code_it_was_submitted_with(
+    reference_hash: str, tmp_path: Path, sample_root: Path
+) -> None:
+    """Submit from a copy of the project (a git tree), break its pix2pix task, preempt: the resumed attempt
+    runs the snapshot and ends with the uninterrupted run's weights."""
+    import shutil
+    import subprocess
+
+    from tests.conftest import ROOT
+
+    work = tmp_path / "work"
+    ignored = shutil.ignore_patterns(".git", "runs", "__pycache__", ".venv", "*.egg-info", ".*_cache")
+    shutil.copytree(ROOT, work, ignore=ignored)
+    for args in (["init", "-q"], ["add", "-A"], ["-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "x"]):
+        subprocess.run(["git", "-C", str(work), *args], check=True, capture_output=True)
+    result = submit("--profile", str(mini_profile(tmp_path)), f"data.root={sample_root / 'pix2pix'}", *ARGS, cwd=work)
+    assert result.returncode == 0, result.stderr
+    task = work / "trainer" / "tasks" / "pix2pix.py"
+    task.write_text(
+        task.read_text().replace(
+            "    def forward(",
+            "    def forward(self, *a):\n        raise RuntimeError('edited')\n\n    def _old_forward(",
+        )
+    )
+    run_dir = run_dir_of(result)
+    preempt(run_dir, 0)
+    data = summary(run_dir)
+    assert (data["preemptions"], data["restarts"], data["weights_sha256"]) == (1, 1, reference_hash)
+    ranks = [json.loads(p.read_text()) for p in sorted((run_dir / "provenance" / "ranks").glob("rank_*.json"))]
+    assert [(r["host"], r["trainer"]) for r in ranks] == [
+        ("node1", f"{run_dir}/code/trainer"),
+        ("node2", f"{run_dir}/code/trainer"),
+    ]
+    job_id = job_id_of(run_dir)
+    poll("sacct's record", lambda: (run_dir / "provenance" / f"sacct_{job_id}.txt").exists(), timeout=60)
+    sacct = (run_dir / "provenance" / f"sacct_{job_id}.txt").read_text()
+    assert sacct.startswith("JobID|JobName|State|ExitCode") and f"\n{job_id}.0|" in sacct, sacct
+    assert f"JobId={job_id} " in (run_dir / "provenance" / f"scontrol_{job_id}.txt").read_text()
+    assert "(clean; snapshot in code/)" in cli("jobs.status", str(run_dir)).stdout

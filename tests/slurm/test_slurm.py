@@ -165,3 +165,20 @@ def test_smuggled_newline_is_refused_before_sbatch(tmp_path: Path, slurm_cluster
     assert result.returncode == 2 and result.stderr.count("\n") == 1
     assert "partition: a newline or #SBATCH inside a value would rewrite the sbatch script" in result.stderr
     assert subprocess.run(["squeue", "-h", "-o", "%i"], capture_output=True, text=True).stdout == before
+
+
+def test_status_and_cancel_of_a_sweep_ask_slurm_once(mini: Path, tmp_path: Path) -> None:
+    """A held sweep of 5 points: one table from one scontrol call (the pending points are one collapsed
+    record), and one scancel for the whole array."""
+    mini.write_text(mini.read_text() + "sbatch_args:\n  begin: now+1hour\n")
+    result = submit("--profile", str(mini), "--sweep", "i=0,1,2,3,4", "--", "true", "{i}", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    sweep = run_dir_of(result)
+    array_id = re.search(r"submitted array job (\d+)", result.stdout).group(1)  # type: ignore[union-attr]
+    status = cli("jobs.status", str(sweep))
+    lines = status.stdout.splitlines()
+    assert lines[0] == f"sweep {sweep}: 5 points; PENDING 5", status.stdout + status.stderr
+    assert [line.split()[:3] for line in lines[2:]] == [[f"{i}-{i}", f"{array_id}_{i}", "PENDING"] for i in range(5)]
+    cancelled = cli("jobs.cancel", str(sweep))
+    assert cancelled.stdout.strip() == f"cancelled job {array_id} (the sweep's 5 points)", cancelled.stderr
+    poll("the points to be cancelled", lambda: "CANCELLED 5" in cli("jobs.status", str(sweep)).stdout, timeout=60)

@@ -2,6 +2,7 @@
 
 from pathlib import Path
 
+import numpy
 import torch
 from PIL import Image
 from torch import nn
@@ -9,6 +10,11 @@ from torch.utils.data import Dataset
 from torchvision import transforms
 
 from trainer.errors import UserError
+from trainer.images import BadImages
+
+
+class SkippedImage(Exception):
+    """An unreadable image under data.bad_images=skip."""
 
 
 class PairsDataset(Dataset[torch.Tensor]):
@@ -19,12 +25,17 @@ class PairsDataset(Dataset[torch.Tensor]):
     (benchmarks/data_pipeline.py). Scaling to [-1, 1] happens on the device, on whole batches (`to_unit`).
     """
 
-    def __init__(self, pairs: list[tuple[Path, Path]], image_size: int) -> None:
-        self.pairs = pairs
+    def __init__(
+        self, root: str, sources: numpy.ndarray, targets: numpy.ndarray, image_size: int, bad: BadImages | None = None
+    ) -> None:
+        # Paths relative to root as byte arrays, not lists of str: a DataLoader worker touching a Python object
+        # writes its refcount, which copies the page; with a million paths every worker would hold a copy.
+        self.root, self.sources, self.targets = Path(root), sources, targets
         self.size = (image_size, image_size)
+        self.bad = bad or BadImages("", skip=False)
 
     def __len__(self) -> int:
-        return len(self.pairs)
+        return len(self.sources)
 
     def _load(self, path: Path) -> torch.Tensor:
         try:
@@ -34,11 +45,18 @@ class PairsDataset(Dataset[torch.Tensor]):
                     image = image.resize(self.size, Image.Resampling.BILINEAR)
                 return transforms.functional.pil_to_tensor(image)
         except OSError as exc:
-            raise UserError(f"cannot read image {path} ({exc}); fix or remove it") from None
+            self.bad.met(path, exc)  # raises, unless skipping
+            raise SkippedImage from None
 
     def __getitem__(self, index: int) -> torch.Tensor:
-        source, target = self.pairs[index]
-        return torch.stack([self._load(source), self._load(target)])
+        for offset in range(len(self.sources)):  # a skipped pair's place is taken by the next readable one
+            i = (index + offset) % len(self.sources)
+            try:
+                source, target = self.root / self.sources[i].decode(), self.root / self.targets[i].decode()
+                return torch.stack([self._load(source), self._load(target)])
+            except SkippedImage:
+                continue
+        raise UserError("no image of the data set can be read; check data.root")
 
 
 def to_unit(images: torch.Tensor) -> torch.Tensor:

@@ -1,0 +1,170 @@
+"""The code a job runs: a copy taken at submit, so a requeue hours later runs what was submitted.
+
+As submitit's RsyncSnapshot and TorchX's workspace do, the folder you submit from is copied into the run
+directory (`code/`), and every task, requeue and --resume runs with that copy as its working folder, so
+`python -m`, the pickled trainer and `task=my_pkg.mod:Task` import from it. In a git working tree the copy is
+`git ls-files` (tracked and untracked, not ignored: uncommitted changes included); elsewhere a walk that skips
+hidden entries, caches and virtual environments. The project's own packages (trainer/, jobs/) are added when
+the folder does not hold them. Listing is separate from copying: a refusal (too large) writes nothing.
+"""
+
+import fnmatch
+import os
+import shutil
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from trainer.errors import UserError
+
+PACKAGES = ("trainer", "jobs")  # the project's own code, which every task imports
+SKIP_DIRS = {"__pycache__", "node_modules", "site-packages", "wandb"}
+MAX_FILES = 100_000
+
+
+@dataclass(frozen=True, eq=False)
+class Snapshot:
+    """What will be copied: (source, path inside code/) pairs and their size; nothing is written yet."""
+
+    workspace: Path  # the folder submitted from
+    files: list[tuple[Path, str]]
+    size: int
+    git: dict[str, str | bool] = field(default_factory=dict)  # the workspace's commit, branch, dirty
+    project_git: dict[str, str | bool] = field(default_factory=dict)  # the project's, when elsewhere
+
+
+def _git(folder: Path, *args: str) -> str | None:
+    try:
+        done = subprocess.run(["git", "-C", str(folder), *args], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):  # no git on this machine
+        return None
+    return done.stdout if done.returncode == 0 else None
+
+
+def git_files(folder: Path) -> list[str] | None:
+    """Files under `folder` git would commit (tracked, and untracked not ignored); None outside a work tree."""
+    out = _git(folder, "ls-files", "-z", "--cached", "--others", "--exclude-standard")
+    return None if out is None else sorted({p for p in out.split("\0") if p})
+
+
+def git_state(folder: Path) -> dict[str, str | bool]:
+    """Commit, branch and whether the tree differs from it (untracked files count: they are copied too)."""
+    commit = _git(folder, "rev-parse", "HEAD")
+    if commit is None:
+        return {}
+    status = _git(folder, "status", "--porcelain") or ""
+    branch = (_git(folder, "rev-parse", "--abbrev-ref", "HEAD") or "").strip()
+    root = (_git(folder, "rev-parse", "--show-toplevel") or "").strip()
+    return {"commit": commit.strip(), "branch": branch, "dirty": bool(status.strip()), "root": root}
+
+
+def git_diff(folder: Path) -> str:
+    """The uncommitted changes to tracked files, and the names of untracked ones."""
+    diff = _git(folder, "diff", "HEAD", "--binary", "--", ".") or ""
+    untracked = _git(folder, "ls-files", "--others", "--exclude-standard") or ""
+    if untracked.strip():
+        diff += "".join(f"# untracked: {name}\n" for name in untracked.splitlines())
+    return diff
+
+
+def left_out(name: str, patterns: list[str], is_dir: bool = False) -> bool:
+    """`name` (a path inside the folder) matches a snapshot_exclude pattern, or lies under one that names a folder."""
+    names = [name, name + "/"] if is_dir else [name]
+    return any(fnmatch.fnmatch(n, p) or fnmatch.fnmatch(n, p.rstrip("/") + "/*") for p in patterns for n in names)
+
+
+def walk_files(folder: Path, excluded: list[Path], patterns: list[str], limit: int) -> list[str]:
+    """Files under a folder that is not a git tree: no hidden entries, caches, virtual environments; pruned
+    as it goes (a large excluded folder is never walked)."""
+    out: list[str] = []
+    size = 0
+    for root, dirs, files in os.walk(folder):
+        here = Path(root)
+        dirs[:] = sorted(
+            d
+            for d in dirs
+            if not d.startswith(".")
+            and d not in SKIP_DIRS
+            and not (here / d / "pyvenv.cfg").exists()
+            and (here / d) not in excluded
+            and not left_out(str((here / d).relative_to(folder)), patterns, is_dir=True)
+        )
+        for name in sorted(files):
+            if name.startswith(".") or name.endswith((".pyc", ".pyo")):
+                continue
+            out.append(str((here / name).relative_to(folder)))
+            size += _size(here / name)
+            if size > limit or len(out) > MAX_FILES:  # stop early: a home folder must not take minutes
+                return out
+    return out
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:  # a dangling link, a file deleted meanwhile: skipped
+        return 0
+
+
+def package_files(package: Path) -> list[str]:
+    """The project's package as `name/...` paths: its .py files."""
+    return sorted(str(p.relative_to(package.parent)) for p in package.rglob("*.py") if "__pycache__" not in p.parts)
+
+
+def plan_snapshot(workspace: Path, excluded: list[Path], patterns: list[str], limit_mb: float) -> Snapshot:
+    """List what the snapshot of `workspace` holds, or refuse in one line when it is over `limit_mb`."""
+    limit = int(limit_mb * 1024 * 1024)
+    listed = git_files(workspace)
+    names = listed if listed is not None else walk_files(workspace, excluded, patterns, limit)
+    files = []
+    for name in names:
+        path = workspace / name
+        if any(path == e or e in path.parents for e in excluded):
+            continue
+        if left_out(name, patterns):
+            continue
+        if path.is_file():  # a tracked file deleted in the work tree, a submodule's folder: nothing to copy
+            files.append((path, name))
+    project_git: dict[str, str | bool] = {}
+    for package_name in PACKAGES:
+        package = Path(__file__).resolve().parents[1] / package_name
+        if (workspace / package_name).resolve() == package:
+            continue  # submitted from the project itself: already listed
+        files = [(s, n) for s, n in files if n.split("/", 1)[0] != package_name]  # ours wins: the tasks need it
+        files += [(package.parent / n, n) for n in package_files(package)]
+        project_git = project_git or git_state(package.parent)
+    sizes = [(_size(source), name) for source, name in files]
+    size = sum(s for s, _ in sizes)
+    if size > limit or len(files) > MAX_FILES:
+        raise UserError(too_large(workspace, sizes, limit_mb, listed is not None))
+    return Snapshot(workspace, files, size, git_state(workspace) if listed is not None else {}, project_git)
+
+
+def too_large(workspace: Path, sizes: list[tuple[int, str]], limit_mb: float, in_git: bool) -> str:
+    """The refusal, naming the top-level entry that holds the most."""
+    by_top: dict[str, int] = {}
+    for size, name in sizes:
+        top = name.split("/", 1)[0] + ("/" if "/" in name else "")
+        by_top[top] = by_top.get(top, 0) + size
+    top, biggest = max(by_top.items(), key=lambda kv: kv[1])
+    total = sum(s for s, _ in sizes)
+    how = f"add {top} to .gitignore" if in_git else f"move {top} out of the folder"
+    return (
+        f"the code snapshot of {workspace} holds {total / 2**20:.0f} MiB in {len(sizes)} files (limit "
+        f"{limit_mb:g} MiB), {biggest / 2**20:.0f} MiB of it in {top}; {how} or to snapshot_exclude in the profile, "
+        "raise snapshot_limit_mb, or submit from the folder holding just your code"
+    )
+
+
+def copy(snapshot: Snapshot, destination: Path) -> None:
+    """Copy the listed files into `destination` (a new folder). Copies, not links: an edit of the working
+    tree must not reach a job that is already queued."""
+    destination.mkdir()
+    made: set[Path] = set()
+    for source, name in snapshot.files:
+        target = destination / name
+        if target.parent not in made:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            made.add(target.parent)
+        shutil.copyfile(source, target)
+        shutil.copymode(source, target)

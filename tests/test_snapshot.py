@@ -1,0 +1,173 @@
+"""The code you submitted is the code that runs: the snapshot in the run directory, and where the run came from."""
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from jobs.snapshot import plan_snapshot
+from tests.conftest import submit, write_profile
+from tests.test_bad_input import assert_refused
+from tests.test_local_jobs import cli
+from tests.test_user_task import EXAMPLE
+from trainer.errors import UserError
+
+BROKEN = EXAMPLE + "raise RuntimeError('edited after submit')\n"
+RUN = ["task=my_tasks:Denoise", "data.root=photos", "Denoise.width=8", "log.every=2", "log.image_every=0"]
+
+
+def git(folder: Path, *args: str) -> str:
+    cmd = ["git", "-C", str(folder), "-c", "user.name=t", "-c", "user.email=t@t", *args]
+    return subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+
+
+@pytest.fixture
+def workspace(tmp_path: Path, sample_root: Path) -> Path:
+    """A user's folder: README's example task, their images, a local profile whose runs land inside it."""
+    folder = tmp_path / "work"
+    folder.mkdir()
+    (folder / "my_tasks.py").write_text(EXAMPLE)
+    (folder / "photos").mkdir()
+    for image in sorted((sample_root / "classify" / "circle").iterdir())[:16]:
+        (folder / "photos" / image.name).write_bytes(image.read_bytes())
+    write_profile(folder, f"executor: local\ngpus_per_node: 2\nrun_root: {folder / 'runs'}\n", "local.yaml")
+    return folder
+
+
+def ranks(run_dir: Path) -> list[dict]:
+    return [json.loads(p.read_text()) for p in sorted((run_dir / "provenance" / "ranks").glob("rank_*.json"))]
+
+
+def test_git_tree_snapshot_is_what_git_would_commit(tmp_path: Path) -> None:
+    folder = tmp_path / "repo"
+    (folder / "pkg").mkdir(parents=True)
+    (folder / "pkg" / "model.py").write_text("A = 1\n")
+    (folder / ".gitignore").write_text("data/\n*.log\n")
+    git(folder, "init", "-q")
+    git(folder, "add", ".")
+    git(folder, "commit", "-qm", "first")
+    (folder / "pkg" / "model.py").write_text("A = 2\n")  # uncommitted change: copied as it is now
+    (folder / "new.py").write_text("")  # untracked, not ignored: copied
+    (folder / "data").mkdir()
+    (folder / "data" / "big.bin").write_bytes(b"x" * 10)  # ignored: left out
+    (folder / "run.log").write_text("")
+    (folder / "runs").mkdir()
+    (folder / "runs" / "old.txt").write_text("")  # the run root: left out though git would take it
+    snapshot = plan_snapshot(folder, [folder / "runs"], [], 1)
+    names = {name for _, name in snapshot.files}
+    assert {".gitignore", "pkg/model.py", "new.py"} <= names
+    assert not any(n.startswith(("data/", "runs/")) or n.endswith(".log") for n in names)
+    assert {"trainer/entry.py", "jobs/submit.py"} <= names  # the project's own code, from elsewhere
+    assert snapshot.git["dirty"] is True and len(str(snapshot.git["commit"])) == 40
+
+
+def test_plain_folder_snapshot_skips_hidden_caches_venvs_and_patterns(tmp_path: Path) -> None:
+    folder = tmp_path / "plain"
+    for name in ["a.py", ".env", "__pycache__/a.pyc", "venv/pyvenv.cfg", "venv/lib/x.py", "data/x.bin", "src/b.py"]:
+        (folder / name).parent.mkdir(parents=True, exist_ok=True)
+        (folder / name).write_text("")
+    (folder / "data" / "x.bin").write_bytes(b"\0" * (2 << 20))  # over the limit, but excluded: never walked
+    snapshot = plan_snapshot(folder, [], ["data/"], 1)
+    names = {name for _, name in snapshot.files if not name.startswith(("trainer/", "jobs/"))}
+    assert names == {"a.py", "src/b.py"} and snapshot.git == {}
+
+
+def test_a_snapshot_over_the_limit_is_refused_naming_what_to_exclude(tmp_path: Path) -> None:
+    folder = tmp_path / "plain"
+    (folder / "weights").mkdir(parents=True)
+    (folder / "weights" / "model.bin").write_bytes(b"\0" * (3 << 20))
+    with pytest.raises(UserError, match=r"holds 3 MiB .* \(limit 2 MiB\), 3 MiB of it in weights/; move weights/"):
+        plan_snapshot(folder, [], [], 2)
+
+
+def test_submit_refuses_a_large_folder_before_writing_anything(workspace: Path) -> None:
+    (workspace / "checkpoints.bin").write_bytes(b"\0" * (2 << 20))
+    profile = workspace / "local.yaml"
+    profile.write_text(profile.read_text() + "snapshot_limit_mb: 1\n")
+    result = submit("--profile", str(profile), *RUN, cwd=workspace)
+    assert_refused(
+        result, "raise snapshot_limit_mb, or submit from the folder holding just your code", workspace / "runs"
+    )
+    assert "checkpoints.bin" in result.stderr
+
+
+@pytest.mark.parametrize(("line", "message"), [("snapshot_limit_mb: 0", "snapshot_limit_mb must be above 0")])
+def test_bad_snapshot_settings_are_one_line(workspace: Path, line: str, message: str) -> None:
+    profile = workspace / "local.yaml"
+    profile.write_text(profile.read_text() + line + "\n")
+    assert_refused(submit("--profile", str(profile), *RUN, cwd=workspace), message, workspace / "runs")
+
+
+def test_a_resume_runs_the_submitted_code_not_the_edited_tree(workspace: Path) -> None:
+    """Break the task once the run is submitted: a --resume still runs the code in the snapshot."""
+    git(workspace, "init", "-q")
+    git(workspace, "add", "my_tasks.py", "local.yaml")
+    git(workspace, "commit", "-qm", "task")
+    first = submit("--profile", "local.yaml", "--name", "r", "--wait", "steps=2", *RUN, cwd=workspace)
+    assert first.returncode == 0, first.stdout + first.stderr
+    (workspace / "my_tasks.py").write_text(BROKEN)
+    run_dir = workspace / "runs" / "r"
+    resumed = submit("--profile", "local.yaml", "--resume", str(run_dir), "--wait", "steps=4", cwd=workspace)
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    assert json.loads((run_dir / "summary.json").read_text())["final_step"] == 4
+    assert (run_dir / "code" / "my_tasks.py").read_text() == EXAMPLE
+    code = run_dir / "code"
+    assert [(Path(r["cwd"]), Path(r["trainer"])) for r in ranks(run_dir)] == [(code, code / "trainer")] * 2
+    assert not (code / "runs").exists() and len(list((code / "photos").iterdir())) == 16  # untracked: copied
+    submitted = json.loads((run_dir / "provenance" / "submit.json").read_text())
+    assert submitted["argv"][3:] == ["--profile", "local.yaml", "--name", "r", "--wait", "steps=2", *RUN]
+    assert submitted["profile"]["gpus_per_node"] == 2 and submitted["git"]["dirty"] is True  # photos/ untracked
+    assert "# untracked: photos/" in (run_dir / "provenance" / "git.diff").read_text()
+    environment = json.loads((run_dir / "provenance" / "environment.json").read_text())
+    assert environment["torch"].startswith("2.") and any(p.startswith("submitit==") for p in environment["packages"])
+    status = cli("jobs.status", str(run_dir))
+    commit = git(workspace, "rev-parse", "HEAD")[:12]
+    assert f"code: {commit} on " in status.stdout and "(dirty: uncommitted changes" in status.stdout
+
+
+def test_a_script_runs_from_the_snapshot(workspace: Path) -> None:
+    """A script started from the submitted folder's copy: an edit after submit does not reach it."""
+    script = "import os, sys\nprint('cwd', os.getcwd(), 'file', os.path.abspath(__file__))\n"
+    (workspace / "train.py").write_text(script)
+    first = submit("--profile", "local.yaml", "--name", "s", "--wait", "--", "python", "train.py", cwd=workspace)
+    assert first.returncode == 0, first.stdout + first.stderr
+    (workspace / "train.py").write_text("raise SystemExit(3)\n")
+    run_dir = workspace / "runs" / "s"
+    again = submit("--profile", "local.yaml", "--resume", str(run_dir), "--wait", cwd=workspace)
+    assert again.returncode == 0, again.stdout + again.stderr
+    code = run_dir / "code"
+    assert f"cwd {code} file {code / 'train.py'}" in again.stdout
+    assert json.loads((run_dir / "command.json").read_text())["submitted_from"] == str(workspace)
+
+
+def test_a_task_file_outside_the_folder_joins_the_snapshot(workspace: Path, tmp_path: Path) -> None:
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "far_tasks.py").write_text(EXAMPLE)
+    args = [f"task={elsewhere / 'far_tasks.py'}:Denoise", *RUN[1:], "steps=2"]
+    result = submit("--profile", "local.yaml", "--name", "far", "--wait", *args, cwd=workspace)
+    assert result.returncode == 0, result.stdout + result.stderr
+    run_dir = workspace / "runs" / "far"
+    assert f"task: {run_dir / 'code' / '_tasks' / 'far_tasks.py'}:Denoise" in (run_dir / "config.yaml").read_text()
+
+
+def test_dry_run_copies_nothing_and_no_snapshot_runs_in_place(workspace: Path) -> None:
+    (workspace / "huge.bin").write_bytes(b"\0" * (2 << 20))  # over the limit below: --dry-run does not list
+    profile = write_profile(
+        workspace,
+        "executor: slurm\nsnapshot_limit_mb: 1\nrun_root: " + str(workspace / "runs") + "\n",
+        "slurm.yaml",
+    )
+    dry = submit("--profile", str(profile), "--dry-run", "--name", "d", *RUN, cwd=workspace)
+    assert dry.returncode == 0, dry.stderr
+    assert f"#SBATCH --chdir={workspace / 'runs' / 'd' / 'code'}\n" in dry.stdout
+    assert not (workspace / "runs" / "d").exists()
+    (workspace / "huge.bin").unlink()
+    profile = workspace / "local.yaml"
+    profile.write_text(profile.read_text() + "snapshot: false\n")
+    result = submit("--profile", "local.yaml", "--name", "n", "--wait", "steps=2", *RUN, cwd=workspace)
+    assert result.returncode == 0, result.stdout + result.stderr
+    run_dir = workspace / "runs" / "n"
+    assert not (run_dir / "code").exists() and {Path(r["cwd"]) for r in ranks(run_dir)} == {workspace}
+    assert "(no snapshot: the code on disk)" in cli("jobs.status", str(run_dir)).stdout

@@ -1,0 +1,134 @@
+"""Where a run came from, recorded in its run directory's provenance/ folder.
+
+At submit (jobs.submit): submit.json (command line, folder, resolved profile, git commit and dirty flag) and
+git.diff. In the job: ranks/rank_N.json (each rank's host, written by the rank itself at every attempt),
+environment.json (rank 0: Python, torch, CUDA, cuDNN, NCCL and every installed package's version) and
+scontrol_JOBID.txt (rank 0: `scontrol show job` as the attempt starts); the batch script's teardown adds
+sacct_JOBID.txt when srun ends (jobs.plan.sacct_lines). Torch-free: a script's task records this without importing torch. Nothing
+here may fail a job: a record that cannot be written is a warning.
+"""
+
+import importlib.metadata
+import importlib.util
+import json
+import os
+import platform
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from trainer.atomic import write_text
+from trainer.distenv import DistEnv
+from trainer.rundir import RunDir
+
+
+def _write(path: Path, text: str) -> None:
+    try:
+        write_text(path, text)
+    except Exception as exc:  # a full disk: the job goes on, the record is missing
+        print(f"warning: could not write {path}: {exc}", file=sys.stderr)
+
+
+def _json(value: Any) -> str:
+    return json.dumps(value, indent=2, default=str) + "\n"
+
+
+def write_submit(run_dir: Path, record: dict[str, Any], diff: str) -> None:
+    folder = RunDir(run_dir).provenance
+    write_text(folder / "submit.json", _json(record))
+    if diff:
+        write_text(folder / "git.diff", diff)
+
+
+def read_submit(run_dir: Path) -> dict[str, Any]:
+    """submit.json of a run (or of the sweep holding it); {} when there is none or it cannot be read."""
+    for folder in (run_dir, run_dir.parent):
+        path = RunDir(folder).provenance / "submit.json"
+        if path.is_file():
+            try:
+                value = json.loads(path.read_text())
+            except (OSError, ValueError):
+                return {}
+            return value if isinstance(value, dict) else {}
+    return {}
+
+
+def record_rank(run_dir: Path, env: DistEnv) -> None:
+    """This rank's host and ids: which node ran which rank, per attempt (the latest one is kept)."""
+    record = {
+        "rank": env.rank,
+        "local_rank": env.local_rank,
+        "node_rank": env.node_rank,
+        "host": env.node_name or socket.gethostname(),
+        "job_id": env.job_id,
+        "restart": env.restart_count,
+        "pid": os.getpid(),
+        "time": time.time(),
+        "cwd": os.getcwd(),  # the code snapshot, when the run has one
+        "trainer": str(Path(__file__).resolve().parent),  # where this process imported the trainer from
+    }
+    _write(RunDir(run_dir).provenance / "ranks" / f"rank_{env.rank}.json", _json(record))
+
+
+def torch_versions() -> dict[str, Any]:
+    """torch, CUDA, cuDNN, NCCL: from torch itself when this process imported it, else from its version file."""
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        out: dict[str, Any] = {"torch": torch.__version__, "cuda": torch.version.cuda}
+        out["cudnn"] = torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None
+        try:
+            out["nccl"] = ".".join(map(str, torch.cuda.nccl.version()))
+        except Exception:  # a build without NCCL
+            out["nccl"] = None
+        out["gpus"] = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
+        return out
+    spec = importlib.util.find_spec("torch")
+    if spec is None or not spec.submodule_search_locations:
+        return {"torch": None}
+    values: dict[str, Any] = {}
+    try:  # torch/version.py is plain assignments: read without importing torch (seconds, and memory)
+        exec(Path(spec.submodule_search_locations[0], "version.py").read_text(), values)
+    except Exception:
+        return {"torch": None}
+    return {"torch": values.get("__version__"), "cuda": values.get("cuda"), "nccl": "not read (torch not imported)"}
+
+
+def record_environment(run_dir: Path) -> None:
+    """Rank 0: the interpreter and every package's version (a frozen list), as this attempt found them."""
+    packages = sorted(
+        {f"{d.metadata['Name']}=={d.version}" for d in importlib.metadata.distributions() if d.metadata["Name"]},
+        key=str.lower,
+    )
+    record = {
+        "time": time.time(),
+        "host": socket.gethostname(),
+        "python": sys.version,
+        "executable": sys.executable,
+        "platform": platform.platform(),
+        **torch_versions(),
+        "packages": packages,
+    }
+    _write(RunDir(run_dir).provenance / "environment.json", _json(record))
+
+
+def record_slurm_job(run_dir: Path, job_id: str | None) -> None:
+    """Rank 0 on Slurm: the job record as this attempt starts (nodes, limits, requeue count, ...)."""
+    if not job_id:
+        return
+    try:
+        done = subprocess.run(["scontrol", "show", "job", job_id], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        print(f"warning: scontrol show job {job_id}: {exc}", file=sys.stderr)
+        return
+    _write(RunDir(run_dir).provenance / f"scontrol_{job_id}.txt", done.stdout + done.stderr)
+
+
+def record_start(run_dir: Path, env: DistEnv) -> None:
+    """Every rank at the start of every attempt; rank 0 also the environment and the Slurm record."""
+    record_rank(run_dir, env)
+    if env.is_main:
+        record_environment(run_dir)
+        record_slurm_job(run_dir, env.slurm_job_id)
