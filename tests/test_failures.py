@@ -124,7 +124,9 @@ def test_the_rank_that_failed_is_named_not_its_peer(local_profile: Path, sample_
     assert result.returncode == 1, result.stdout + result.stderr
     run_dir = run_dir_of(result.stdout)
     line = (run_dir / "error.txt").read_text().strip()
-    match = re.fullmatch(r"rank (\d) on (\S+): cannot read image (\S+) \(.*\); fix or remove it, or set data.bad_images=skip", line)
+    match = re.fullmatch(
+        r"rank (\d) on (\S+): cannot read image (\S+) \(.*\); fix or remove it, or set data.bad_images=skip", line
+    )
     assert match and match.group(2) == socket.gethostname() and match.group(3) == str(bad), line
     assert result.stderr.endswith(f"error: {line}\n"), result.stderr
     failed, peer = int(match.group(1)), 1 - int(match.group(1))
