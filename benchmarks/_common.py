@@ -3,6 +3,7 @@
 import statistics
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -32,3 +33,53 @@ def median(values: list[float]) -> float:
 
 def python() -> str:
     return sys.executable
+
+
+class StateLog:
+    """Polls a job's state in a thread; `transitions` holds (wall time, new state)."""
+
+    def __init__(self, job_id: str, every_s: float = 0.1) -> None:
+        self.job_id, self.every_s = job_id, every_s
+        self.transitions: list[tuple[float, str]] = []
+        self.done = threading.Event()
+        self.thread = threading.Thread(target=self._poll, daemon=True)
+        self.thread.start()
+
+    def _poll(self) -> None:
+        from tests.slurm import cluster  # the cluster benchmarks only
+
+        last = None
+        while not self.done.is_set():
+            state = cluster.squeue_state(self.job_id) or "GONE"
+            if state != last:
+                self.transitions.append((time.time(), state))
+                last = state
+            time.sleep(self.every_s)
+
+    def stop(self) -> None:
+        self.done.set()
+        self.thread.join()
+
+    def gone(self) -> bool:
+        """The job has left the queue (its last state seen is GONE)."""
+        return bool(self.transitions) and self.transitions[-1][1] == "GONE"
+
+    def first(self, state: str, after: float) -> float:
+        return next(t for t, s in self.transitions if s == state and t >= after)
+
+    def first_not(self, states: tuple[str, ...], after: float) -> float:
+        return next(t for t, s in self.transitions if s not in states and t >= after)
+
+
+def step_times(run_dir: Path) -> dict[int, float]:
+    """Wall time at which each step was first logged (log.every=1), from rank 0's TensorBoard events."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from trainer.rundir import RunDir
+
+    events = EventAccumulator(str(RunDir(run_dir).tensorboard), size_guidance={"scalars": 0})
+    events.Reload()
+    times: dict[int, float] = {}
+    for event in events.Scalars("train/loss"):
+        times.setdefault(event.step, event.wall_time)
+    return times

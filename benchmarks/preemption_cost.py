@@ -22,45 +22,15 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import threading
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from _common import StateLog, step_times  # noqa: E402
+
 from tests.slurm import cluster  # noqa: E402
 from trainer.rundir import RunDir  # noqa: E402
-
-
-class StateLog:
-    """Polls a job's state in a thread; `transitions` holds (wall time, new state)."""
-
-    def __init__(self, job_id: str, every_s: float = 0.1) -> None:
-        self.job_id, self.every_s = job_id, every_s
-        self.transitions: list[tuple[float, str]] = []
-        self.done = threading.Event()
-        self.thread = threading.Thread(target=self._poll, daemon=True)
-        self.thread.start()
-
-    def _poll(self) -> None:
-        last = None
-        while not self.done.is_set():
-            state = cluster.squeue_state(self.job_id) or "GONE"
-            if state != last:
-                self.transitions.append((time.time(), state))
-                last = state
-            time.sleep(self.every_s)
-
-    def stop(self) -> None:
-        self.done.set()
-        self.thread.join()
-
-    def first(self, state: str, after: float) -> float:
-        return next(t for t, s in self.transitions if s == state and t >= after)
-
-    def first_not(self, states: tuple[str, ...], after: float) -> float:
-        return next(t for t, s in self.transitions if s not in states and t >= after)
 
 
 def attempts(run_dir: Path) -> list[dict]:
@@ -74,18 +44,6 @@ def training(run_dir: Path, attempt: int) -> bool:
     if len(items) <= attempt or not progress.exists():
         return False
     return json.loads(progress.read_text())["step"] > items[attempt]["resumed_step"]
-
-
-def step_times(run_dir: Path) -> dict[int, float]:
-    """Wall time at which each step was first logged (log.every=1), from rank 0's TensorBoard events."""
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-
-    events = EventAccumulator(str(RunDir(run_dir).tensorboard), size_guidance={"scalars": 0})
-    events.Reload()
-    times: dict[int, float] = {}
-    for event in events.Scalars("train/loss"):
-        times.setdefault(event.step, event.wall_time)
-    return times
 
 
 def submit(folder: Path, data: Path, steps: int) -> tuple[Path, str]:

@@ -3,7 +3,8 @@
 submitit's own controller waits for every task whatever happens: a cancel (SIGTERM, which submitit's task
 wrapper ignores) left the ranks training, and a failed rank left its peers hanging. This one:
 - stops every task when one fails (srun's --kill-on-bad-exit), and when the job is cancelled (scancel);
-- sends the profile's signal (SUBMITIT_PREEMPT_SIGNAL) signal_delay_s before the time limit;
+- sends the profile's signal (SUBMITIT_PREEMPT_SIGNAL) signal_delay_s before the time limit, and restarts
+  the tasks up to the profile's max_num_timeout times;
 - runs in a session of its own, so a Ctrl-C in the submitter's terminal leaves the job running, as on Slurm;
 - keeps each task's exit code beside the logs: a rank killed by a signal writes nothing itself, and its
   peers only see a closed connection, so the exit codes are what names it (srun's `task N: Killed` lines).
@@ -79,8 +80,11 @@ class Controller(local.Controller):  # type: ignore[misc]
         write_text(exit_codes_path(self.folder, self.pid), json.dumps(record) + "\n")
         return codes
 
-    def run(self, max_retry: int = 6) -> None:
-        for _ in range(max_retry):
+    def run(self) -> None:
+        # One start, then up to max_num_timeout restarts after a signal (submitit's own controller allows 6
+        # in all, whatever the profile says).
+        max_num_timeout = int(os.environ.get("SUBMITIT_LOCAL_MAX_NUM_TIMEOUT", "3"))
+        for _ in range(1 + max_num_timeout):
             try:
                 self.start_tasks()
                 codes = self.wait()
@@ -91,9 +95,12 @@ class Controller(local.Controller):  # type: ignore[misc]
 
 
 class LocalExecutor(submitit.LocalExecutor):  # type: ignore[misc]
-    def __init__(self, folder: Path, requeue_signal: str = "USR2", cwd: Path | None = None) -> None:
+    def __init__(
+        self, folder: Path, requeue_signal: str = "USR2", cwd: Path | None = None, max_num_timeout: int = 3
+    ) -> None:
         super().__init__(folder)
         self.requeue_signal = requeue_signal
+        self.max_num_timeout = max_num_timeout
         self.cwd = cwd  # the code snapshot: the controller and its tasks (and their restarts) run in it
 
     def _submit_command(self, command: str) -> local.LocalJob[Any]:
@@ -115,6 +122,7 @@ class LocalExecutor(submitit.LocalExecutor):  # type: ignore[misc]
             SUBMITIT_STDERR_TO_STDOUT="1" if params.get("stderr_to_stdout", False) else "",
             SUBMITIT_EXECUTOR="local",
             SUBMITIT_PREEMPT_SIGNAL=self.requeue_signal,  # the controller sends it, the tasks wait for it
+            SUBMITIT_LOCAL_MAX_NUM_TIMEOUT=str(self.max_num_timeout),
             CUDA_VISIBLE_DEVICES=",".join(str(k) for k in gpus),
             SUBMITIT_LOCAL_WITH_SHELL="",
         )

@@ -77,6 +77,12 @@ def test_resume_with_more_steps_continues_and_reports_its_warnings(run_copy: Pat
     assert first["stop"]["reason"] == "finished" and first["cost"]["time_lost_s"] == 0
     assert second["resumed_step"] == 4 and len(second["warnings"]) == 2
     assert second["warnings"][0].startswith(f"skipping checkpoint {newest}")
+    # Where the attempt's start-up went, in the order reached (benchmarks/startup.py reads these).
+    startup = second["startup"]
+    order = ["task_started", "torch_imported", "process_group_joined", "data_ready", "model_ready"]
+    assert list(startup) == ["process_start", *order, "checkpoint_restored"], startup
+    assert abs(startup["process_start"] - second["started"]) < 120
+    assert all(0 <= startup[a] <= startup[b] for a, b in zip(order, [*order[1:], "checkpoint_restored"], strict=True))
     summary = strict_json(run_copy / "summary.json")
     assert (summary["final_step"], summary["failures"], summary["time_lost_s"]) == (12, 0, 0)
     # job.json names the job that ran last; the first one is kept in its history.

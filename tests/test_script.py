@@ -122,6 +122,33 @@ def test_a_script_that_saves_on_the_signal_is_requeued_and_resumes(tmp_path: Pat
     assert json.loads((run_dir / "summary.json").read_text())["restarts"] == len(attempts) - 1
 
 
+# Asks for a requeue (exit 144) on each of its first 7 starts, then finishes: no signal needed.
+RESTARTING = """
+import os, sys
+path = os.path.join(os.environ["RUN_DIR"], "starts")
+with open(path, "a") as f:
+    f.write("x")
+sys.exit(144 if len(open(path).read()) < 8 else 0)
+"""
+
+
+@pytest.mark.parametrize("budget", [8, 2])
+def test_the_local_controller_restarts_as_often_as_max_num_timeout_allows(tmp_path: Path, budget: int) -> None:
+    """Up to max_num_timeout restarts, as on Slurm (submitit's own controller stops after 6 starts in all);
+    one more ends the run with the trainer's one-line error."""
+    (tmp_path / "again.py").write_text(RESTARTING)
+    profile = f"executor: local\ngpus_per_node: 1\nmax_num_timeout: {budget}\nrun_root: {tmp_path / 'runs'}\n"
+    result = submit_in(tmp_path, "--wait", "--", sys.executable, "again.py", profile=profile)
+    run_dir = run_dir_of(result.stdout)
+    if budget == 8:
+        assert result.returncode == 0, result.stdout + result.stderr
+        assert (run_dir / "starts").read_text() == "x" * 8
+    else:
+        assert result.returncode == 1, result.stdout + result.stderr
+        assert (run_dir / "starts").read_text() == "x" * 3
+        assert "more than max_num_timeout=2" in result.stderr, result.stderr
+
+
 def test_sweep_placeholders(tmp_path: Path) -> None:
     (tmp_path / "train.py").write_text(DDP)
     args = ["--gpus-per-node", "1", "--sweep", "lr=0.1,0.2", "--wait", "--", sys.executable, "train.py", "--lr={lr}"]

@@ -67,8 +67,15 @@ class Attempts:
     def _write(self) -> None:
         write_text(self.path, json.dumps(self.items, indent=1) + "\n")
 
-    def start(self, resumed_step: int, restart_count: int, warnings: list[str] | None = None) -> dict[str, float]:
-        """Record this attempt and its warnings; returns what the previous one cost (time lost, steps recomputed)."""
+    def start(
+        self,
+        resumed_step: int,
+        restart_count: int,
+        warnings: list[str] | None = None,
+        startup: dict[str, float] | None = None,
+    ) -> dict[str, float]:
+        """Record this attempt, its warnings and where its start-up went (trainer.startup); returns what the
+        previous attempt cost (time lost, steps recomputed)."""
         cost = {"time_lost_s": 0.0, "steps_recomputed": 0.0}
         if self.items:
             previous = self.items[-1]
@@ -94,6 +101,7 @@ class Attempts:
             cost = {"time_lost_s": lost, "steps_recomputed": max(0, stop["step"] - resumed_step)}
             previous["cost"] = cost
         attempt = {"started": time.time(), "resumed_step": resumed_step, "slurm_restart_count": restart_count}
+        attempt |= {"startup": startup} if startup else {}
         self.items.append(attempt | ({"warnings": list(warnings)} if warnings else {}))
         self._write()
         return cost

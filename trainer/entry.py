@@ -6,7 +6,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from trainer import failures, provenance
+from trainer import failures, provenance, startup
 from trainer.config import JobSettings, TrainConfig
 from trainer.distenv import DistEnv, resolve
 from trainer.errors import UserError
@@ -25,10 +25,14 @@ def record_error(run_dir: Path, env: DistEnv, exc: BaseException) -> None:
 
 def run(config: TrainConfig, settings: JobSettings | None = None) -> dict[str, Any] | None:
     """Train with the resolved config in this task's distributed environment (submitit pickles both)."""
+    startup.MARKS.clear()  # a debug run calls this again in the same process
+    startup.mark("task_started")  # submitit has unpickled the call
     settings = settings or JobSettings()
     stop_flag = StopFlag(settings.signal)  # before the seconds spent importing torch
     env = resolve(os.environ)
     from trainer.train import train  # torch is imported here, in the task, not at submit time
+
+    startup.mark("torch_imported")
 
     print(env.describe(), flush=True)  # every rank, into its own log
     provenance.record_start(Path(config.run_dir), env)  # after torch's import: its versions are read from it

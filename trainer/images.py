@@ -73,7 +73,7 @@ class BadImages:
     def __init__(self, folder: str, skip: bool) -> None:
         self.folder, self.skip = folder, skip
 
-    def met(self, path: Path, exc: Exception) -> None:
+    def met(self, path: Path | str, exc: Exception) -> None:
         if not self.skip or not self.folder:
             raise UserError(f"cannot read image {path} ({exc}); fix or remove it, or set data.bad_images=skip")
         import os

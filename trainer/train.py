@@ -11,7 +11,7 @@ from typing import Any
 import torch
 
 import trainer.tasks
-from trainer import checkpoint, validation
+from trainer import checkpoint, startup, validation
 from trainer.atomic import write_text
 from trainer.checkpoint_names import best_path
 from trainer.config import JobSettings, TrainConfig, config_dict
@@ -75,6 +75,7 @@ def train(
     device = pick_device(env)
     torch.set_num_threads(env.cpus_per_task)
     with process_group(env, config.dist.timeout_s, device):
+        startup.mark("process_group_joined")
         random.seed(config.seed)
         torch.manual_seed(config.seed)  # the same initial weights on every rank
         task = trainer.tasks.get(config.task)
@@ -88,8 +89,10 @@ def train(
                 f"{len(dataset)} samples give no full batch of {config.batch_size} on each of {env.world_size} "
                 f"processes; lower batch_size or add data"
             )
+        startup.mark("data_ready")
         model = task.model(config, data.full).to(device)
         ddp = wrap(model, env, device, config.dist)
+        startup.mark("model_ready")
         optimizer = torch.optim.AdamW(model.parameters(), lr=config.optim.lr, weight_decay=config.optim.weight_decay)
         scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: lr_factor(s, config.steps, config.optim))
         scaler = torch.amp.GradScaler(device.type, enabled=config.amp == "fp16")
@@ -108,6 +111,7 @@ def train(
         checkpoints = checkpoint.Checkpointer(files.checkpoints, config.checkpoint, env.is_main, warn)
         attempts = Attempts(run_dir) if env.is_main else None
         resumed_from = checkpoints.restore(state)
+        startup.mark("checkpoint_restored")
         if resumed_from is not None:  # every rank, in its own log: what resuming cost the shared filesystem
             print(f"checkpoint bytes read by this rank: {checkpoint.BYTES_READ[0]}", flush=True)
         if resumed_from is not None and env.is_main:
@@ -119,7 +123,7 @@ def train(
 
         logger = TensorBoardLogger(files.tensorboard) if env.is_main else NullLogger()
         if attempts is not None:
-            cost = attempts.start(state.step, env.restart_count, warned)
+            cost = attempts.start(state.step, env.restart_count, warned, startup.seconds())
             if len(attempts.items) > 1:
                 totals = attempts.totals()
                 logger.scalars(

@@ -9,6 +9,7 @@ TINY = [
     (["preemption_cost.py", "--preemptions", "1", "--steps", "80"], ["preemption 1 (preempted", "ratio", "meets"]),
     (["sweep_scale.py", "--points", "3", "--repeats", "1"], ["| 3 |", "| 3, the trainer |", "ratio"]),
     (["resume_scale.py", "--nodes", "2", "--tasks", "1", "--width", "4"], ["ranks reading: 1 of 2", "meets"]),
+    (["startup.py", "--rounds", "1", "--tasks", "1"], ["| process group joined |", "ratio"]),
 ]
 
 

@@ -8,6 +8,7 @@ from typing import Any
 
 from torchvision.datasets import ImageFolder
 
+from trainer.decode import load_rgb
 from trainer.errors import UserError
 from trainer.images import BadImages
 
@@ -17,7 +18,7 @@ class ListedImageFolder(ImageFolder):  # type: ignore[misc]
 
     def __init__(self, root: str, items: list[list[str]], transform: Any, bad: BadImages) -> None:
         self.items, self.bad = items, bad  # items: read by the two methods below, which ImageFolder's __init__ calls
-        super().__init__(root, transform=transform)
+        super().__init__(root, transform=transform, loader=load_rgb)
 
     def __getitem__(self, index: int) -> Any:
         for offset in range(len(self.samples)):  # a skipped image's place is taken by the next readable one

@@ -99,18 +99,25 @@ class Classify:
                 scene(rng, kind).save(folder / kind / f"{i:04d}.jpg", quality=90)
 
     def dataset(self, config: TrainConfig) -> torchvision.datasets.ImageFolder:
+        import torch
         import torchvision
-        from torchvision import transforms
+        from torchvision.transforms import v2
+
+        from trainer import filelist
+        from trainer.decode import load_rgb
 
         size = config.data.image_size
-        transform = transforms.Compose(
-            [transforms.Resize((size, size)), transforms.ToTensor(), transforms.Normalize(0.5, 0.5)]
+        # On the uint8 tensors that trainer.decode gives (torchvision.io, Pillow for other formats).
+        transform = v2.Compose(
+            [
+                v2.Resize((size, size), antialias=True),
+                v2.ToDtype(torch.float32, scale=True),
+                v2.Normalize([0.5] * 3, [0.5] * 3),
+            ]
         )
-        from trainer import filelist
-
         lines = filelist.read(config.data)
         if lines is None:  # no stored list: scan the folders, as ImageFolder does
-            return torchvision.datasets.ImageFolder(config.data.root, transform=transform)
+            return torchvision.datasets.ImageFolder(config.data.root, transform=transform, loader=load_rgb)
         from trainer.tasks._listed import ListedImageFolder
 
         bad = BadImages(bad_images_folder(config), config.data.bad_images == "skip")
