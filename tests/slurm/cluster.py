@@ -47,11 +47,12 @@ def _port_open(port: int, host: str = "127.0.0.1") -> bool:
         return s.connect_ex((host, port)) == 0
 
 
-def wait_for(what: str, ready, timeout: float = 60) -> None:  # type: ignore[no-untyped-def]
+def wait_for(what: str, ready, timeout: float = 60, explain=None) -> None:  # type: ignore[no-untyped-def]
     deadline = time.monotonic() + timeout
     while not ready():
         if time.monotonic() > deadline:
-            raise RuntimeError(f"{what} did not come up within {timeout:.0f}s; see logs in {HOME / 'log'}")
+            detail = f" ({explain()})" if explain else ""
+            raise RuntimeError(f"{what} did not come up within {timeout:.0f}s{detail}; see logs in {HOME / 'log'}")
         time.sleep(0.2)
 
 
@@ -203,7 +204,24 @@ def start_slurm() -> None:
     for name in NODES:
         if not _alive(HOME / "run" / f"slurmd-{name}.pid"):
             _run("slurmd", "-N", name)
-    wait_for("both nodes idle", lambda: node_states().count("idle") == 2)
+    wait_for("both nodes idle", nodes_idle, timeout=180, explain=node_reasons)
+
+
+def nodes_idle() -> bool:
+    """Both nodes idle; a node that registered as down or drained (a stale saved state) is resumed."""
+    out = _run("sinfo", "-h", "-N", "-p", "normal", "-o", "%N %t", check=False).stdout.split()
+    nodes = dict(zip(out[::2], out[1::2]))
+    # `*` means not responding yet: resuming such a node fails, so wait for it to register first.
+    stuck = [name for name, state in nodes.items() if state in ("down", "drain", "drng")]
+    if stuck:
+        _run("scontrol", "update", f"nodename={','.join(stuck)}", "state=resume", check=False)
+    return list(nodes.values()).count("idle") == 2
+
+
+def node_reasons() -> str:
+    """What sinfo says about each node and why, for the error when the nodes never come up."""
+    out = _run("sinfo", "-h", "-N", "-p", "normal", "-o", "%N %T %E", check=False)
+    return "; ".join(out.stdout.strip().splitlines()) or f"sinfo failed: {out.stderr.strip()}"
 
 
 def up() -> None:
