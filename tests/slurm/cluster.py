@@ -210,7 +210,7 @@ def start_slurm() -> None:
 def nodes_idle() -> bool:
     """Both nodes idle; a node that registered as down or drained (a stale saved state) is resumed."""
     out = _run("sinfo", "-h", "-N", "-p", "normal", "-o", "%N %t", check=False).stdout.split()
-    nodes = dict(zip(out[::2], out[1::2]))
+    nodes = dict(zip(out[::2], out[1::2], strict=True))
     # `*` means not responding yet: resuming such a node fails, so wait for it to register first.
     stuck = [name for name, state in nodes.items() if state in ("down", "drain", "drng")]
     if stuck:
