@@ -52,7 +52,7 @@ def test_a_rank_reads_the_stored_list_not_the_csv(pairs: Path, tmp_path: Path) -
     path = filelist.write(tmp_path / "lists", str(pairs), "pairs.csv", PIX2PIX.file_list(config))
     (pairs / "pairs.csv").unlink()  # a rank that read the CSV would now fail
     dataset = PIX2PIX.dataset(config)
-    assert len(dataset) == 256 and dataset[3].shape == (2, 3, 64, 64)
+    assert len(dataset) == 256 and dataset[3].shape == (2, 64, 64, 3)  # pairs channels last, as decoded
     path.write_text(path.read_text().replace("0003.png", "0004.png"))
     with pytest.raises(UserError, match="does not match its checksum"):
         PIX2PIX.dataset(config)

@@ -43,4 +43,5 @@ def test_classify_learns_real_digits_and_evaluate_agrees(digits: Path, tmp_path:
     cmd = [sys.executable, "-m", "trainer.evaluate", str(run_dir)]
     evaluated = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
     assert evaluated.returncode == 0, evaluated.stderr
-    assert json.loads(evaluated.stdout)["val_metrics"] == pytest.approx(val, rel=1e-9)
+    # To float32's precision: shards batch differently at two ranks than at one (see test_validation).
+    assert json.loads(evaluated.stdout)["val_metrics"] == pytest.approx(val, rel=1e-6)

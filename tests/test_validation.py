@@ -129,11 +129,13 @@ def test_the_best_checkpoint_survives_pruning_and_evaluate_agrees(tmp_path: Path
     names = sorted(p.name for p in (run_dir / "checkpoints").iterdir())
     assert names == ["best.pt", "best.pt.sha256", "step_00000012.pt", "step_00000012.pt.sha256"]
 
+    # To float32's precision, not bit for bit: two ranks batch their shards differently from one process,
+    # and CPU convolutions give a batch of one other low bits than a batch of four (measured on resnet18).
     final = evaluate_cli(run_dir)
-    assert final["step"] == 12 and final["val_metrics"] == pytest.approx(summary["val_metrics"], rel=1e-9)
+    assert final["step"] == 12 and final["val_metrics"] == pytest.approx(summary["val_metrics"], rel=1e-6)
     from_best = evaluate_cli(Path(best["path"]))
     assert from_best["step"] == best["step"] and from_best["val_metrics"] == pytest.approx(
-        best["val_metrics"], rel=1e-9
+        best["val_metrics"], rel=1e-6
     )
 
     meta = torch.load(best["path"], weights_only=True)["meta"]
