@@ -2,10 +2,12 @@
 
 Both limits are measured in the same run, on the same files, one process per core, returning nothing to the
 parent: Pillow (open, convert, to a uint8 tensor: what the dataset did before trainer/decode.py) and
-torchvision.io (read the bytes, decode_image to a uint8 tensor). Our loader: the pix2pix dataset in a
+torchvision.io (the file read into a buffer, the op behind decode_image on it: the fastest way torchvision.io
+decodes, without the wrapper's per-call logging). Our loader: the pix2pix dataset in a
 DataLoader with as many workers as cores, at the trainer's default batch size (8) and at 32, since the
 DataLoader's cost per batch (a shared-memory segment, its descriptor through a socket) is what separates it
-from the limits at small images; beside it the same loader decoding with Pillow, as before. Rounds are
+from the limits at small images; beside it the loader as it was before trainer/decode.py (Pillow, channels-first
+pairs, pathlib joins). Rounds are
 interleaved and each ratio is the median of the per-round ratios, because this machine drifts between runs.
 Targets: our loader >= 1.0x the Pillow limit and >= 0.9x the torchvision.io limit.
 Usage: python benchmarks/data_pipeline.py [--count N] [--epochs N] [--rounds N] [--sizes 64 256]
@@ -29,9 +31,9 @@ import numpy  # noqa: E402
 import torch  # noqa: E402
 from PIL import Image  # noqa: E402
 from torch.utils.data import DataLoader  # noqa: E402
-from torchvision.io import ImageReadMode, decode_image  # noqa: E402
 from torchvision.transforms.functional import pil_to_tensor  # noqa: E402
 
+from trainer import decode  # noqa: E402
 from trainer.sample_data import ensure_sample_data  # noqa: E402
 from trainer.tasks._pix2pix_nn import PairsDataset  # noqa: E402
 from trainer.tasks.pix2pix import read_pairs  # noqa: E402
@@ -69,7 +71,7 @@ def pillow_pair(paths: Pair) -> int:
 
 def torchvision_pair(paths: Pair) -> int:
     for path in paths:
-        decode_image(torch.frombuffer(bytearray(path.read_bytes()), dtype=torch.uint8), mode=ImageReadMode.RGB)
+        decode.DECODE(torch.frombuffer(decode.read(path), dtype=torch.uint8), decode.RGB, False)  # type: ignore[misc]
     return 1
 
 
@@ -83,9 +85,14 @@ def decode_limit(decode: Callable[[Pair], int], pairs: list[Pair], workers: int,
 
 
 class PillowPairs(PairsDataset):
-    """The dataset as it decoded before trainer/decode.py: Pillow, then a uint8 tensor."""
+    """The dataset as it was before trainer/decode.py: Pillow, then a uint8 tensor; pairs (2, 3, H, W)."""
 
-    def _load(self, path: str) -> torch.Tensor:
+    def __getitem__(self, index: int) -> torch.Tensor:
+        root = Path(self.root)
+        source, target = root / self.sources[index].decode(), root / self.targets[index].decode()
+        return torch.stack([self._load(source), self._load(target)])
+
+    def _load(self, path: str | Path) -> torch.Tensor:
         with Image.open(path) as image:
             return pil_to_tensor(image.convert("RGB"))
 

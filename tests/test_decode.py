@@ -15,7 +15,11 @@ from trainer.tasks._pix2pix_nn import PairsDataset
 
 def picture(path: Path, mode: str = "RGB", **options: object) -> Path:
     rng = numpy.random.default_rng(0)
-    Image.fromarray(rng.integers(0, 256, (40, 50, 3), dtype=numpy.uint8)).convert(mode).save(path, **options)
+    if mode == "I;16":
+        image = Image.fromarray(rng.integers(0, 65536, (40, 50), dtype=numpy.uint16))
+    else:
+        image = Image.fromarray(rng.integers(0, 256, (40, 50, 3), dtype=numpy.uint8)).convert(mode)
+    image.save(path, **options)
     return path
 
 
@@ -36,6 +40,7 @@ CASES = [
     ("cmyk.jpg", "CMYK", {}),
     ("a.bmp", "RGB", {}),
     ("a.tiff", "RGB", {}),
+    ("deep.png", "I;16", {}),  # 16 bits a channel: torchvision.io would give uint16
 ]
 
 
@@ -72,6 +77,35 @@ def test_a_decompression_bomb_is_refused_before_decoding(suffix: str, tmp_path: 
     Image.new("1" if suffix == "png" else "L", (20000, 20000)).save(path)
     with pytest.raises(OSError, match="400000000 pixels, more than Pillow opens safely"):
         decode.load_rgb(path)
+
+
+def test_no_pillow_limit_means_no_bomb_check(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", None)  # how a user turns Pillow's check off
+    assert decode.load_rgb(picture(tmp_path / "a.png")).shape == (3, 40, 50)
+
+
+def test_a_short_read_is_read_to_the_end(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = picture(tmp_path / "a.png")
+    real = open
+
+    class Trickle:  # returns at most 7 bytes a read, as a network filesystem may
+        def __init__(self, f):  # type: ignore[no-untyped-def]
+            self.f = f
+
+        def __enter__(self):  # type: ignore[no-untyped-def]
+            return self
+
+        def __exit__(self, *exc):  # type: ignore[no-untyped-def]
+            self.f.close()
+
+        def fileno(self) -> int:
+            return self.f.fileno()
+
+        def readinto(self, buffer) -> int:  # type: ignore[no-untyped-def]
+            return self.f.readinto(buffer[:7])
+
+    monkeypatch.setattr("builtins.open", lambda *a, **k: Trickle(real(*a, **k)))
+    assert decode.read(path) == path.read_bytes()
 
 
 def test_a_bomb_in_a_format_pillow_decodes_is_an_os_error(tmp_path: Path) -> None:

@@ -132,13 +132,13 @@ def test_local_timeout_signal_saves_requeues_and_resumes(tmp_path: Path, sample_
         "executor: local\ngpus_per_node: 2\ntimeout_min: 1\nsignal_delay_s: 52\nmax_num_timeout: 50\nsignal: USR1\n"
         f"run_root: {tmp_path / 'runs'}\n"
     )
-    reference = run_local(profile, sample_root, "steps=120", "checkpoint.every=1000", "log.every=20")
+    reference = run_local(profile, sample_root, "steps=80", "checkpoint.every=1000", "log.every=20")
     assert summary(reference)["restarts"] >= 1, "the run ended before the signal: make it longer"
     assert summary(reference)["timeouts"] == summary(reference)["restarts"]
     assert summary(reference)["steps_recomputed"] == 0
     plain = tmp_path / "plain.yaml"
     plain.write_text(f"executor: local\ngpus_per_node: 2\nrun_root: {tmp_path / 'plain'}\n")
-    uninterrupted = run_local(plain, sample_root, "steps=120", "checkpoint.every=1000", "log.every=20")
+    uninterrupted = run_local(plain, sample_root, "steps=80", "checkpoint.every=1000", "log.every=20")
     assert summary(uninterrupted)["restarts"] == 0
     assert summary(reference)["weights_sha256"] == summary(uninterrupted)["weights_sha256"]
 

@@ -20,8 +20,8 @@ try:
     from torchvision.io import ImageReadMode
 
     # The op that torchvision.io.decode_image calls, called directly: the wrapper logs API usage and warns of
-    # its deprecation (TorchCodec supersedes it from torchvision 0.29) on every call, which cost a 64 px JPEG
-    # a sixth of its decode time (benchmarks/data_pipeline.py).
+    # its deprecation (TorchCodec supersedes it from torchvision 0.29) on every call, which took a 64 px JPEG
+    # from 131 to 223 us (one process, timeit, 100 pairs; see benchmarks/RESULTS.md §2).
     DECODE, RGB = torch.ops.image.decode_image, ImageReadMode.RGB.value
 except (ImportError, AttributeError, RuntimeError):  # a torchvision without its decoders: Pillow for all
     DECODE, RGB = None, 0
@@ -37,7 +37,7 @@ def pixels(data: bytes | bytearray) -> int | None:
 
     Pillow refuses a decompression bomb from the header before decoding; torchvision.io would decode it
     whole (a 20000x20000 1-bit PNG of a few kB becomes 1.2 GB), so the same check runs here first."""
-    if data[:8] == PNG and data[12:16] == b"IHDR" and len(data) >= 24:
+    if data[:8] == PNG and data[12:16] == b"IHDR" and len(data) >= 25:
         width, height = struct.unpack(">II", data[16:24])
         return int(width * height)
     if data[:2] != JPEG:
@@ -60,11 +60,23 @@ def pixels(data: bytes | bytearray) -> int | None:
     return None
 
 
+def deep_png(data: bytes | bytearray) -> bool:
+    """A PNG of 16 bits a channel: torchvision.io decodes it to uint16, Pillow to the 8 bits the tasks use."""
+    return data[:8] == PNG and len(data) >= 25 and data[24] > 8
+
+
 def read(path: Path | str) -> bytearray:
     """The file's bytes, read once into a buffer a tensor can share. A missing or unreadable file: OSError."""
     with open(path, "rb", buffering=0) as f:
         data = bytearray(os.fstat(f.fileno()).st_size)
-        del data[f.readinto(data) or 0 :]  # shorter, should the file have shrunk since the stat
+        view, done = memoryview(data), 0
+        while done < len(data):  # one read may return less (a network filesystem, a signal)
+            got = f.readinto(view[done:])
+            if not got:
+                break  # the file shrank since the stat
+            done += got
+        view.release()
+        del data[done:]
     return data
 
 
@@ -72,10 +84,10 @@ def load_rgb(path: Path | str) -> torch.Tensor:
     """The image at `path` as uint8 (3, H, W), RGB: a view of (H, W, 3) storage, as the decoders write it
     (`.permute(1, 2, 0)` gives that back without a copy). Raises OSError when it cannot be read."""
     data = read(path)
-    count = pixels(data) if DECODE is not None else None
+    count = pixels(data) if DECODE is not None and not deep_png(data) else None
     if count is not None:
-        limit = 2 * Image.MAX_IMAGE_PIXELS  # Pillow's own threshold for refusing outright
-        if Image.MAX_IMAGE_PIXELS and count > limit:
+        # Pillow's own threshold for refusing outright; MAX_IMAGE_PIXELS = None turns the check off, as there.
+        if Image.MAX_IMAGE_PIXELS and count > 2 * Image.MAX_IMAGE_PIXELS:
             raise OSError(f"{count} pixels, more than Pillow opens safely (a decompression bomb?)")
         try:
             return DECODE(torch.frombuffer(data, dtype=torch.uint8), RGB, False)  # type: ignore[misc]

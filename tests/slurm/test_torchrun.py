@@ -22,7 +22,7 @@ def test_torchrun_in_a_slurm_task_shares_cpus_saves_on_the_signal_and_resumes(
         f"#SBATCH -N1 --ntasks-per-node=1 --cpus-per-task=4 -p normal -o {out} --signal=USR2@30 --time=10\n"
         f"export PYTHONPATH={ROOT}\n"
         f'srun bash -c \'trap "" USR2; exec {sys.executable} -m torch.distributed.run --nproc-per-node 2 -m trainer '
-        f"steps=120 log.every=5 log.image_every=0 checkpoint.every=1000 run_dir={run_dir} "
+        f"steps=50 log.every=5 log.image_every=0 checkpoint.every=1000 run_dir={run_dir} "
         f"data.root={sample_root / 'pix2pix'}'\n"
     )
     job_id = subprocess.run(["sbatch", "--parsable", str(script)], capture_output=True, text=True, check=True)
@@ -41,4 +41,4 @@ def test_torchrun_in_a_slurm_task_shares_cpus_saves_on_the_signal_and_resumes(
     assert attempts[1]["slurm_restart_count"] == 1
     assert attempts[1]["resumed_step"] == attempts[0]["stop"]["step"]
     summary = json.loads((run_dir / "summary.json").read_text())
-    assert summary["final_step"] == 120 and summary["steps_recomputed"] == 0
+    assert summary["final_step"] == 50 and summary["steps_recomputed"] == 0
