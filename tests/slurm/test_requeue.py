@@ -3,6 +3,7 @@
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -70,13 +71,31 @@ def mini_profile(folder: Path, extra: str = "") -> Path:
     return write_profile(folder, text + extra, "profile.yaml")
 
 
-# Three preemptions in one run: the first is the one-preemption case, the others show resuming from a resume.
-@pytest.mark.parametrize("times", [3])
-def test_preempted_run_resumes_to_the_same_weights(
-    times: int, reference_hash: str, tmp_path: Path, sample_root: Path
+def git_copy_of_the_project(folder: Path) -> Path:
+    """A copy of the project as a git tree, as a user's clone would be."""
+    ignored = shutil.ignore_patterns(".git", "runs", "__pycache__", ".venv", "*.egg-info", ".*_cache")
+    shutil.copytree(ROOT, folder, ignore=ignored)
+    for args in (["init", "-q"], ["add", "-A"], ["-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "x"]):
+        subprocess.run(["git", "-C", str(folder), *args], check=True, capture_output=True)
+    return folder
+
+
+def test_preempted_run_resumes_the_submitted_code_to_the_same_weights(
+    reference_hash: str, tmp_path: Path, sample_root: Path
 ) -> None:
-    result = submit("--profile", str(mini_profile(tmp_path)), f"data.root={sample_root / 'pix2pix'}", *ARGS)
+    """Submitted from a git copy of the project whose pix2pix task is then broken, preempted three times (the
+    first is the one-preemption case, the others resume from a resume): each attempt runs the snapshot taken at
+    submit, resumes where the last stopped, and the run ends with the uninterrupted run's weights."""
+    times, work = 3, git_copy_of_the_project(tmp_path / "work")
+    result = submit("--profile", str(mini_profile(tmp_path)), f"data.root={sample_root / 'pix2pix'}", *ARGS, cwd=work)
     assert result.returncode == 0, result.stderr
+    task = work / "trainer" / "tasks" / "pix2pix.py"
+    task.write_text(
+        task.read_text().replace(
+            "    def forward(",
+            "    def forward(self, *a):\n        raise RuntimeError('edited')\n\n    def _old_forward(",
+        )
+    )
     run_dir = run_dir_of(result)
     for attempt in range(times):
         preempt(run_dir, attempt)
@@ -89,10 +108,21 @@ def test_preempted_run_resumes_to_the_same_weights(
     assert [a["resumed_step"] for a in attempts(run_dir)[1:]] == [s["step"] for s in stops]
     status = cli("jobs.status", str(run_dir))
     assert f"restarts: {times}" in status.stdout
+    assert "(clean; snapshot in code/)" in status.stdout
     events = EventAccumulator(str(run_dir / "tensorboard"))
     events.Reload()
     assert [e.value for e in events.Scalars("restarts/restarts")][-1] == times
     assert {"restarts/time_lost_s", "restarts/steps_recomputed"} <= set(events.Tags()["scalars"])
+    ranks = [json.loads(p.read_text()) for p in sorted((run_dir / "provenance" / "ranks").glob("rank_*.json"))]
+    assert [(r["host"], r["trainer"]) for r in ranks] == [
+        ("node1", f"{run_dir}/code/trainer"),
+        ("node2", f"{run_dir}/code/trainer"),
+    ]
+    job_id = job_id_of(run_dir)
+    poll("sacct's record", lambda: (run_dir / "provenance" / f"sacct_{job_id}.txt").exists(), timeout=60)
+    sacct = (run_dir / "provenance" / f"sacct_{job_id}.txt").read_text()
+    assert sacct.startswith("JobID|JobName|State|ExitCode") and f"\n{job_id}.0|" in sacct, sacct
+    assert f"JobId={job_id} " in (run_dir / "provenance" / f"scontrol_{job_id}.txt").read_text()
 
 
 def test_time_limit_saves_requeues_resumes_and_stops_past_the_budget(tmp_path: Path, sample_root: Path) -> None:
@@ -196,44 +226,3 @@ def test_truncated_newest_checkpoint_falls_back_to_the_one_before(
     assert f"warning: skipping checkpoint {newest}" in resumed.stdout
     assert f"resumed from {previous}" in resumed.stdout
     assert summary(run_dir)["weights_sha256"] == reference_hash
-
-
-def test_a_requeued_run_runs_the_code_it_was_submitted_with(
-    reference_hash: str, tmp_path: Path, sample_root: Path
-) -> None:
-    """Submit from a copy of the project (a git tree), break its pix2pix task, preempt: the resumed attempt
-    runs the snapshot and ends with the uninterrupted run's weights."""
-    import shutil
-    import subprocess
-
-    from tests.conftest import ROOT
-
-    work = tmp_path / "work"
-    ignored = shutil.ignore_patterns(".git", "runs", "__pycache__", ".venv", "*.egg-info", ".*_cache")
-    shutil.copytree(ROOT, work, ignore=ignored)
-    for args in (["init", "-q"], ["add", "-A"], ["-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "x"]):
-        subprocess.run(["git", "-C", str(work), *args], check=True, capture_output=True)
-    result = submit("--profile", str(mini_profile(tmp_path)), f"data.root={sample_root / 'pix2pix'}", *ARGS, cwd=work)
-    assert result.returncode == 0, result.stderr
-    task = work / "trainer" / "tasks" / "pix2pix.py"
-    task.write_text(
-        task.read_text().replace(
-            "    def forward(",
-            "    def forward(self, *a):\n        raise RuntimeError('edited')\n\n    def _old_forward(",
-        )
-    )
-    run_dir = run_dir_of(result)
-    preempt(run_dir, 0)
-    data = summary(run_dir)
-    assert (data["preemptions"], data["restarts"], data["weights_sha256"]) == (1, 1, reference_hash)
-    ranks = [json.loads(p.read_text()) for p in sorted((run_dir / "provenance" / "ranks").glob("rank_*.json"))]
-    assert [(r["host"], r["trainer"]) for r in ranks] == [
-        ("node1", f"{run_dir}/code/trainer"),
-        ("node2", f"{run_dir}/code/trainer"),
-    ]
-    job_id = job_id_of(run_dir)
-    poll("sacct's record", lambda: (run_dir / "provenance" / f"sacct_{job_id}.txt").exists(), timeout=60)
-    sacct = (run_dir / "provenance" / f"sacct_{job_id}.txt").read_text()
-    assert sacct.startswith("JobID|JobName|State|ExitCode") and f"\n{job_id}.0|" in sacct, sacct
-    assert f"JobId={job_id} " in (run_dir / "provenance" / f"scontrol_{job_id}.txt").read_text()
-    assert "(clean; snapshot in code/)" in cli("jobs.status", str(run_dir)).stdout
