@@ -182,8 +182,7 @@ def main() -> None:
 
     from tests.slurm import cluster
 
-    cluster.up()
-    os.environ["SLURM_CONF"] = str(cluster.CONF)
+    cluster.up_for_benchmark()
     bandwidth = loopback_bandwidth()
     print(f"loopback TCP bandwidth (one connection, measured now): {bandwidth / 1e9:.2f} GB/s")
     folder = Path(tempfile.mkdtemp(prefix="bench-comm-"))

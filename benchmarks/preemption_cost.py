@@ -17,7 +17,6 @@ Usage: python benchmarks/preemption_cost.py [--preemptions N] [--steps N]
 
 import argparse
 import json
-import os
 import statistics
 import subprocess
 import sys
@@ -48,9 +47,7 @@ def training(run_dir: Path, attempt: int) -> bool:
 
 def submit(folder: Path, data: Path, steps: int) -> tuple[Path, str]:
     runs = folder / "runs"
-    text = (ROOT / "cluster_profiles" / "mini.yaml").read_text().replace("run_root: runs", f"run_root: {runs}")
-    profile = folder / "profile.yaml"
-    profile.write_text(text)
+    profile = cluster.mini_profile(folder / "profile.yaml", runs)
     args = ["--profile", str(profile), "--nodes", "2", "--gpus-per-node", "1", f"data.root={data}"]
     args += [f"steps={steps}", "log.every=1", "log.image_every=0", f"checkpoint.every={steps}"]
     result = subprocess.run(
@@ -65,8 +62,7 @@ def main() -> None:
     parser.add_argument("--preemptions", type=int, default=3)
     parser.add_argument("--steps", type=int, default=400, help="long enough to be preempted --preemptions times")
     args = parser.parse_args()
-    cluster.up()
-    os.environ["SLURM_CONF"] = str(cluster.CONF)
+    cluster.up_for_benchmark()
     from trainer.sample_data import ensure_sample_data
 
     folder = Path(tempfile.mkdtemp(prefix="bench-preempt-"))

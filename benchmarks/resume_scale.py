@@ -50,20 +50,13 @@ def main() -> None:
     parser.add_argument("--tasks", type=int, default=8)
     parser.add_argument("--width", type=int, default=32, help="pix2pix.width: the checkpoint's size")
     args = parser.parse_args()
-    cluster.up()
-    os.environ["SLURM_CONF"] = str(cluster.CONF)
+    cluster.up_for_benchmark()
     from trainer.sample_data import ensure_sample_data
 
     work = Path(tempfile.mkdtemp(prefix="resume_scale_"))
     try:
         data = ensure_sample_data(work / "sample") / "pix2pix"
-        profile = work / "mini.yaml"
-        text = (
-            (ROOT / "cluster_profiles" / "mini.yaml")
-            .read_text()
-            .replace("run_root: runs", f"run_root: {work / 'runs'}")
-        )
-        profile.write_text(text.replace("cpus_per_task: 1", "cpus_per_task: 1\nmem_gb: 0"))
+        profile = cluster.mini_profile(work / "mini.yaml", work / "runs", "mem_gb: 0\n")
         layout = ["--nodes", str(args.nodes), "--gpus-per-node", str(args.tasks)]
         common = [
             f"data.root={data}",

@@ -13,7 +13,6 @@ Usage: python benchmarks/startup.py [--rounds N] [--nodes N] [--tasks N]
 
 import argparse
 import json
-import os
 import shutil
 import statistics
 import subprocess
@@ -132,18 +131,14 @@ def main() -> None:
     parser.add_argument("--nodes", type=int, default=2)
     parser.add_argument("--tasks", type=int, default=2)
     args = parser.parse_args()
-    cluster.up()
-    os.environ["SLURM_CONF"] = str(cluster.CONF)
+    cluster.up_for_benchmark()
     from trainer.sample_data import ensure_sample_data
 
     work = Path(tempfile.mkdtemp(prefix="startup_"))
     try:
         data = ensure_sample_data(work / "sample") / "pix2pix"
         runs = work / "runs"
-        profile = work / "mini.yaml"
-        profile.write_text(
-            (ROOT / "cluster_profiles" / "mini.yaml").read_text().replace("run_root: runs", f"run_root: {runs}")
-        )
+        profile = cluster.mini_profile(work / "mini.yaml", runs)
         layout = ["--nodes", str(args.nodes), "--gpus-per-node", str(args.tasks)]
         dry = submit("--profile", str(profile), *layout, "--name", "dry", f"data.root={data}", "--dry-run")
         script = dry[dry.index("#!/bin/bash") :]

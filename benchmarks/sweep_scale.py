@@ -58,18 +58,11 @@ def main() -> None:
     parser.add_argument("--points", default="10,100,1000")
     parser.add_argument("--repeats", type=int, default=11)
     args = parser.parse_args()
-    cluster.up()
-    os.environ["SLURM_CONF"] = str(cluster.CONF)
+    cluster.up_for_benchmark()
     subprocess.run([sys.executable, "-m", "compileall", "-q", "jobs", "trainer"], cwd=ROOT, check=True)
     work = Path(tempfile.mkdtemp(prefix="sweep_scale_"))
     try:
-        profile = work / "held.yaml"
-        text = (
-            (ROOT / "cluster_profiles" / "mini.yaml")
-            .read_text()
-            .replace("run_root: runs", f"run_root: {work / 'runs'}")
-        )
-        profile.write_text(text + "sbatch_args:\n  begin: now+1hour\n")
+        profile = cluster.mini_profile(work / "held.yaml", work / "runs", "sbatch_args:\n  begin: now+1hour\n")
         print("| points | submit | status | cancel |")
         print("|---|---|---|---|")
         results = {}

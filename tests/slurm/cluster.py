@@ -15,6 +15,7 @@ from pathlib import Path
 
 HOME = Path(os.environ.get("SLURM_DDP_CLUSTER_DIR", "/tmp/slurm-ddp-cluster"))
 CONF = HOME / "etc" / "slurm.conf"
+PROJECT = Path(__file__).resolve().parents[2]
 PACKAGES = ["munge", "slurmctld", "slurmd", "slurm-client", "slurmdbd", "mariadb-server"]
 NODES = {"node1": ("127.0.0.2", 17001), "node2": ("127.0.0.3", 17002)}
 CTLD_PORT, DBD_PORT, DB_PORT = 16817, 16819, 16306
@@ -222,6 +223,20 @@ def node_reasons() -> str:
     """What sinfo says about each node and why, for the error when the nodes never come up."""
     out = _run("sinfo", "-h", "-N", "-p", "normal", "-o", "%N %T %E", check=False)
     return "; ".join(out.stdout.strip().splitlines()) or f"sinfo failed: {out.stderr.strip()}"
+
+
+def mini_profile(path: Path, run_root: Path, extra: str = "") -> Path:
+    """Write cluster_profiles/mini.yaml (this cluster's nodes and partitions) to `path`, its runs under
+    `run_root`, with `extra` YAML lines appended; the tests' and the cluster benchmarks' profile."""
+    text = (PROJECT / "cluster_profiles" / "mini.yaml").read_text().replace("run_root: runs", f"run_root: {run_root}")
+    path.write_text(text + extra)
+    return path
+
+
+def up_for_benchmark() -> None:
+    """Start the cluster (a no-op when it runs) and point this process and its children at it."""
+    up()
+    os.environ["SLURM_CONF"] = str(CONF)
 
 
 def up() -> None:

@@ -4,7 +4,6 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT, write_profile
 from tests.slurm import cluster
 
 
@@ -29,9 +28,4 @@ def slurm_cluster() -> Iterator[None]:
 @pytest.fixture
 def mini(tmp_path: Path, slurm_cluster: None) -> Path:
     """The mini profile with its runs in this test's folder."""
-    text = (
-        (ROOT / "cluster_profiles" / "mini.yaml")
-        .read_text()
-        .replace("run_root: runs", f"run_root: {tmp_path / 'runs'}")
-    )
-    return write_profile(tmp_path, text, "mini.yaml")
+    return cluster.mini_profile(tmp_path / "mini.yaml", tmp_path / "runs")

@@ -14,6 +14,7 @@ import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from tests.conftest import ROOT, run_dirs, submit
+from tests.slurm import cluster
 from tests.slurm.cluster import preempt_normal_jobs, release_when_requeued, squeue_state
 from tests.slurm.test_slurm import cli, poll, run_dir_of
 
@@ -63,12 +64,7 @@ def reference_hash(tmp_path_factory: pytest.TempPathFactory, sample_root: Path, 
 
 
 def mini_profile(folder: Path, extra: str = "") -> Path:
-    from tests.conftest import ROOT, write_profile
-
-    text = (
-        (ROOT / "cluster_profiles" / "mini.yaml").read_text().replace("run_root: runs", f"run_root: {folder / 'runs'}")
-    )
-    return write_profile(folder, text + extra, "profile.yaml")
+    return cluster.mini_profile(folder / "profile.yaml", folder / "runs", extra)
 
 
 def git_copy_of_the_project(folder: Path) -> Path:
