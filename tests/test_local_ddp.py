@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from tests.conftest import ROOT, run_dirs, submit
+from tests.conftest import ROOT, run_dirs, submit, write_profile
 
 SMALL = ["steps=24", "log.every=4", "log.image_every=12", "checkpoint.every=8", "batch_size=4"]
 
@@ -30,8 +30,17 @@ def summary(run_dir: Path) -> dict:
     return json.loads((run_dir / "summary.json").read_text())
 
 
-def test_two_process_run_writes_scalars_images_and_summary(local_profile: Path, sample_root: Path) -> None:
-    run_dir = run_local(local_profile, sample_root)
+@pytest.fixture(scope="module")
+def default_run(tmp_path_factory: pytest.TempPathFactory, sample_root: Path) -> Path:
+    """One run with the default settings, read (never changed) by the tests that need one."""
+    folder = tmp_path_factory.mktemp("default")
+    return run_local(
+        write_profile(folder, f"executor: local\ngpus_per_node: 2\nrun_root: {folder / 'runs'}\n"), sample_root
+    )
+
+
+def test_two_process_run_writes_scalars_images_and_summary(default_run: Path) -> None:
+    run_dir = default_run
     events = EventAccumulator(str(run_dir / "tensorboard"), size_guidance={"images": 0, "scalars": 0})
     events.Reload()
     tags = events.Tags()
@@ -55,8 +64,8 @@ def test_two_process_run_writes_scalars_images_and_summary(local_profile: Path, 
     ]
 
 
-def test_same_seed_same_weights(local_profile: Path, sample_root: Path) -> None:
-    first = run_local(local_profile, sample_root)
+def test_same_seed_same_weights(default_run: Path, local_profile: Path, sample_root: Path) -> None:
+    first = default_run
     # DDP's bucket settings change how gradients travel, not their values.
     buckets = ["dist.bucket_cap_mb=0.05", "dist.gradient_as_bucket_view=true", "dist.static_graph=true"]
     second = run_local(local_profile, sample_root, *buckets)
