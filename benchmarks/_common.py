@@ -1,5 +1,6 @@
 """Helpers shared by the benchmarks: timing whole commands, and printing a result line."""
 
+import os
 import statistics
 import subprocess
 import sys
@@ -69,6 +70,29 @@ class StateLog:
 
     def first_not(self, states: tuple[str, ...], after: float) -> float:
         return next(t for t, s in self.transitions if s not in states and t >= after)
+
+
+def until_gone(job_id: str, what: str, timeout: float = 300) -> StateLog:
+    """Poll the job's state every 0.1 s until it has left the queue; returns the states it went through."""
+    from tests.slurm import cluster  # the cluster benchmarks only
+
+    states = StateLog(job_id)
+    try:
+        cluster.wait_for(what, states.gone, timeout)
+    finally:
+        states.stop()
+    return states
+
+
+def submit(*args: str) -> str:
+    """`python -m jobs.submit ARGS` as a user runs it; its output, or exit with the end of it on a failure."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    done = subprocess.run(
+        [sys.executable, "-m", "jobs.submit", *args], cwd=ROOT, env=env, capture_output=True, text=True
+    )
+    if done.returncode:
+        sys.exit(f"submit failed: {done.stdout[-2000:]}{done.stderr[-2000:]}")
+    return done.stdout
 
 
 def step_times(run_dir: Path) -> dict[int, float]:

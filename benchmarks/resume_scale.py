@@ -9,30 +9,18 @@ Usage: python benchmarks/resume_scale.py [--nodes 2] [--tasks 8]
 
 import argparse
 import json
-import os
 import re
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-from _common import ROOT, StateLog, step_times
+from _common import ROOT, step_times, submit, until_gone
 
 sys.path.insert(0, str(ROOT))
 
 from tests.slurm import cluster  # noqa: E402
-
-
-def submit(*args: str) -> str:
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    done = subprocess.run(
-        [sys.executable, "-m", "jobs.submit", *args], cwd=ROOT, env=env, capture_output=True, text=True
-    )
-    if done.returncode:
-        sys.exit(f"submit failed: {done.stdout[-2000:]}{done.stderr[-2000:]}")
-    return done.stdout
 
 
 def bytes_read(run_dir: Path, job_id: str, tasks: int) -> list[int]:
@@ -73,14 +61,10 @@ def main() -> None:
         results = {}
         for broadcast, steps in (("false", 3), ("true", 4)):
             start = time.time()
-            submit("--profile", str(profile), *layout, "--resume", str(run_dir), f"steps={steps}",
-                   f"checkpoint.broadcast={broadcast}")  # fmt: skip
+            resume = ["--resume", str(run_dir), f"steps={steps}", f"checkpoint.broadcast={broadcast}"]
+            submit("--profile", str(profile), *layout, *resume)
             job_id = json.loads((run_dir / "job.json").read_text())["job_id"]
-            states = StateLog(job_id)
-            try:
-                cluster.wait_for("the resumed job to end", states.gone, 600)
-            finally:
-                states.stop()
+            states = until_gone(job_id, "the resumed job to end", 600)
             reads = bytes_read(run_dir, job_id, tasks)
             results[broadcast] = sum(reads)
             attempt = json.loads((run_dir / "attempts.json").read_text())[-1]

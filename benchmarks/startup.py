@@ -20,7 +20,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from _common import ROOT, StateLog, step_times
+from _common import ROOT, step_times, submit, until_gone
 
 sys.path.insert(0, str(ROOT))
 
@@ -56,13 +56,6 @@ dist.destroy_process_group()
 """
 
 
-def submit(*args: str) -> str:
-    done = subprocess.run([sys.executable, "-m", "jobs.submit", *args], cwd=ROOT, capture_output=True, text=True)
-    if done.returncode:
-        sys.exit(f"submit failed: {done.stdout[-2000:]}{done.stderr[-2000:]}")
-    return done.stdout
-
-
 def bare_script(dry_run: str, run_dir: Path, folder: Path, out: Path) -> str:
     """The dry-run's batch script with its run directory moved to `folder` and srun's command replaced."""
     for sub in ("code", "logs", "provenance"):
@@ -83,15 +76,11 @@ def bare_script(dry_run: str, run_dir: Path, folder: Path, out: Path) -> str:
 
 
 def run_ours(profile: Path, layout: list[str], data: Path, name: str, runs: Path) -> dict[str, float]:
-    submit("--profile", str(profile), *layout, "--name", name, f"data.root={data}", "steps=1", "log.every=1",
-           "log.image_every=0")  # fmt: skip
+    common = ["--name", name, f"data.root={data}", "steps=1", "log.every=1", "log.image_every=0"]
+    submit("--profile", str(profile), *layout, *common)
     run_dir = runs / name
     job_id = json.loads(RunDir(run_dir).job.read_text())["job_id"]
-    states = StateLog(job_id)
-    try:
-        cluster.wait_for("our job to end", states.gone, timeout=300)
-    finally:
-        states.stop()
+    states = until_gone(job_id, "our job to end")
     attempt = json.loads(RunDir(run_dir).attempts.read_text())[0]
     marks = attempt["startup"]
     start = marks.pop("process_start")
@@ -105,11 +94,7 @@ def run_bare(script: str, folder: Path, out: Path) -> dict[str, float]:
     job_id = subprocess.run(
         ["sbatch", "--parsable", str(folder / "job.sh")], capture_output=True, text=True, check=True
     ).stdout.strip()
-    states = StateLog(job_id)
-    try:
-        cluster.wait_for("the bare job to end", states.gone, timeout=300)
-    finally:
-        states.stop()
+    states = until_gone(job_id, "the bare job to end")
     if not out.exists():
         sys.exit(f"the bare script wrote nothing; see {folder / 'logs'}")
     running = states.first("RUNNING", after=0)
