@@ -3,12 +3,14 @@
 Both limits are measured in the same run, on the same files, one process per core, returning nothing to the
 parent: Pillow (open, convert, to a uint8 tensor: what the dataset did before trainer/decode.py) and
 torchvision.io (the file read into a buffer, the op behind decode_image on it: the fastest way torchvision.io
-decodes, without the wrapper's per-call logging). Our loader: the pix2pix dataset in a
-DataLoader with as many workers as cores, at the trainer's default batch size (8) and at 32, since the
-DataLoader's cost per batch (a shared-memory segment, its descriptor through a socket) is what separates it
-from the limits at small images; beside it the loader as it was before trainer/decode.py (Pillow, channels-first
-pairs, pathlib joins). Rounds are
-interleaved and each ratio is the median of the per-round ratios, because this machine drifts between runs.
+decodes, without the wrapper's per-call logging). Our loader: the pix2pix dataset in trainer/loader.py's
+SharedLoader (workers write batches into reused shared-memory buffers; what the trainer uses) with as many
+workers as cores, at the trainer's default batch size (8) and at 32. Beside it, the same dataset in torch's
+DataLoader (data.loader=torch), whose fresh shared-memory segment per batch is what held it below the limits,
+and the loader as it was before trainer/decode.py (Pillow, channels-first pairs, pathlib joins, DataLoader).
+Each loader is measured after one epoch of warm-up (the steady state of a long run: workers started, and the
+shared buffers' pages touched, about 80 ms at 256 px and batch 32). Rounds are interleaved and each ratio is the
+median of the per-round ratios, because this machine drifts.
 Targets: our loader >= 1.0x the Pillow limit and >= 0.9x the torchvision.io limit.
 Usage: python benchmarks/data_pipeline.py [--count N] [--epochs N] [--rounds N] [--sizes 64 256]
        [--batch-sizes 8 32]
@@ -21,7 +23,7 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -34,6 +36,7 @@ from torch.utils.data import DataLoader  # noqa: E402
 from torchvision.transforms.functional import pil_to_tensor  # noqa: E402
 
 from trainer import decode  # noqa: E402
+from trainer.loader import SharedLoader  # noqa: E402
 from trainer.sample_data import ensure_sample_data  # noqa: E402
 from trainer.tasks._pix2pix_nn import PairsDataset  # noqa: E402
 from trainer.tasks.pix2pix import read_pairs  # noqa: E402
@@ -98,25 +101,50 @@ class PillowPairs(PairsDataset):
 
 
 def loader_rate(
-    dataset_class: type[PairsDataset], pairs: list[Pair], size: int, workers: int, epochs: int, batch_size: int
+    dataset_class: type[PairsDataset],
+    pairs: list[Pair],
+    size: int,
+    workers: int,
+    epochs: int,
+    batch_size: int,
+    shared: bool,
 ) -> float:
+    """Pairs per second through trainer.loader's SharedLoader (`shared`, what the trainer uses) or torch's
+    DataLoader (data.loader=torch), shuffled, as many workers as cores."""
     torch.set_num_threads(1)
     columns = (numpy.array([str(p).encode() for p in side]) for side in zip(*pairs, strict=True))
-    loader = DataLoader(
-        dataset_class("/", *columns, size),
-        batch_size=batch_size,
-        shuffle=True,
-        num_workers=workers,
-        persistent_workers=workers > 0,
-        drop_last=False,
-    )
-    next(iter(loader))  # warm-up: workers started
+    dataset = dataset_class("/", *columns, size)
+    loader: Iterable[torch.Tensor]
+    if shared:
+        loader = SharedLoader(dataset, Shuffled(len(dataset)), batch_size, workers, drop_last=False)
+    else:
+        loader = DataLoader(
+            dataset, batch_size=batch_size, shuffle=True, num_workers=workers, persistent_workers=workers > 0
+        )
+    for _ in loader:  # warm-up, one epoch: workers started, and the shared buffers' pages touched once
+        pass
     start = time.perf_counter()
     seen = 0
     for _ in range(epochs):
         for batch in loader:
             seen += batch.shape[0]
-    return seen / (time.perf_counter() - start)
+    rate = seen / (time.perf_counter() - start)
+    if shared:
+        loader.close()  # type: ignore[attr-defined]
+    return rate
+
+
+class Shuffled:
+    """A new order every epoch, as DataLoader(shuffle=True)."""
+
+    def __init__(self, count: int) -> None:
+        self.count = count
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(torch.randperm(self.count).tolist())
+
+    def __len__(self) -> int:
+        return self.count
 
 
 def main() -> None:
@@ -140,8 +168,12 @@ def main() -> None:
                 rates["pillow"].append(decode_limit(pillow_pair, pairs, workers, args.epochs))
                 rates["tvio"].append(decode_limit(torchvision_pair, pairs, workers, args.epochs))
                 for batch in args.batch_sizes:
-                    for key, dataset in ((f"ours{batch}", PairsDataset), (f"before{batch}", PillowPairs)):
-                        rate = loader_rate(dataset, pairs, size, workers, args.epochs, batch)
+                    for key, dataset, shared in (
+                        (f"ours{batch}", PairsDataset, True),
+                        (f"dataloader{batch}", PairsDataset, False),
+                        (f"before{batch}", PillowPairs, False),
+                    ):
+                        rate = loader_rate(dataset, pairs, size, workers, args.epochs, batch, shared)
                         rates.setdefault(key, []).append(rate)
             med = {key: statistics.median(values) for key, values in rates.items()}
             for batch in args.batch_sizes:
@@ -150,7 +182,8 @@ def main() -> None:
                 vs_tvio = statistics.median(o / t for o, t in zip(ours, rates["tvio"], strict=True))
                 verdict = "meets" if vs_pillow >= 1.0 and vs_tvio >= 0.9 else "MISSES"
                 print(
-                    f"{name} {size}px batch {batch}: ours {med[f'ours{batch}']:.0f}, Pillow loader (before) "
+                    f"{name} {size}px batch {batch}: ours {med[f'ours{batch}']:.0f}, our dataset in torch's "
+                    f"DataLoader {med[f'dataloader{batch}']:.0f}, Pillow loader (before) "
                     f"{med[f'before{batch}']:.0f}, limits: Pillow {med['pillow']:.0f}, torchvision.io "
                     f"{med['tvio']:.0f} -> ratio {vs_pillow:.3f} to the Pillow limit, {vs_tvio:.3f} to the "
                     f"torchvision.io limit ({verdict} targets >= 1.0 and >= 0.9)"

@@ -116,7 +116,7 @@ def test_the_rank_that_failed_is_named_not_its_peer(local_profile: Path, sample_
         "--wait",
         f"data.root={data}",
         "data.verify_images=false",  # or the submitter refuses it up front
-        "data.num_workers=1",  # the error comes through a DataLoader worker
+        "data.num_workers=1",  # the error comes through a loader worker
         "batch_size=4",
         "steps=8",
         "log.image_every=0",

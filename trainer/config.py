@@ -32,6 +32,7 @@ class DataConfig:
     csv: str = "pairs.csv"  # pix2pix only, relative to root
     image_size: int = 64
     num_workers: int = -1  # -1: derived from the CPUs available to each task
+    loader: str = "shared"  # shared: trainer/loader.py (reused shared-memory batches); torch: torch's DataLoader
     verify_images: bool = True  # open images at submit, before anything is queued
     verify_sample: int = 1000  # how many samples' images (drawn at random, seed 0); 0: every one
     bad_images: str = "fail"  # an image that cannot be read in training: fail (naming it) or skip (counted)
@@ -56,6 +57,7 @@ class DataConfig:
             "must be a multiple of 16, at least 16",
         )
         _check(self.num_workers >= -1, "data.num_workers", "must be -1 (auto) or >= 0")
+        _check(self.loader in ("shared", "torch"), "data.loader", f"must be shared or torch, got {self.loader!r}")
         _check(self.bad_images in ("fail", "skip"), "data.bad_images", f"must be fail or skip, got {self.bad_images!r}")
         _check(self.verify_sample >= 0, "data.verify_sample", "must be >= 0 (0: open every image)")
 

@@ -1,6 +1,6 @@
 """The distributed data loader, and a sampler that can start mid-epoch."""
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import torch
@@ -42,9 +42,18 @@ def num_workers(config: TrainConfig, env: DistEnv) -> int:
 
 def make_loader(
     dataset: Dataset[Any], config: TrainConfig, env: DistEnv, device: torch.device
-) -> tuple[DataLoader[Any], ResumableSampler]:
+) -> tuple[Iterable[Any], ResumableSampler]:
+    """The training batches: trainer.loader's shared buffers (data.loader=shared) or torch's DataLoader."""
     sampler = ResumableSampler(dataset, num_replicas=env.world_size, rank=env.rank, shuffle=True, seed=config.seed)
     workers = num_workers(config, env)
+    if config.data.loader == "shared" and workers > 0:
+        from trainer.loader import SharedLoader, Unsupported
+
+        try:  # drop_last: every rank takes the same number of steps
+            return SharedLoader(dataset, sampler, config.batch_size, workers, True, device.type == "cuda"), sampler
+        except Unsupported as exc:
+            if env.is_main:
+                print(f"data: {exc}, which data.loader=shared cannot stack: torch's DataLoader loads them", flush=True)
     loader = DataLoader(
         dataset,
         batch_size=config.batch_size,
@@ -55,3 +64,9 @@ def make_loader(
         persistent_workers=workers > 0,
     )
     return loader, sampler
+
+
+def close(loader: Iterable[Any]) -> None:
+    """Stop the shared loader's workers (torch's DataLoader stops its own when it is collected)."""
+    if hasattr(loader, "close"):
+        loader.close()

@@ -1,5 +1,6 @@
 """The training loop, top to bottom. Rank 0 alone writes logs, TensorBoard and checkpoints."""
 
+import contextlib
 import json
 import math
 import random
@@ -15,7 +16,7 @@ from trainer import checkpoint, startup, validation
 from trainer.atomic import write_text
 from trainer.checkpoint_names import best_path
 from trainer.config import JobSettings, TrainConfig, config_dict
-from trainer.data import make_loader, num_workers, to_device
+from trainer.data import close, make_loader, num_workers, to_device
 from trainer.distenv import DistEnv
 from trainer.distributed import mean_over_ranks, pick_device, process_group, wrap
 from trainer.errors import UserError
@@ -74,7 +75,7 @@ def train(
     files = RunDir(run_dir)
     device = pick_device(env)
     torch.set_num_threads(env.cpus_per_task)
-    with process_group(env, config.dist.timeout_s, device):
+    with process_group(env, config.dist.timeout_s, device), contextlib.ExitStack() as cleanup:
         startup.mark("process_group_joined")
         random.seed(config.seed)
         torch.manual_seed(config.seed)  # the same initial weights on every rank
@@ -82,6 +83,7 @@ def train(
         data = validation.datasets(task, config)
         dataset = data.train
         loader, sampler = make_loader(dataset, config, env, device)
+        cleanup.callback(close, loader)  # its workers, on every way out
         val_loader = validation.shard_loader(data.val, config, env, num_workers(config, env)) if data.val else None
         batches_per_epoch = len(sampler) // config.batch_size
         if batches_per_epoch == 0:

@@ -45,16 +45,26 @@ class PairsDataset(Dataset[torch.Tensor]):
             self.bad.met(path, exc)  # raises, unless skipping
             raise SkippedImage from None
 
-    def __getitem__(self, index: int) -> torch.Tensor:
+    def _pair(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Source and target, (H, W, 3) each."""
         for offset in range(len(self.sources)):  # a skipped pair's place is taken by the next readable one
             i = (index + offset) % len(self.sources)
             try:
                 source = os.path.join(self.root, self.sources[i].decode())
                 target = os.path.join(self.root, self.targets[i].decode())
-                return torch.stack([self._load(source).permute(1, 2, 0), self._load(target).permute(1, 2, 0)])
+                return self._load(source).permute(1, 2, 0), self._load(target).permute(1, 2, 0)
             except SkippedImage:
                 continue
         raise UserError("no image of the data set can be read; check data.root")
+
+    def __getitem__(self, index: int) -> torch.Tensor:
+        return torch.stack(self._pair(index))
+
+    def fill(self, out: torch.Tensor, index: int) -> None:
+        """self[index] written into `out`, for trainer.loader: one copy of the pair rather than two."""
+        source, target = self._pair(index)
+        out[0].copy_(source)
+        out[1].copy_(target)
 
 
 def to_unit(images: torch.Tensor) -> torch.Tensor:

@@ -1,0 +1,291 @@
+"""Batches built by worker processes straight into shared-memory buffers that are reused, not made anew.
+
+torch's DataLoader moves each batch out of a worker in a fresh shared-memory segment: the kernel allocates and
+zeroes its pages, then frees them when the training loop drops the batch. At 256 px that transport, not
+decoding, held the loader to about two thirds of the rate at which the same processes decode
+(benchmarks/RESULTS.md §2). Here a fixed set of buffers (anonymous shared mappings, made before the workers
+fork) is written by the workers, which send back only the buffer's number and the batch's.
+
+A buffer is written again only once the batch handed out from it is garbage, every view of it included: each
+batch's tensors share one per-batch numpy array, and a weak reference to that array frees the buffer. A batch
+the training loop keeps is therefore never overwritten; a loop that keeps them all runs out of buffers and is
+told so.
+
+Samples must be tensors, numbers, or tuples, lists and dicts of them, of one structure and shape throughout
+(what default_collate would stack): `data.loader=torch` takes torch's DataLoader for anything else.
+"""
+
+import mmap
+import multiprocessing
+import random
+import traceback
+import weakref
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from multiprocessing.connection import Connection
+from typing import Any
+
+import numpy
+import torch
+from torch.utils.data import Dataset
+
+from trainer.errors import UserError
+
+ALIGN = 64  # each field starts on a cache line
+FIX = "; make the task's samples one shape or set data.loader=torch"
+
+
+class Unsupported(TypeError):
+    """A sample holds something other than tensors and numbers (a str, an image): not stackable into a buffer."""
+
+
+@dataclass(frozen=True)
+class Field:
+    """One tensor of a sample (a number is a 0-d tensor), and where its rows sit in a buffer."""
+
+    dtype: torch.dtype
+    shape: tuple[int, ...]
+    offset: int  # of row 0, in bytes
+    row: int  # bytes per sample
+
+    def view(self, buffer: Any, rows: int) -> torch.Tensor:
+        count = rows * self.row // self.dtype.itemsize
+        return torch.frombuffer(buffer, dtype=self.dtype, count=count, offset=self.offset).view(rows, *self.shape)
+
+
+class Layout:
+    """A sample's structure (tensors and numbers in tuples, lists and dicts) and its fields in a buffer."""
+
+    def __init__(self, sample: Any, batch_size: int) -> None:
+        self.structure, self.rows = _structure(sample), batch_size
+        self.fields: list[Field] = []
+        offset = 0
+        for leaf in _leaves(sample):
+            tensor = _tensor(leaf)
+            row = tensor.numel() * tensor.element_size()
+            self.fields.append(Field(tensor.dtype, tuple(tensor.shape), offset, row))
+            offset += -(-row * batch_size // ALIGN) * ALIGN
+        self.size = max(offset, 1)
+
+    def write(self, views: list[torch.Tensor], row: int, sample: Any, index: int) -> None:
+        if self.structure is None and isinstance(sample, torch.Tensor):  # the common case, without the walk
+            if sample.shape == views[0].shape[1:] and sample.dtype == views[0].dtype:
+                views[0][row].copy_(sample)
+                return
+        if _structure(sample) != self.structure:
+            raise UserError(
+                f"sample {index} is built as {_structure(sample)}, the first sample as {self.structure}{FIX}"
+            )
+        for field, view, leaf in zip(self.fields, views, _leaves(sample), strict=True):
+            tensor = _tensor(leaf)
+            if tuple(tensor.shape) != field.shape or tensor.dtype != field.dtype:
+                raise UserError(
+                    f"sample {index} holds a {tensor.dtype} tensor of shape {tuple(tensor.shape)} where the first "
+                    f"sample held {field.dtype} {field.shape}{FIX}"
+                )
+            view[row].copy_(tensor)
+
+    def batch(self, tensors: list[torch.Tensor]) -> Any:
+        return _rebuild(self.structure, iter(tensors))
+
+
+def _tensor(leaf: Any) -> torch.Tensor:
+    # As default_collate: a Python float becomes float64, an int int64.
+    return torch.tensor(leaf, dtype=torch.float64) if isinstance(leaf, float) else torch.as_tensor(leaf)
+
+
+def _structure(sample: Any) -> Any:
+    if isinstance(sample, tuple | list):
+        return (type(sample), tuple(_structure(s) for s in sample))
+    if isinstance(sample, dict):
+        return (dict, tuple((k, _structure(v)) for k, v in sample.items()))
+    if isinstance(sample, torch.Tensor | numpy.ndarray | numpy.generic | int | float):
+        return None
+    raise Unsupported(f"a sample holds a {type(sample).__name__}")
+
+
+def _leaves(sample: Any) -> Iterator[Any]:
+    if isinstance(sample, tuple | list):
+        for s in sample:
+            yield from _leaves(s)
+    elif isinstance(sample, dict):
+        for v in sample.values():
+            yield from _leaves(v)
+    else:
+        yield sample
+
+
+def _rebuild(structure: Any, tensors: Iterator[torch.Tensor]) -> Any:
+    if structure is None:
+        return next(tensors)
+    kind, parts = structure
+    if kind is dict:
+        return {k: _rebuild(s, tensors) for k, s in parts}
+    return kind(_rebuild(s, tensors) for s in parts)
+
+
+def _work(dataset: Dataset[Any], layout: Layout, buffers: list[mmap.mmap], conn: Connection) -> None:
+    """A worker: fill the buffer named in each task with the samples named, until told None (or orphaned)."""
+    torch.set_num_threads(1)  # as DataLoader's workers: the cores are shared out as workers, not threads
+    views = [[field.view(buffer, layout.rows) for field in layout.fields] for buffer in buffers]
+    # A dataset of one tensor a sample may write it in place (`fill(out, index)`), sparing a copy of each sample.
+    fill = getattr(dataset, "fill", None) if layout.structure is None else None
+    try:
+        while (task := conn.recv()) is not None:
+            epoch, number, slot, indices, seed = task
+            try:
+                # A batch's random augmentations follow from its seed, not from which worker made it. The CPU
+                # generator alone: torch.manual_seed also seeds every accelerator's, 390 us a batch here.
+                random.seed(seed)
+                numpy.random.seed(seed % 2**32)
+                torch.default_generator.manual_seed(seed)
+                for row, index in enumerate(indices):
+                    if fill is not None:
+                        fill(views[slot][0][row], index)
+                    else:
+                        layout.write(views[slot], row, dataset[index], index)
+                conn.send((epoch, number, slot, len(indices), None))
+            except Exception as exc:  # noqa: BLE001 - handed to the training process, which raises it
+                conn.send((epoch, number, slot, 0, _portable(exc)))
+    except EOFError:  # the training process is gone
+        pass
+
+
+def _portable(exc: Exception) -> Exception:
+    """The exception with the worker's traceback as a note, or a RuntimeError saying it when it cannot be pickled."""
+    import pickle
+
+    note = "in a data loader worker:\n" + "".join(traceback.format_exception(exc))
+    try:
+        pickle.loads(pickle.dumps(exc))
+    except Exception:  # noqa: BLE001 - any failure to pickle
+        exc = RuntimeError(f"{type(exc).__name__}: {exc}")
+    exc.add_note(note)
+    return exc
+
+
+class SharedLoader:
+    """Iterates over batches of `dataset` in the order `sampler` gives, like DataLoader(..., persistent_workers)."""
+
+    def __init__(
+        self,
+        dataset: Dataset[Any],
+        sampler: Iterable[int],
+        batch_size: int,
+        workers: int,
+        drop_last: bool,
+        pin: bool = False,
+        prefetch: int = 2,
+    ) -> None:
+        assert workers > 0, "no workers: use DataLoader, which loads in the training process"
+        self.dataset, self.sampler, self.batch_size, self.drop_last = dataset, sampler, batch_size, drop_last
+        self.workers, self.depth, self.pin = workers, workers * prefetch, pin
+        self.layout = Layout(dataset[0], batch_size)
+        # Two more buffers than batches in flight: the batch in the training loop's hands, and one it keeps.
+        self.buffers = [mmap.mmap(-1, self.layout.size) for _ in range(self.depth + 2)]
+        self.free = list(range(len(self.buffers)))
+        self.conns: list[Connection] = []
+        self.processes: list[multiprocessing.process.BaseProcess] = []
+        self.owners: dict[int, weakref.ref[numpy.ndarray]] = {}  # a batch's buffer comes back when it dies
+        self.in_flight = [0] * workers
+        self.epoch = 0
+        self.stop: Callable[[], Any] = lambda: None
+
+    def __len__(self) -> int:
+        samples = len(self.sampler)  # type: ignore[arg-type]
+        return samples // self.batch_size if self.drop_last else -(-samples // self.batch_size)
+
+    def _start(self) -> None:
+        context = multiprocessing.get_context("fork")  # the buffers are inherited, not sent
+        for _ in range(self.workers):
+            mine, theirs = context.Pipe()
+            process = context.Process(target=_work, args=(self.dataset, self.layout, self.buffers, theirs), daemon=True)
+            process.start()
+            theirs.close()
+            self.conns.append(mine)
+            self.processes.append(process)
+        # At the latest at exit, before multiprocessing joins its children: a worker inherits the training
+        # process's signal handlers (submitit's ignores SIGTERM), so it must be told to stop, not terminated.
+        self.stop = weakref.finalize(self, _stop, self.conns, self.processes)
+
+    def __iter__(self) -> Iterator[Any]:
+        if not self.processes:
+            self._start()
+        for worker, count in enumerate(self.in_flight):  # answers for an epoch left early: buffers come back
+            for _ in range(count):
+                self._receive(worker)
+        self.epoch += 1
+        indices = list(self.sampler)
+        batches = [indices[i : i + self.batch_size] for i in range(0, len(indices), self.batch_size)]
+        if self.drop_last and batches and len(batches[-1]) < self.batch_size:
+            batches.pop()
+        seed = int(torch.empty((), dtype=torch.int64).random_().item())  # as DataLoader draws its base seed
+        sent = 0
+        for handed in range(len(batches)):
+            while sent < len(batches) and sent - handed < self.depth and self._a_free_buffer(sent - handed):
+                self.conns[sent % self.workers].send((self.epoch, sent, self.free.pop(), batches[sent], seed + sent))
+                self.in_flight[sent % self.workers] += 1
+                sent += 1
+            # Batch n went to worker n % workers, which answers in order: its next answer of this epoch is it.
+            while (answer := self._receive(handed % self.workers)) is None:
+                pass
+            yield self._batch(*answer)
+
+    def _a_free_buffer(self, waiting: int) -> bool:
+        if self.free or waiting:
+            return bool(self.free)
+        import gc
+
+        gc.collect()  # a batch in a reference cycle frees its buffer only when the cycle is collected
+        if not self.free:
+            raise RuntimeError(
+                f"the training loop holds all {len(self.buffers)} of the data loader's batch buffers; keep a copy "
+                "of a batch (batch.clone()) rather than the batch, or set data.loader=torch"
+            )
+        return True
+
+    def _receive(self, worker: int) -> tuple[int, int] | None:
+        """The worker's next answer: (buffer, rows) for a batch of this epoch, None for one of an earlier epoch."""
+        try:
+            epoch, _number, slot, rows, error = self.conns[worker].recv()
+        except EOFError:  # its end of the pipe closed: it is gone
+            process = self.processes[worker]
+            process.join(timeout=5)
+            self.close()
+            raise RuntimeError(
+                f"a data loader worker died (exit code {process.exitcode}); if it was killed for lack of memory, "
+                "lower data.num_workers or batch_size"
+            ) from None
+        self.in_flight[worker] -= 1
+        if error is not None or epoch != self.epoch:
+            self.free.append(slot)
+            if error is not None:
+                raise error
+            return None
+        return slot, rows
+
+    def _batch(self, slot: int, rows: int) -> Any:
+        owner = numpy.frombuffer(self.buffers[slot], dtype=numpy.uint8)  # every tensor below keeps it alive
+        self.owners[slot] = weakref.ref(owner, lambda _, slot=slot: self.free.append(slot))
+        tensors = [field.view(owner, rows) for field in self.layout.fields]
+        if self.pin:  # for a CUDA device: page-locked copies, so that the copy to the device is asynchronous
+            tensors = [tensor.pin_memory() for tensor in tensors]
+        return self.layout.batch(tensors)
+
+    def close(self) -> None:
+        """Stop the workers (the next iteration starts new ones)."""
+        self.stop()
+        self.conns, self.processes, self.in_flight = [], [], [0] * self.workers
+
+
+def _stop(conns: list[Connection], processes: list[multiprocessing.process.BaseProcess]) -> None:
+    for conn in conns:
+        try:
+            conn.send(None)
+        except OSError:  # it is gone already
+            pass
+    for process in processes:
+        process.join(timeout=5)
+        if process.is_alive():
+            process.kill()
+            process.join()
