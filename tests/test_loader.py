@@ -1,19 +1,27 @@
 """trainer/loader.py: the same batches as torch's DataLoader, buffers reused only when free, errors told."""
 
+import collections
 import os
 import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
+from typing import Any
 
 import numpy
 import pytest
 import torch
 from torch.utils.data import DataLoader, Dataset
 
+from tests.conftest import ROOT
 from trainer.config import build_config
 from trainer.data import close, make_loader
 from trainer.distenv import DistEnv
 from trainer.errors import UserError
 from trainer.loader import SharedLoader
+from trainer.tasks._pix2pix_nn import PairsDataset
+from trainer.tasks.pix2pix import read_pairs
 
 
 class Numbers(Dataset[tuple[torch.Tensor, int]]):
@@ -47,22 +55,25 @@ def test_the_batches_are_dataloaders(drop_last: bool) -> None:
             assert len(got) == len(want) == len(ours) == (3 if drop_last else 4)
             for (x, y), (wx, wy) in zip(got, want, strict=True):
                 assert torch.equal(x, wx) and torch.equal(y, wy) and y.dtype == wy.dtype == torch.int64
+        assert type(next(iter(ours))) is type(next(iter(theirs))) is list  # a tuple sample collates to a list
     finally:
         ours.close()
 
 
-def test_a_batch_kept_is_not_overwritten_and_an_epoch_left_early_ends_cleanly() -> None:
+def test_a_batch_kept_is_not_overwritten_and_an_epoch_left_early_gives_its_buffers_back() -> None:
     loader = SharedLoader(Numbers(40), range(40), batch_size=2, workers=2, drop_last=True)
     try:
         it = iter(loader)
-        first, _ = next(it)
-        kept = first[1]  # a view: it alone keeps the buffer busy
-        del first
+        kept = next(it)[0][1]  # a view of sample 1: it alone keeps the first batch's buffer busy
         for _ in range(5):
-            next(it)  # leaves the epoch early: its batches in flight come back at the next epoch
+            next(it)  # leaves the epoch early, batches in flight: they come back at the next epoch
         del it
-        assert [int(x[0, 0, 0]) for x, _ in loader] == list(range(0, 40, 2))  # every buffer reused many times
+        for _ in range(3):  # every buffer reused many times
+            assert [int(x[0, 0, 0]) for x, _ in loader] == list(range(0, 40, 2))
         assert torch.equal(kept, torch.full((2, 3), 1.0))
+        assert len(loader.free) == len(loader.buffers) - 1  # all but the kept view's
+        del kept
+        assert len(loader.free) == len(loader.buffers)
     finally:
         loader.close()
 
@@ -136,14 +147,23 @@ def test_workers_stop_when_closed() -> None:
     loader.close()
 
 
-def test_pix2pix_pairs_written_in_place_are_the_datasets_samples(sample_root: Path) -> None:
-    from trainer.tasks._pix2pix_nn import PairsDataset
-    from trainer.tasks.pix2pix import read_pairs
+class InPlaceOnly(PairsDataset):
+    """Its workers may only write in place: __getitem__ works in the training process alone (the first sample)."""
 
+    fill = PairsDataset.fill  # defined beside __getitem__, so the loader may use it
+
+    def __getitem__(self, index: int) -> torch.Tensor:
+        assert os.getpid() == MAIN, "a worker called __getitem__"
+        return super().__getitem__(index)
+
+
+MAIN = os.getpid()
+
+
+def test_pix2pix_pairs_written_in_place_are_the_datasets_samples(sample_root: Path) -> None:
     root = sample_root / "pix2pix"
     sources, targets = (numpy.array([p.encode() for p in c]) for c in read_pairs(root, "pairs.csv"))
-    dataset = PairsDataset(str(root), sources[:8], targets[:8], 64)
-    assert hasattr(dataset, "fill")  # the path this test is about: the loader calls fill, not __getitem__
+    dataset = InPlaceOnly(str(root), sources[:8], targets[:8], 64)
     loader = SharedLoader(dataset, range(8), batch_size=4, workers=2, drop_last=True)
     try:
         got = torch.cat([batch.clone() for batch in loader])
@@ -171,3 +191,51 @@ def test_samples_it_cannot_stack_go_to_torchs_dataloader(capsys: pytest.CaptureF
     )
     names = next(iter(loader))[1]
     assert len(names) == 4 and all(name.startswith("sample ") for name in names)
+
+
+Point = collections.namedtuple("Point", ["x", "label"])
+
+
+class Structured(Numbers):
+    def __getitem__(self, index: int) -> dict[str, Any]:  # type: ignore[override]
+        return {"point": Point(torch.full((2,), float(index)), index), "weight": 0.5 * index, "empty": torch.zeros(0)}
+
+
+def test_dicts_namedtuples_floats_and_empty_tensors_collate_as_dataloaders() -> None:
+    loader = SharedLoader(Structured(), range(8), batch_size=4, workers=1, drop_last=True)
+    try:
+        got, want = next(iter(loader)), next(iter(DataLoader(Structured(), batch_size=4, sampler=range(8))))
+    finally:
+        loader.close()
+    assert isinstance(got["point"], Point) and got.keys() == want.keys()
+    assert torch.equal(got["point"].x, want["point"].x) and torch.equal(got["point"].label, want["point"].label)
+    assert torch.equal(got["weight"], want["weight"]) and got["weight"].dtype == torch.float64
+    assert got["empty"].shape == want["empty"].shape == (4, 0)
+
+
+def test_workers_end_when_the_training_process_is_killed(tmp_path: Path) -> None:
+    script = (
+        "import os, signal, sys\n"
+        "sys.path.insert(0, sys.argv[1])\n"
+        "from tests.test_loader import Numbers\n"
+        "from trainer.loader import SharedLoader\n"
+        "loader = SharedLoader(Numbers(), range(20), batch_size=4, workers=2, drop_last=True)\n"
+        "next(iter(loader))\n"
+        "print(' '.join(str(p.pid) for p in loader.processes), flush=True)\n"
+        "os.kill(os.getpid(), signal.SIGKILL)\n"
+    )
+    result = subprocess.run([sys.executable, "-c", script, str(ROOT)], capture_output=True, text=True, timeout=120)
+    assert result.returncode == -signal.SIGKILL, result.stderr
+    pids = [int(pid) for pid in result.stdout.split()]
+    assert len(pids) == 2
+    deadline = time.monotonic() + 30
+    while any(Path(f"/proc/{pid}").exists() and "Z" not in state(pid) for pid in pids):
+        assert time.monotonic() < deadline, f"workers {pids} outlived the training process"
+        time.sleep(0.1)
+
+
+def state(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, ProcessLookupError):
+        return "Z"

@@ -15,9 +15,12 @@ Samples must be tensors, numbers, or tuples, lists and dicts of them, of one str
 (what default_collate would stack): `data.loader=torch` takes torch's DataLoader for anything else.
 """
 
+import atexit
 import mmap
 import multiprocessing
+import os
 import random
+import signal
 import traceback
 import weakref
 from collections.abc import Callable, Iterable, Iterator
@@ -49,6 +52,8 @@ class Field:
     row: int  # bytes per sample
 
     def view(self, buffer: Any, rows: int) -> torch.Tensor:
+        if not self.row:  # an empty tensor: nothing to share (frombuffer refuses a count of 0)
+            return torch.empty((rows, *self.shape), dtype=self.dtype)
         count = rows * self.row // self.dtype.itemsize
         return torch.frombuffer(buffer, dtype=self.dtype, count=count, offset=self.offset).view(rows, *self.shape)
 
@@ -99,7 +104,9 @@ def _structure(sample: Any) -> Any:
         return (type(sample), tuple(_structure(s) for s in sample))
     if isinstance(sample, dict):
         return (dict, tuple((k, _structure(v)) for k, v in sample.items()))
-    if isinstance(sample, torch.Tensor | numpy.ndarray | numpy.generic | int | float):
+    if isinstance(sample, torch.Tensor | int | float | numpy.number | numpy.bool_):
+        return None
+    if isinstance(sample, numpy.ndarray) and sample.dtype.kind in "biufc":
         return None
     raise Unsupported(f"a sample holds a {type(sample).__name__}")
 
@@ -116,22 +123,48 @@ def _leaves(sample: Any) -> Iterator[Any]:
 
 
 def _rebuild(structure: Any, tensors: Iterator[torch.Tensor]) -> Any:
+    """The batch as default_collate builds it: a dict of batches, a namedtuple of batches, else a list."""
     if structure is None:
         return next(tensors)
     kind, parts = structure
     if kind is dict:
         return {k: _rebuild(s, tensors) for k, s in parts}
-    return kind(_rebuild(s, tensors) for s in parts)
+    if hasattr(kind, "_fields"):  # a namedtuple
+        return kind(*(_rebuild(s, tensors) for s in parts))
+    return [_rebuild(s, tensors) for s in parts]
 
 
-def _work(dataset: Dataset[Any], layout: Layout, buffers: list[mmap.mmap], conn: Connection) -> None:
+def _defined_with_getitem(dataset: Any, name: str) -> bool:
+    """Is `name` defined by the class that defines __getitem__? A subclass overriding __getitem__ alone must
+    not be loaded through its parent's in-place writer."""
+
+    def owner(attribute: str) -> type | None:
+        return next((c for c in type(dataset).__mro__ if attribute in vars(c)), None)
+
+    return owner(name) is not None and owner(name) is owner("__getitem__")
+
+
+def _work(
+    dataset: Dataset[Any], layout: Layout, buffers: list[mmap.mmap], conn: Connection, parents: list[Connection]
+) -> None:
     """A worker: fill the buffer named in each task with the samples named, until told None (or orphaned)."""
+    for end in parents:  # the training process's ends, inherited by the fork: the pipe's EOF must mean it is gone
+        end.close()
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the training process's to handle, once
+    parent = os.getppid()
     torch.set_num_threads(1)  # as DataLoader's workers: the cores are shared out as workers, not threads
     views = [[field.view(buffer, layout.rows) for field in layout.fields] for buffer in buffers]
     # A dataset of one tensor a sample may write it in place (`fill(out, index)`), sparing a copy of each sample.
-    fill = getattr(dataset, "fill", None) if layout.structure is None else None
+    fill = (
+        getattr(dataset, "fill", None) if layout.structure is None and _defined_with_getitem(dataset, "fill") else None
+    )
     try:
-        while (task := conn.recv()) is not None:
+        while True:
+            while not conn.poll(5.0):
+                if os.getppid() != parent:  # orphaned (the training process was killed): nobody will ask
+                    return
+            if (task := conn.recv()) is None:
+                return
             epoch, number, slot, indices, seed = task
             try:
                 # A batch's random augmentations follow from its seed, not from which worker made it. The CPU
@@ -147,7 +180,7 @@ def _work(dataset: Dataset[Any], layout: Layout, buffers: list[mmap.mmap], conn:
                 conn.send((epoch, number, slot, len(indices), None))
             except Exception as exc:  # noqa: BLE001 - handed to the training process, which raises it
                 conn.send((epoch, number, slot, 0, _portable(exc)))
-    except EOFError:  # the training process is gone
+    except (EOFError, BrokenPipeError):  # the training process is gone
         pass
 
 
@@ -188,6 +221,7 @@ class SharedLoader:
         self.processes: list[multiprocessing.process.BaseProcess] = []
         self.owners: dict[int, weakref.ref[numpy.ndarray]] = {}  # a batch's buffer comes back when it dies
         self.in_flight = [0] * workers
+        self.pending: set[int] = set()  # buffers a worker is filling
         self.epoch = 0
         self.stop: Callable[[], Any] = lambda: None
 
@@ -199,22 +233,26 @@ class SharedLoader:
         context = multiprocessing.get_context("fork")  # the buffers are inherited, not sent
         for _ in range(self.workers):
             mine, theirs = context.Pipe()
-            process = context.Process(target=_work, args=(self.dataset, self.layout, self.buffers, theirs), daemon=True)
+            args = (self.dataset, self.layout, self.buffers, theirs, [*self.conns, mine])
+            process = context.Process(target=_work, args=args, daemon=True)
             process.start()
             theirs.close()
             self.conns.append(mine)
             self.processes.append(process)
-        # At the latest at exit, before multiprocessing joins its children: a worker inherits the training
-        # process's signal handlers (submitit's ignores SIGTERM), so it must be told to stop, not terminated.
+        # At the latest at exit, before multiprocessing terminates and joins its children: a worker keeps the
+        # training process's handler for the requeue signal (it must outlive that signal), and submitit's
+        # ignores SIGTERM, so it is told to stop. Registered after multiprocessing's exit hook: runs before it.
         self.stop = weakref.finalize(self, _stop, self.conns, self.processes)
+        self.stop.atexit = False
+        atexit.register(self.stop)
 
     def __iter__(self) -> Iterator[Any]:
         if not self.processes:
             self._start()
+        self.epoch += 1
         for worker, count in enumerate(self.in_flight):  # answers for an epoch left early: buffers come back
             for _ in range(count):
                 self._receive(worker)
-        self.epoch += 1
         indices = list(self.sampler)
         batches = [indices[i : i + self.batch_size] for i in range(0, len(indices), self.batch_size)]
         if self.drop_last and batches and len(batches[-1]) < self.batch_size:
@@ -223,7 +261,9 @@ class SharedLoader:
         sent = 0
         for handed in range(len(batches)):
             while sent < len(batches) and sent - handed < self.depth and self._a_free_buffer(sent - handed):
-                self.conns[sent % self.workers].send((self.epoch, sent, self.free.pop(), batches[sent], seed + sent))
+                slot = self.free.pop()
+                self.conns[sent % self.workers].send((self.epoch, sent, slot, batches[sent], seed + sent))
+                self.pending.add(slot)
                 self.in_flight[sent % self.workers] += 1
                 sent += 1
             # Batch n went to worker n % workers, which answers in order: its next answer of this epoch is it.
@@ -257,16 +297,19 @@ class SharedLoader:
                 "lower data.num_workers or batch_size"
             ) from None
         self.in_flight[worker] -= 1
-        if error is not None or epoch != self.epoch:
+        self.pending.discard(slot)
+        if epoch != self.epoch:  # a batch of an epoch left early: nobody wants it, nor its error
             self.free.append(slot)
-            if error is not None:
-                raise error
             return None
+        if error is not None:
+            self.free.append(slot)
+            raise error
         return slot, rows
 
     def _batch(self, slot: int, rows: int) -> Any:
         owner = numpy.frombuffer(self.buffers[slot], dtype=numpy.uint8)  # every tensor below keeps it alive
-        self.owners[slot] = weakref.ref(owner, lambda _, slot=slot: self.free.append(slot))
+        # The callback holds the free list, not the loader: no reference cycle keeps the loader alive.
+        self.owners[slot] = weakref.ref(owner, lambda _, slot=slot, free=self.free: free.append(slot))
         tensors = [field.view(owner, rows) for field in self.layout.fields]
         if self.pin:  # for a CUDA device: page-locked copies, so that the copy to the device is asynchronous
             tensors = [tensor.pin_memory() for tensor in tensors]
@@ -275,7 +318,10 @@ class SharedLoader:
     def close(self) -> None:
         """Stop the workers (the next iteration starts new ones)."""
         self.stop()
+        atexit.unregister(self.stop)
         self.conns, self.processes, self.in_flight = [], [], [0] * self.workers
+        self.free.extend(self.pending)  # batches the workers were making: nobody holds them
+        self.pending.clear()
 
 
 def _stop(conns: list[Connection], processes: list[multiprocessing.process.BaseProcess]) -> None:
