@@ -147,13 +147,20 @@ def test_ctrl_c_stops_waiting_and_leaves_the_job_running(
     out, err = tmp_path / "submit.out", tmp_path / "submit.err"
     with out.open("w") as o, err.open("w") as e:
         args = ["--profile", str(local_profile), "--wait", f"data.root={sample_root / 'pix2pix'}", *LONG]
-        # A session of its own, signalled as a whole: what a Ctrl-C in a terminal does.
-        cmd = [sys.executable, "-m", "jobs.submit", *args]
+        # A session of its own, signalled as a whole: what a Ctrl-C in a terminal does. faulthandler: should
+        # it hang, SIGABRT makes it print where (it did once in CI, under load, and never since).
+        cmd = [sys.executable, "-X", "faulthandler", "-m", "jobs.submit", *args]
         proc = subprocess.Popen(cmd, cwd=ROOT, stdout=o, stderr=e, start_new_session=True)
     run_dir = poll("the run directory", lambda: (found := run_dirs(tmp_path / "runs")) and found[0])
     tasks = started(run_dir)
     os.killpg(proc.pid, signal.SIGINT)
-    assert proc.wait(timeout=30) == 130, err.read_text()
+    try:
+        code = proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        proc.send_signal(signal.SIGABRT)
+        proc.wait(timeout=30)
+        pytest.fail(f"the submitter did not end within 30 s of SIGINT; its threads:\n{err.read_text()}")
+    assert code == 130, err.read_text()
     assert err.read_text() == (
         f"interrupted: the job keeps running (python -m jobs.status {run_dir}); "
         f"stop it with python -m jobs.cancel {run_dir}\n"
