@@ -147,10 +147,19 @@ def test_ctrl_c_stops_waiting_and_leaves_the_job_running(
     out, err = tmp_path / "submit.out", tmp_path / "submit.err"
     with out.open("w") as o, err.open("w") as e:
         args = ["--profile", str(local_profile), "--wait", f"data.root={sample_root / 'pix2pix'}", *LONG]
-        # A session of its own, signalled as a whole: what a Ctrl-C in a terminal does. faulthandler: should
-        # it hang, SIGABRT makes it print where (it did once in CI, under load, and never since).
+        # A session of its own, signalled as a whole: what a Ctrl-C in a terminal does. SIGINT's default
+        # restored: a shell without job control starts a background command (`(cmd &)`) with SIGINT ignored,
+        # Python then keeps it ignored, and this test failed twice so. faulthandler: should the submitter
+        # not end, SIGABRT makes it print where it is.
         cmd = [sys.executable, "-X", "faulthandler", "-m", "jobs.submit", *args]
-        proc = subprocess.Popen(cmd, cwd=ROOT, stdout=o, stderr=e, start_new_session=True)
+        proc = subprocess.Popen(
+            cmd,
+            cwd=ROOT,
+            stdout=o,
+            stderr=e,
+            start_new_session=True,
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+        )
     run_dir = poll("the run directory", lambda: (found := run_dirs(tmp_path / "runs")) and found[0])
     tasks = started(run_dir)
     os.killpg(proc.pid, signal.SIGINT)
