@@ -23,7 +23,7 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -32,7 +32,7 @@ sys.path.insert(0, str(ROOT))
 import numpy  # noqa: E402
 import torch  # noqa: E402
 from PIL import Image  # noqa: E402
-from torch.utils.data import DataLoader  # noqa: E402
+from torch.utils.data import DataLoader, RandomSampler  # noqa: E402
 from torchvision.transforms.functional import pil_to_tensor  # noqa: E402
 
 from trainer import decode  # noqa: E402
@@ -116,7 +116,7 @@ def loader_rate(
     dataset = dataset_class("/", *columns, size)
     loader: Iterable[torch.Tensor]
     if shared:
-        loader = SharedLoader(dataset, Shuffled(len(dataset)), batch_size, workers, drop_last=False)
+        loader = SharedLoader(dataset, RandomSampler(dataset), batch_size, workers, drop_last=False)
     else:
         loader = DataLoader(
             dataset, batch_size=batch_size, shuffle=True, num_workers=workers, persistent_workers=workers > 0
@@ -132,19 +132,6 @@ def loader_rate(
     if shared:
         loader.close()  # type: ignore[attr-defined]
     return rate
-
-
-class Shuffled:
-    """A new order every epoch, as DataLoader(shuffle=True)."""
-
-    def __init__(self, count: int) -> None:
-        self.count = count
-
-    def __iter__(self) -> Iterator[int]:
-        return iter(torch.randperm(self.count).tolist())
-
-    def __len__(self) -> int:
-        return self.count
 
 
 def main() -> None:

@@ -12,12 +12,20 @@ from typing import Any
 import submitit
 
 from jobs.local_controller import LocalExecutor, exit_codes_path
-from jobs.plan import Plan
+from jobs.plan import Plan, in_background
 from trainer import failures
 from trainer.errors import UserError
 from trainer.rundir import RunDir
 
 __all__ = ["exit_codes_path", "make_executor", "submit", "task_logs"]
+
+
+class SlurmExecutor(submitit.SlurmExecutor):  # type: ignore[misc]
+    """submitit's, with srun in the background of the batch script (jobs.plan.in_background)."""
+
+    @property
+    def _submitit_command_str(self) -> str:
+        return in_background(super()._submitit_command_str)
 
 
 def make_executor(plan: Plan) -> submitit.Executor:
@@ -33,7 +41,7 @@ def make_executor(plan: Plan) -> submitit.Executor:
                     f"{command} not found: run on a Slurm login node, or use --profile local "
                     "(--dry-run prints the batch script anywhere)"
                 )
-        executor = submitit.SlurmExecutor(plan.log_dir, max_num_timeout=plan.max_num_timeout, python=plan.python)
+        executor = SlurmExecutor(plan.log_dir, max_num_timeout=plan.max_num_timeout, python=plan.python)
     executor.update_parameters(**plan.parameters)
     return executor
 

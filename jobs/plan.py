@@ -9,6 +9,7 @@ from typing import Any
 from jobs.profiles import Profile
 from trainer.config import JobSettings, TrainConfig
 from trainer.errors import UserError
+from trainer.relay import SIGNAL_FILE
 
 
 @dataclass(frozen=True, eq=False)
@@ -44,8 +45,22 @@ class Plan:
         return self.parameters.get("nodes", 1) * per_node
 
     def submitit_command(self) -> str:
-        """The command each task runs: the same string submitit's SlurmExecutor builds."""
-        return f"{self.python} -u -m submitit.core._submit {shlex.quote(str(self.log_dir))}"
+        """The command each task runs: the same string submitit's SlurmExecutor builds, in the background."""
+        return in_background(f"{self.python} -u -m submitit.core._submit {shlex.quote(str(self.log_dir))}")
+
+
+def in_background(srun_command: str) -> str:
+    """srun in the background, so the batch shell can take the requeue signal while its tasks run (a shell
+    runs a trap only between commands; `wait` returns for one: see teardown_lines)."""
+    return f"{srun_command} &"
+
+
+def signal_lines(log_dir: Path, signal: str) -> list[str]:
+    """Batch-script lines before srun: the requeue signal comes to the batch shell alone (--signal=B:...),
+    which leaves a file that every task watches for (trainer.relay)."""
+    target = shlex.quote(str(log_dir)) + '/signal_"$SLURM_JOB_ID"_"${SLURM_RESTART_COUNT:-0}"'
+    done = f'date +%s > "${SIGNAL_FILE}.part" && mv -f "${SIGNAL_FILE}.part" "${SIGNAL_FILE}"'
+    return [f"export {SIGNAL_FILE}={target}", f"trap {shlex.quote(done)} {signal}"]
 
 
 def sweep_points(sweeps: list[str]) -> list[list[str]]:
@@ -117,7 +132,8 @@ def slurm_parameters(profile: Profile) -> dict[str, Any]:
         # srun stops every task when one fails, and since Slurm 22.05 does not inherit --cpus-per-task.
         "srun_args": ["--kill-on-bad-exit=1", f"--cpus-per-task={profile.cpus_per_task}", *profile.srun_args],
         "additional_parameters": {
-            "signal": f"{signal}@{profile.signal_delay_s}",
+            # B: the batch shell alone; signalled, every process of every task would get it (trainer.relay).
+            "signal": f"B:{signal}@{profile.signal_delay_s}",
             **{k: shell_value(v) for k, v in profile.sbatch_args.items()},
         },
     }
@@ -158,7 +174,9 @@ def teardown_lines(profile: Profile, log_dir: Path) -> list[str]:
     """What the batch script runs after srun. It ends with srun's own status: the job must still end FAILED
     when a task failed (the last command's status would otherwise be the job's)."""
     requeue = failure_requeue_lines(profile.requeue_on_failure, log_dir) if profile.requeue_on_failure else []
-    return ["status=$?", *requeue, *sacct_lines(log_dir.parent), 'exit "$status"']
+    # wait returns early when the requeue signal's trap ran: wait again while srun still runs.
+    wait = 'while wait "$srun_pid"; status=$?; [ "$status" -gt 128 ] && kill -0 "$srun_pid" 2>/dev/null; do :; done'
+    return ["srun_pid=$!", wait, *requeue, *sacct_lines(log_dir.parent), 'exit "$status"']
 
 
 def sacct_lines(folder: Path) -> list[str]:
@@ -197,6 +215,7 @@ def make_plan(
     settings = JobSettings(profile.signal, profile.signal_delay_s, profile.max_num_timeout)
     if profile.executor == "slurm":
         params = slurm_parameters(profile)
+        params["setup"] = [*params["setup"], *signal_lines(log_dir, profile.signal)]
         params["teardown"] = teardown_lines(profile, log_dir)
         if code_dir is not None:  # the batch script, and so every task and requeue, runs in the snapshot
             params["additional_parameters"]["chdir"] = str(code_dir)

@@ -1,13 +1,35 @@
 import os
 import subprocess
 import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
 
 from trainer.sample_data import ensure_sample_data
 
 ROOT = Path(__file__).resolve().parents[1]
+T = TypeVar("T")
+
+
+def poll(what: str, condition: Callable[[], T], timeout: float = 120, every: float = 0.1) -> T:
+    """condition()'s first true value, checked every `every` seconds; fails after `timeout`."""
+    deadline = time.monotonic() + timeout
+    while not (value := condition()):
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(every)
+    return value
+
+
+def process_start(pid: int) -> int | None:
+    """When a live process started (/proc/PID/stat field 22); None once it has ended (a zombie has)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return None if fields[0] in ("Z", "X") else int(fields[19])
 
 
 @pytest.fixture(scope="session")

@@ -8,18 +8,15 @@ import signal
 import socket
 import subprocess
 import sys
-import time
-from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
 
 import pytest
 import torch
 from torch.utils.data import DataLoader, Dataset
 
 from jobs.tracking import Target, failure_line, killed_tasks
-from tests.conftest import ROOT, submit
+from tests.conftest import ROOT, poll, submit
 from trainer.errors import UserError
 from trainer.failures import Failure, describe, root_cause
 
@@ -148,14 +145,6 @@ def test_the_rank_that_failed_is_named_not_its_peer(local_profile: Path, sample_
     assert logs.returncode == 0, logs.stderr
     assert "dist: source=submitit-local" in logs.stdout and "==> stderr: " in logs.stdout
     assert "Traceback (most recent call last)" in logs.stdout.split("==> stderr: ")[1]
-
-
-def poll(what: str, check: Callable[[], Any], timeout: float = 120) -> Any:
-    deadline = time.monotonic() + timeout
-    while not (value := check()):
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.1)
-    return value
 
 
 def start(*args: str, out: Path) -> subprocess.Popen[bytes]:

@@ -5,7 +5,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +13,7 @@ import pytest
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-from tests.conftest import ROOT
+from tests.conftest import ROOT, poll, process_start
 from trainer.config import build_config
 from trainer.data import close, make_loader
 from trainer.distenv import DistEnv
@@ -228,14 +227,4 @@ def test_workers_end_when_the_training_process_is_killed(tmp_path: Path) -> None
     assert result.returncode == -signal.SIGKILL, result.stderr
     pids = [int(pid) for pid in result.stdout.split()]
     assert len(pids) == 2
-    deadline = time.monotonic() + 30
-    while any(Path(f"/proc/{pid}").exists() and "Z" not in state(pid) for pid in pids):
-        assert time.monotonic() < deadline, f"workers {pids} outlived the training process"
-        time.sleep(0.1)
-
-
-def state(pid: int) -> str:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (FileNotFoundError, ProcessLookupError):
-        return "Z"
+    poll("the workers to end with the training process", lambda: not any(map(process_start, pids)), timeout=30)

@@ -7,26 +7,15 @@ import signal
 import socket
 import subprocess
 import sys
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import TypeVar
 
 import pytest
 
-from tests.conftest import ROOT, run_dirs, submit, write_profile
+from tests.conftest import ROOT, poll, process_start, run_dirs, submit, write_profile
 from tests.test_bad_input import assert_refused
 
-T = TypeVar("T")
 LONG = ["steps=100000", "log.every=1", "checkpoint.every=100000", "batch_size=2", "log.image_every=0"]
-
-
-def poll(what: str, condition: Callable[[], T], timeout: float = 120) -> T:
-    deadline = time.monotonic() + timeout
-    while not (value := condition()):
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.1)
-    return value
 
 
 def cli(module: str, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
@@ -43,15 +32,6 @@ def run_dir_of(output: str) -> Path:
 
 def job_pid(run_dir: Path) -> int:
     return int(json.loads((run_dir / "job.json").read_text())["job_id"])
-
-
-def process_start(pid: int) -> int | None:
-    """When a live process started (/proc/PID/stat field 22); None once it has ended (a zombie has)."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return None
-    return None if fields[0] in ("Z", "X") else int(fields[19])
 
 
 def ranks(controller: int) -> dict[int, tuple[int, int]]:

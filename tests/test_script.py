@@ -44,6 +44,37 @@ for step in range(start, 40):
 """
 
 
+# Shaped like the DDP tutorial's and nanoGPT's scripts: no signal code at all; it keeps a snapshot every few
+# steps under its output folder ($RUN_DIR, else ./out relative to where it runs) and resumes from it.
+PLAIN = """
+import json, os, sys, time
+import torch, torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+dist.init_process_group("gloo")
+rank = dist.get_rank()
+out_dir = os.environ.get("RUN_DIR", "out")
+ckpt = os.path.join(out_dir, "ckpt.pt")
+model = DDP(torch.nn.Linear(4, 1))
+step = 0
+if os.path.exists(ckpt):
+    saved = torch.load(ckpt)
+    model.module.load_state_dict(saved["model"])
+    step = saved["step"]
+with open(os.path.join(out_dir, "starts"), "a") as f:
+    f.write(f"{rank}:{step}\\n")
+total, every = int(sys.argv[1]), 5
+while step < total:
+    model(torch.ones(2, 4)).sum().backward()
+    time.sleep(float(sys.argv[2]))
+    step += 1
+    if step % every == 0 and rank == 0:
+        torch.save({"model": model.module.state_dict(), "step": step}, ckpt + ".tmp")
+        os.replace(ckpt + ".tmp", ckpt)
+dist.barrier()
+dist.destroy_process_group()
+"""
+
+
 def submit_in(folder: Path, *args: str, profile: str = "") -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     path = folder / "p.yaml"
@@ -120,6 +151,29 @@ def test_a_script_that_saves_on_the_signal_is_requeued_and_resumes(tmp_path: Pat
     attempts = json.loads((run_dir / "attempts.json").read_text())
     assert len(attempts) >= 2 and attempts[0]["stop"]["reason"] == "timeout"
     assert json.loads((run_dir / "summary.json").read_text())["restarts"] == len(attempts) - 1
+
+
+def test_a_script_without_signal_code_is_requeued_at_the_time_limit_and_resumes(tmp_path: Path) -> None:
+    """The requeue signal comes about 12 s in; the script has no handler, so its task stops it and the job is
+    requeued (not failed); the next start resumes from the script's own snapshot and finishes."""
+    (tmp_path / "train.py").write_text(PLAIN)
+    profile = (
+        "executor: local\ngpus_per_node: 2\ntimeout_min: 1\nsignal_delay_s: 48\nmax_num_timeout: 5\n"
+        f"run_root: {tmp_path / 'runs'}\n"
+    )
+    result = submit_in(tmp_path, "--wait", "--", "python", "train.py", "80", "0.2", profile=profile)
+    assert result.returncode == 0, result.stdout + result.stderr
+    run_dir = run_dir_of(result.stdout)
+    starts = (run_dir / "starts").read_text().split()
+    assert starts[:2] in (["0:0", "1:0"], ["1:0", "0:0"]) and len(starts) >= 4, starts
+    assert all(int(s.split(":")[1]) > 0 for s in starts[2:]), starts  # resumed from its snapshot
+    attempts = json.loads((run_dir / "attempts.json").read_text())
+    assert [a["stop"]["reason"] for a in attempts] == ["timeout"] * (len(attempts) - 1) + ["finished"]
+    assert all(a["stop"]["step"] is None and a["resumed_step"] is None for a in attempts)  # a script's own
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert (summary["timeouts"], summary["failures"]) == (len(attempts) - 1, 0)
+    assert "does not handle SIGUSR2; stopping it to requeue" in result.stdout
+    assert not (run_dir / "error.txt").exists()
 
 
 # Asks for a requeue (exit 144) on each of its first 7 starts, then finishes: no signal needed.

@@ -69,7 +69,7 @@ class Attempts:
 
     def start(
         self,
-        resumed_step: int,
+        resumed_step: int | None,
         restart_count: int,
         warnings: list[str] | None = None,
         startup: dict[str, float] | None = None,
@@ -98,7 +98,8 @@ class Attempts:
                 previous["stop"] = stop
             # After a finished attempt the wait for this one (a --resume with more steps) is the user's, not lost.
             lost = 0.0 if stop["reason"] == "finished" else time.time() - stop["time"]
-            cost = {"time_lost_s": lost, "steps_recomputed": max(0, stop["step"] - resumed_step)}
+            known = stop["step"] is not None and resumed_step is not None  # a script's steps are its own
+            cost = {"time_lost_s": lost, "steps_recomputed": max(0, stop["step"] - resumed_step) if known else None}
             previous["cost"] = cost
         attempt = {"started": time.time(), "resumed_step": resumed_step, "slurm_restart_count": restart_count}
         attempt |= {"startup": startup} if startup else {}
@@ -106,7 +107,7 @@ class Attempts:
         self._write()
         return cost
 
-    def stop(self, reason: str, step: int, signalled_at: float | None = None) -> None:
+    def stop(self, reason: str, step: int | None, signalled_at: float | None = None) -> None:
         """Record why and where this attempt stopped; `time` is when the checkpoint was on disk."""
         self.items[-1]["stop"] = {"reason": reason, "step": step, "time": time.time(), "signal_time": signalled_at}
         self._write()
@@ -125,7 +126,7 @@ class Attempts:
             "preemptions": self.count("preempted"),
             "failures": self.count("failure"),
             "time_lost_s": round(sum(c["time_lost_s"] for c in costs), 3),
-            "steps_recomputed": sum(int(c["steps_recomputed"]) for c in costs),
+            "steps_recomputed": sum(int(c["steps_recomputed"] or 0) for c in costs),
         }
 
 
@@ -134,10 +135,15 @@ class RequeueExit(SystemExit):
 
 
 def record_stop(
-    env: DistEnv, attempts: Attempts, settings: JobSettings, step: int, run_dir: Path, signalled_at: float | None
+    env: DistEnv,
+    attempts: Attempts,
+    settings: JobSettings,
+    step: int | None,
+    run_dir: Path,
+    signalled_at: float | None,
 ) -> bool:
-    """Rank 0: record why the run stopped at `step` and requeue the job, unless past max_num_timeout.
-    Returns whether the run goes on (requeued)."""
+    """Rank 0: record why the run stopped at `step` (None: a script, whose steps are its own) and requeue the
+    job, unless past max_num_timeout. Returns whether the run goes on (requeued)."""
     # The Slurm job, however the ranks were started in it (srun tasks, or torchrun inside a task).
     slurm_job = env.slurm_job_id if env.source in ("slurm", "torchrun") else None
     if slurm_job:
@@ -149,14 +155,15 @@ def record_stop(
     attempts.stop(reason, step, signalled_at)
     timeouts = attempts.count("timeout")
     if reason == "timeout" and timeouts > settings.max_num_timeout:
+        where = f" at step {step} with a checkpoint" if step is not None else ""
         message = (
             f"time limit reached {timeouts} time(s), more than max_num_timeout={settings.max_num_timeout}: "
-            f"stopped at step {step} with a checkpoint; resubmit with --resume {run_dir} and a longer --time"
+            f"stopped{where}; resubmit with --resume {run_dir} and a longer --time"
         )
         failures.record(run_dir, failures.Failure(time.time(), env.rank, env.node_name, "", message, False))
         print(f"error: {message}", file=sys.stderr, flush=True)
         return False
-    print(f"{reason}: saved at step {step}, requeueing", flush=True)
+    print(f"{reason}: saved at step {step}, requeueing" if step is not None else f"{reason}: requeueing", flush=True)
     if slurm_job:
         # Under PreemptMode=REQUEUE Slurm requeues by itself; asking again is then harmless.
         subprocess.run(["scontrol", "requeue", slurm_job], capture_output=True, timeout=60)

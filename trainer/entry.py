@@ -1,12 +1,13 @@
 """What each task of a job runs. Importing this module does not import torch."""
 
 import os
+import signal
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
-from trainer import failures, provenance, startup
+from trainer import failures, provenance, relay, startup
 from trainer.config import JobSettings, TrainConfig
 from trainer.distenv import DistEnv, resolve
 from trainer.errors import UserError
@@ -30,6 +31,9 @@ def run(config: TrainConfig, settings: JobSettings | None = None) -> dict[str, A
     settings = settings or JobSettings()
     stop_flag = StopFlag(settings.signal)  # before the seconds spent importing torch
     env = resolve(os.environ)
+    relay.watch(env.signal_file, stop_flag.signum)  # on Slurm the batch shell, not this task, gets the signal
+    # submitit's task ignores SIGTERM; a cancel (scancel, jobs.cancel) must stop training now, not at SIGKILL.
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
     from trainer.train import train  # torch is imported here, in the task, not at submit time
 
     startup.mark("torch_imported")

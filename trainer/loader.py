@@ -16,6 +16,7 @@ Samples must be tensors, numbers, or tuples, lists and dicts of them, of one str
 """
 
 import atexit
+import gc
 import mmap
 import multiprocessing
 import os
@@ -260,7 +261,11 @@ class SharedLoader:
         seed = int(torch.empty((), dtype=torch.int64).random_().item())  # as DataLoader draws its base seed
         sent = 0
         for handed in range(len(batches)):
-            while sent < len(batches) and sent - handed < self.depth and self._a_free_buffer(sent - handed):
+            while sent < len(batches) and sent - handed < self.depth:
+                if not self.free:
+                    if sent > handed:
+                        break  # one comes back with the batch we wait for
+                    self._reclaim()
                 slot = self.free.pop()
                 self.conns[sent % self.workers].send((self.epoch, sent, slot, batches[sent], seed + sent))
                 self.pending.add(slot)
@@ -271,18 +276,14 @@ class SharedLoader:
                 pass
             yield self._batch(*answer)
 
-    def _a_free_buffer(self, waiting: int) -> bool:
-        if self.free or waiting:
-            return bool(self.free)
-        import gc
-
-        gc.collect()  # a batch in a reference cycle frees its buffer only when the cycle is collected
+    def _reclaim(self) -> None:
+        """No buffer free and none being filled: the training loop holds them, or a reference cycle does."""
+        gc.collect()  # a batch in a cycle frees its buffer only when the cycle is collected
         if not self.free:
             raise RuntimeError(
                 f"the training loop holds all {len(self.buffers)} of the data loader's batch buffers; keep a copy "
                 "of a batch (batch.clone()) rather than the batch, or set data.loader=torch"
             )
-        return True
 
     def _receive(self, worker: int) -> tuple[int, int] | None:
         """The worker's next answer: (buffer, rows) for a batch of this epoch, None for one of an earlier epoch."""

@@ -17,10 +17,11 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from trainer import failures, provenance
+from trainer import failures, provenance, relay
 from trainer.atomic import write_text
 from trainer.attempts import Attempts, leave, record_stop
 from trainer.config import JobSettings
@@ -58,16 +59,20 @@ def run(command: list[str], cwd: str, run_dir: str, settings: JobSettings, in_pr
         failures.clear(folder, failures.process_start_time())
         shutil.rmtree(RunDir(folder).exits, ignore_errors=True)  # the previous attempt's
         assert attempts is not None
-        attempts.start(0, env.restart_count)
+        attempts.start(None, env.restart_count)  # a script's steps are its own
     started = time.time()
-    code = (
+    ended = (
         _run_in_process(command, cwd, env, run_dir, settings)
         if in_process
         else _run(command, cwd, env, run_dir, settings)
     )
-    if code == REQUEUE_EXIT:
+    if ended.terminated:  # a cancel, a requeue, a peer's failure: whoever stopped the job says why
+        raise SystemExit(128 + signal.SIGTERM)
+    if ended.code == REQUEUE_EXIT or (ended.signalled and ended.code != 0):
+        # Asked for (exit 144), or the command stopped after the requeue signal: saved what it could, or was
+        # stopped for the requeue because nothing in it handles the signal. Either way: requeue, not fail.
         exited = RunDir(folder).exits
-        write_text(exited / f"rank_{env.rank}", str(code))
+        write_text(exited / f"rank_{env.rank}", str(ended.code))
         if attempts is None:
             raise leave(env, True)
         # Each rank saves on its own signal; a requeue now would kill a peer still saving. Wait for them
@@ -75,34 +80,133 @@ def run(command: list[str], cwd: str, run_dir: str, settings: JobSettings, in_pr
         deadline = time.monotonic() + PEER_WAIT_S
         while len(list(exited.glob("rank_*"))) < env.world_size and time.monotonic() < deadline:
             time.sleep(0.1)
-        requeued = record_stop(env, attempts, settings, -1, folder, None)
+        requeued = record_stop(env, attempts, settings, None, folder, ended.signalled_at)
         raise leave(env, requeued)
-    if code != 0:
-        message = f"{' '.join(command)} exited with status {code}" + (f" ({_signal_name(-code)})" if code < 0 else "")
-        failures.record(folder, failures.Failure(time.time(), env.rank, env.node_name, "", message, False))
+    if ended.code != 0:
+        failures.record(folder, failure(command, ended, env))
         raise SystemExit(1)
     if attempts is not None:
-        attempts.stop("finished", -1)
+        attempts.stop("finished", None)
         summary = {"command": command, "exit_code": 0, "world_size": env.world_size}
         summary |= {"wall_time_s": round(attempts.wall_time_s(), 3), "last_attempt_s": round(time.time() - started, 3)}
         write_text(RunDir(folder).summary, _json(summary | attempts.totals()))
 
 
-def _run(command: list[str], cwd: str, env: DistEnv, run_dir: str, settings: JobSettings) -> int:
+@dataclass(frozen=True)
+class Ended:
+    """How the command ended: its exit code (negative: killed by that signal) and what happened meanwhile."""
+
+    code: int
+    signalled_at: float | None = None  # when the requeue signal came, if it did
+    terminated: bool = False  # the task was told to stop (SIGTERM, SIGINT) and stopped the command
+    error: str = ""  # the last line of the last Python traceback the command wrote to stderr
+
+    @property
+    def signalled(self) -> bool:
+        return self.signalled_at is not None
+
+
+def failure(command: list[str], ended: Ended, env: DistEnv) -> failures.Failure:
+    """This rank's failure record: the command's own exception line where it wrote one."""
+    status = f"{' '.join(command)} exited with status {ended.code}"
+    status += f" ({_signal_name(-ended.code)})" if ended.code < 0 else ""
+    if not ended.error:
+        return failures.Failure(time.time(), env.rank, env.node_name, "", status, False)
+    head, sep, message = ended.error.partition(": ")
+    kind = head.rsplit(".", 1)[-1] if sep else ended.error
+    message = f"{message} ({status})" if sep else f"({status})"
+    return failures.Failure(time.time(), env.rank, env.node_name, kind, message, failures.is_peer_error(kind, message))
+
+
+def last_exception(text: str) -> str:
+    """The exception line closing the last `Traceback (most recent call last):` block in `text`, or ""."""
+    lines = text.splitlines()
+    starts = [i for i, line in enumerate(lines) if line.startswith("Traceback (most recent call last):")]
+    if not starts:
+        return ""
+    for line in lines[starts[-1] + 1 :]:
+        if line.strip() and not line[0].isspace():
+            return line.strip()
+    return ""
+
+
+class StderrTail:
+    """What this task's stderr log (submitit's; stdout's file on Slurm) gains from now on, last 64 KiB."""
+
+    LIMIT = 64 * 1024
+
+    def __init__(self) -> None:
+        self.path: Path | None = None
+        try:
+            import submitit
+
+            paths = submitit.JobEnvironment().paths
+            self.path = next((Path(p) for p in (paths.stderr, paths.stdout) if Path(p).exists()), None)
+        except Exception:  # not a submitit task (torchrun, a test): no log to read
+            self.path = None
+        self.offset = self.path.stat().st_size if self.path else 0
+
+    def read(self) -> str:
+        if self.path is None:
+            return ""
+        sys.stderr.flush()
+        try:
+            with self.path.open("rb") as f:
+                size = f.seek(0, os.SEEK_END)
+                f.seek(max(self.offset, size - self.LIMIT))
+                return f.read().decode("utf-8", "replace")
+        except OSError:
+            return ""
+
+
+def _run(command: list[str], cwd: str, env: DistEnv, run_dir: str, settings: JobSettings) -> Ended:
+    requeue = getattr(signal, "SIG" + settings.signal)
+    received: dict[int, float] = {}
+
+    def note(signum: int, frame: Any) -> None:
+        received.setdefault(signum, time.time())  # acted on by the loop below: nothing blocking in a handler
+
+    for signum in (requeue, signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, note)
+    log = StderrTail()
     child = subprocess.Popen(
         command, cwd=cwd, env=os.environ | variables(env, run_dir, settings), preexec_fn=_die_with_parent
     )
+    relay.watch(env.signal_file, requeue)  # on Slurm the batch shell, not this task, gets the signal
+    acted: set[int] = set()
+    while (code := _wait(child, 0.1)) is None:
+        for signum in sorted(set(received) - acted):
+            acted.add(signum)
+            if signum == requeue:
+                _pass_on(child.pid, requeue)
+            else:
+                relay.stop_tree(child.pid)
+    terminated = bool(acted - {requeue})
+    error = "" if code == 0 or terminated else last_exception(log.read())
+    return Ended(code, received.get(requeue), terminated, error)
 
-    def forward(signum: int, frame: Any) -> None:
-        child.send_signal(signum)
 
-    # The requeue signal reaches the task (submitit's wrapper, srun or the local controller): pass it on.
-    for signum in {getattr(signal, "SIG" + settings.signal), signal.SIGTERM, signal.SIGINT}:
-        signal.signal(signum, forward)
-    return child.wait()
+def _wait(child: subprocess.Popen[bytes], timeout: float) -> int | None:
+    try:
+        return child.wait(timeout)
+    except subprocess.TimeoutExpired:
+        return None
 
 
-def _run_in_process(command: list[str], cwd: str, env: DistEnv, run_dir: str, settings: JobSettings) -> int:
+def _pass_on(pid: int, signum: int) -> None:
+    """The requeue signal to the command's processes that handle it; a command with none is stopped (it
+    would die of the signal's default action, failing the job) so the job is requeued all the same."""
+    handlers = [p for p in relay.tree(pid) if relay.catches(p, signum)]
+    name = signal.Signals(signum).name
+    if handlers:
+        relay.signal_all(handlers, signum)
+        print(f"requeue signal: {name} passed on to {len(handlers)} process(es) of the command", flush=True)
+    else:
+        print(f"requeue signal: the command does not handle {name}; stopping it to requeue", flush=True)
+        relay.stop_tree(pid)
+
+
+def _run_in_process(command: list[str], cwd: str, env: DistEnv, run_dir: str, settings: JobSettings) -> Ended:
     """The debug profile: `python X.py ...` or `python -m mod ...` in this process, so breakpoints work."""
     if Path(command[0]).name not in ("python", "python3", Path(sys.executable).name) or len(command) < 2:
         return _run(command, cwd, env, run_dir, settings)
@@ -116,9 +220,9 @@ def _run_in_process(command: list[str], cwd: str, env: DistEnv, run_dir: str, se
         else:
             sys.argv = command[1:]
             runpy.run_path(command[1], run_name="__main__")
-        return 0
+        return Ended(0)
     except SystemExit as exc:
-        return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+        return Ended(exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1))
     finally:
         os.environ.clear()
         os.environ.update(saved_env)

@@ -4,13 +4,14 @@ import json
 import re
 import subprocess
 import sys
-import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from tests.conftest import ROOT, run_dirs, submit, write_profile
+from tests import conftest
+from tests.conftest import ROOT, T, run_dirs, submit, write_profile
 from tests.test_hostlist import CASES, REFUSED
 from trainer.hostlist import expand_hostlist
 
@@ -23,12 +24,8 @@ def run_dir_of(result: subprocess.CompletedProcess[str]) -> Path:
     return Path(re.search(r"^run directory: (.+)$", result.stdout, re.M).group(1))  # type: ignore[union-attr]
 
 
-def poll(what: str, condition, timeout: float = 120):  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while not (value := condition()):
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.5)
-    return value
+def poll(what: str, condition: Callable[[], T], timeout: float = 120) -> T:
+    return conftest.poll(what, condition, timeout, every=0.5)  # each check asks the cluster: not too often
 
 
 def test_two_nodes_four_tasks_complete(mini: Path, sample_root: Path) -> None:

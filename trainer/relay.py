@@ -1,0 +1,97 @@
+"""The requeue signal, from the batch shell to the processes that want it (torch-free).
+
+Slurm sends the profile's signal to the batch shell alone (`#SBATCH --signal=B:USR2@N`): sent to the job's
+steps, it would reach every process of every task, children included, and a script without a handler (nearly
+every script) would die of it instead of being requeued. The batch shell writes a file named by
+`SIGNAL_FILE` (in the job's log folder, which every node sees); each task watches for it and raises the signal
+in itself. The trainer's handler then saves at the next step boundary; a script's task passes the signal on
+only to the processes of its command that catch it (`SigCgt` in /proc/PID/status) and stops a command in
+which none does. Under the local profile the controller signals the task processes themselves, never their
+children, so the same handlers run without a file.
+"""
+
+import os
+import signal
+import threading
+import time
+from pathlib import Path
+
+SIGNAL_FILE = "SLURM_DDP_SIGNAL_FILE"  # set by the batch script for this job and attempt (jobs.plan)
+POLL_S = 0.2
+
+
+def watch(path: str | None, signum: int, every: float = POLL_S) -> threading.Thread | None:
+    """Raise `signum` in this process once `path` exists (a daemon thread; nothing without a path)."""
+    if not path:
+        return None
+
+    def run() -> None:
+        while not os.path.exists(path):
+            time.sleep(every)
+        os.kill(os.getpid(), signum)
+
+    thread = threading.Thread(target=run, name="requeue-signal-watch", daemon=True)
+    thread.start()
+    return thread
+
+
+def _children() -> dict[int, list[int]]:
+    tree: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue  # ended meanwhile
+        tree.setdefault(ppid, []).append(int(entry.name))
+    return tree
+
+
+def tree(pid: int) -> list[int]:
+    """`pid` and every process below it (torchrun's workers run in sessions of their own: a process group
+    would miss them)."""
+    children, found, todo = _children(), [], [pid]
+    while todo:
+        current = todo.pop()
+        found.append(current)
+        todo.extend(children.get(current, []))
+    return found
+
+
+def catches(pid: int, signum: int) -> bool:
+    """Whether process `pid` has a handler installed for `signum` (its SigCgt mask)."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("SigCgt:"):
+                return bool(int(line.split()[1], 16) >> (signum - 1) & 1)
+    except (OSError, ValueError):
+        pass
+    return False
+
+
+def signal_all(pids: list[int], signum: int) -> None:
+    for pid in pids:
+        try:
+            os.kill(pid, signum)
+        except ProcessLookupError:
+            pass
+
+
+def stop_tree(pid: int, wait_s: float = 3.0) -> None:
+    """SIGCONT and SIGTERM to `pid` and everything below it, SIGKILL to what is left after `wait_s`."""
+    pids = tree(pid)
+    signal_all(pids, signal.SIGCONT)
+    signal_all(pids, signal.SIGTERM)
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline and any(_alive(p) for p in pids):
+        time.sleep(0.05)
+    signal_all([p for p in pids if _alive(p)], signal.SIGKILL)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state not in ("Z", "X")
