@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import submit
-from tests.slurm.cluster import preempt_normal_jobs, release_when_requeued
+from tests.slurm.cluster import preempt_normal_jobs, release_when_requeued, squeue_state
 from tests.slurm.test_requeue import job_id_of, mini_profile
-from tests.slurm.test_slurm import poll, run_dir_of
-from tests.test_script import DDP, REQUEUEING
+from tests.slurm.test_slurm import cli, poll, run_dir_of
+from tests.test_script import DDP, PLAIN, REQUEUEING
 
 pytestmark = pytest.mark.slurm
 
@@ -57,3 +57,67 @@ def test_a_failing_script_fails_the_job_naming_its_rank(slurm_cluster: None, tmp
         del os.environ["FAIL_RANK"]
     assert result.returncode == 1, result.stdout + result.stderr
     assert "error: rank 3 on node2: " in result.stderr and "train.py exited with status 3" in result.stderr
+
+
+def started(run_dir: Path, attempt: int, ranks: int) -> bool:
+    """Attempt `attempt` (0-based) of the PLAIN script has started on every rank and saved once since."""
+    starts = run_dir / "starts"
+    lines = starts.read_text().split() if starts.exists() else []
+    ckpt = run_dir / "ckpt.pt"
+    return len(lines) >= ranks * (attempt + 1) and ckpt.exists() and ckpt.stat().st_mtime > starts.stat().st_mtime
+
+
+def plain_run(tmp_path: Path, extra: str, args: list[str], steps: int) -> Path:
+    (tmp_path / "train.py").write_text(PLAIN)
+    profile = mini_profile(tmp_path)
+    profile.write_text(profile.read_text() + extra)
+    result = submit("--profile", str(profile), *args, "--", "python", "train.py", str(steps), "0.3", cwd=tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    return run_dir_of(result)
+
+
+def finish_releasing(run_dir: Path) -> None:
+    """Release each requeue of the run (Slurm holds a requeued job ~120 s) until it has a summary."""
+    job = job_id_of(run_dir)
+
+    def done() -> bool:
+        if squeue_state(job) == "PENDING":
+            release_when_requeued(job)
+        return (run_dir / "summary.json").exists()
+
+    poll("the summary", done, timeout=300)
+
+
+def assert_resumed_and_completed(run_dir: Path, reason: str) -> None:
+    """Every attempt but the last stopped for `reason` and was requeued; a later one resumed from the script's
+    own snapshot; the last finished; the job COMPLETED, with no error and no failure counted."""
+    finish_releasing(run_dir)
+    attempts = json.loads((run_dir / "attempts.json").read_text())
+    assert len(attempts) >= 2 and [a["stop"]["reason"] for a in attempts] == [reason] * (len(attempts) - 1) + [
+        "finished"
+    ], attempts
+    starts = (run_dir / "starts").read_text().split()
+    assert any(int(s.split(":")[1]) > 0 for s in starts), starts  # resumed from its snapshot
+    summary = json.loads((run_dir / "summary.json").read_text())
+    counted = {"preempted": summary["preemptions"], "timeout": summary["timeouts"], "failure": summary["failures"]}
+    assert counted == {"preempted": 0, "timeout": 0, "failure": 0} | {reason: len(attempts) - 1}, summary
+    job = job_id_of(run_dir)
+    poll("COMPLETED", lambda: ": COMPLETED" in cli("jobs.status", str(run_dir)).stdout, timeout=60)
+    assert not (run_dir / "error.txt").exists(), (run_dir / "error.txt").read_text()
+    assert "requeue signal: the command does not handle SIGUSR2" in (run_dir / "logs" / f"{job}_0_log.out").read_text()
+
+
+def test_a_script_without_signal_code_survives_preemption(slurm_cluster: None, tmp_path: Path) -> None:
+    """No handler anywhere in the script: preempted, it is requeued (not FAILED by the signal) and resumes
+    from the snapshot it saved itself."""
+    run_dir = plain_run(tmp_path, "", ["--nodes", "2", "--gpus-per-node", "1"], steps=100)
+    poll("a snapshot", lambda: started(run_dir, 0, 2), timeout=120)
+    preempt_normal_jobs()
+    assert_resumed_and_completed(run_dir, "preempted")
+
+
+def test_a_script_without_signal_code_survives_its_time_limit(slurm_cluster: None, tmp_path: Path) -> None:
+    """A one-minute limit, the signal 30 s before it (Slurm checks limits every 30 s, so it may come at once):
+    each stop is a timeout, requeued and resumed, until the script completes."""
+    run_dir = plain_run(tmp_path, "max_num_timeout: 6\n", ["--time", "1"], steps=150)
+    assert_resumed_and_completed(run_dir, "timeout")
