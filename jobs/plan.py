@@ -99,6 +99,12 @@ def script_commands(command: list[str], points: list[list[str]]) -> list[list[st
     return out
 
 
+def with_interpreter(command: list[str], python: str) -> list[str]:
+    """`python`/`python3` as the command's first word is the interpreter the tasks run in (the profile's
+    `python:`, else the submitter's own), not whatever comes first on the task's PATH."""
+    return [python, *command[1:]] if command[:1] in (["python"], ["python3"]) else command
+
+
 def script_name(command: list[str]) -> str:
     """A run directory's middle part for a command: its script's or module's name."""
     words = command[1:] if Path(command[0]).name.startswith("python") else command

@@ -7,6 +7,7 @@ import argparse
 import dataclasses
 import json
 import os
+import shlex
 import shutil
 import socket
 import sys
@@ -16,7 +17,17 @@ from typing import Any
 
 import trainer.tasks
 from jobs import launch
-from jobs.plan import Plan, Script, make_plan, sbatch_script, script_commands, script_name, sweep_points, visible_gpus
+from jobs.plan import (
+    Plan,
+    Script,
+    make_plan,
+    sbatch_script,
+    script_commands,
+    script_name,
+    sweep_points,
+    visible_gpus,
+    with_interpreter,
+)
 from jobs.profiles import Profile, load_profile
 from jobs.snapshot import Snapshot, git_diff, git_state, plan_snapshot
 from jobs.snapshot import copy as copy_snapshot
@@ -274,7 +285,8 @@ def prepare_script(
         refuse_if_running(folder)
         snapshot, code_dir = code_for(args, profile, folder, run_root)
     else:
-        commands = script_commands(command, points)
+        python = (profile.python or sys.executable) if profile.executor == "slurm" else sys.executable
+        commands = [with_interpreter(c, python) for c in script_commands(command, points)]
         folder = run_root / args.name if args.name else new_run_dir(run_root, script_name(command))
         run_dirs = [folder] if len(commands) == 1 else [folder / point_name(i, p) for i, p in enumerate(points)]
         snapshot, code_dir = code_for(args, profile, folder, run_root)
@@ -407,6 +419,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if request.dry_run:
         print(sbatch_script(request.plan), end="")
+        if request.plan.script is not None:
+            print(f"# every task runs: {shlex.join(request.plan.script.commands[0])}")
         return 0
     jobs = create_and_submit(request)
     plan = request.plan

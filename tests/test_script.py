@@ -75,6 +75,9 @@ dist.destroy_process_group()
 """
 
 
+TORCHRUN = [sys.executable, "-m", "torch.distributed.run"]  # `torchrun`, wherever the venv's bin/ is on PATH
+
+
 def submit_in(folder: Path, *args: str, profile: str = "") -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     path = folder / "p.yaml"
@@ -153,15 +156,18 @@ def test_a_script_that_saves_on_the_signal_is_requeued_and_resumes(tmp_path: Pat
     assert json.loads((run_dir / "summary.json").read_text())["restarts"] == len(attempts) - 1
 
 
-def test_a_script_without_signal_code_is_requeued_at_the_time_limit_and_resumes(tmp_path: Path) -> None:
+@pytest.mark.parametrize("launcher", ["python", "torchrun"])
+def test_a_script_without_signal_code_is_requeued_at_the_time_limit_and_resumes(tmp_path: Path, launcher: str) -> None:
     """The requeue signal comes about 12 s in; the script has no handler, so its task stops it and the job is
-    requeued (not failed); the next start resumes from the script's own snapshot and finishes."""
+    requeued (not failed); the next start resumes from the script's own snapshot and finishes. The same with
+    torchrun as the command (its agent has no handler either; no `trap "" USR2` needed)."""
     (tmp_path / "train.py").write_text(PLAIN)
+    tasks, command = (2, ["python"]) if launcher == "python" else (1, [*TORCHRUN, "--nproc-per-node", "2"])
     profile = (
-        "executor: local\ngpus_per_node: 2\ntimeout_min: 1\nsignal_delay_s: 48\nmax_num_timeout: 5\n"
+        f"executor: local\ngpus_per_node: {tasks}\ntimeout_min: 1\nsignal_delay_s: 48\nmax_num_timeout: 5\n"
         f"run_root: {tmp_path / 'runs'}\n"
     )
-    result = submit_in(tmp_path, "--wait", "--", "python", "train.py", "80", "0.2", profile=profile)
+    result = submit_in(tmp_path, "--wait", "--", *command, "train.py", "80", "0.2", profile=profile)
     assert result.returncode == 0, result.stdout + result.stderr
     run_dir = run_dir_of(result.stdout)
     starts = (run_dir / "starts").read_text().split()
@@ -241,8 +247,27 @@ def test_debug_runs_the_script_in_process(tmp_path: Path) -> None:
     assert pid == str(proc.pid)
 
 
-def test_dry_run_prints_the_batch_script(tmp_path: Path) -> None:
-    profile = f"executor: slurm\nrun_root: {tmp_path / 'runs'}\n"
+@pytest.mark.parametrize(("python", "expected"), [("", sys.executable), ("/opt/env/bin/python", "/opt/env/bin/python")])
+def test_dry_run_prints_the_batch_script_and_the_interpreter(tmp_path: Path, python: str, expected: str) -> None:
+    """`python` after -- is the profile's interpreter on Slurm (default: the submitter's), as the tasks run."""
+    profile = f"executor: slurm\nrun_root: {tmp_path / 'runs'}\n" + (f"python: {python}\n" if python else "")
     result = submit_in(tmp_path, "--dry-run", "--nodes", "2", "--", "python", "train.py", profile=profile)
     assert result.returncode == 0, result.stderr
     assert "#SBATCH --nodes=2" in result.stdout
+    assert result.stdout.endswith(f"# every task runs: {expected} train.py\n"), result.stdout
+
+
+def test_python_is_the_submitters_interpreter_not_the_first_on_path(tmp_path: Path) -> None:
+    """Without an activated venv `python` on PATH may be another one (here: one that fails); the tasks run the
+    command with the submitter's own interpreter, which has torch."""
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "bin" / "python").write_text("#!/bin/sh\necho 'the wrong python' >&2\nexit 7\n")
+    (tmp_path / "bin" / "python").chmod(0o755)
+    (tmp_path / "train.py").write_text(DDP)
+    os.environ["PATH"], saved = f"{tmp_path / 'bin'}:/usr/bin:/bin", os.environ["PATH"]
+    try:
+        result = submit_in(tmp_path, "--wait", "--gpus-per-node", "1", "--", "python", "train.py")
+    finally:
+        os.environ["PATH"] = saved
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert json.loads((run_dir_of(result.stdout) / "command.json").read_text())["command"][0] == sys.executable
