@@ -55,6 +55,7 @@ class Profile:
     snapshot: bool = True  # false: tasks run the code on disk when they start (each requeue: what is there then)
     snapshot_limit_mb: float = 100  # refuse a larger snapshot (data or a virtual environment in the folder)
     snapshot_exclude: list = field(default_factory=list)  # glob patterns relative to the folder, e.g. data/*
+    snapshot_include: list = field(default_factory=list)  # git-ignored files to copy all the same, e.g. data/*
 
     def __post_init__(self) -> None:
         self._check_text()
@@ -89,10 +90,9 @@ class Profile:
             )
         if self.snapshot_limit_mb <= 0:
             raise UserError(f"snapshot_limit_mb must be above 0, got {self.snapshot_limit_mb}; or set snapshot: false")
-        if not all(isinstance(p, str) and p for p in self.snapshot_exclude):
-            raise UserError(
-                f"snapshot_exclude: {self.snapshot_exclude!r} must be a list of glob patterns, e.g. [data/*]"
-            )
+        for name in ("snapshot_exclude", "snapshot_include"):
+            if not all(isinstance(p, str) and p for p in getattr(self, name)):
+                raise UserError(f"{name}: {getattr(self, name)!r} must be a list of glob patterns, e.g. [data/*]")
         if self.signal.removeprefix("SIG") not in SIGNALS:
             raise UserError(f"signal {self.signal!r} is unknown; use one of {', '.join(SIGNALS)}")
         # Normalised here, once: sbatch's --signal, submitit and the trainer's handler all take it without "SIG".

@@ -20,6 +20,13 @@ from trainer.errors import UserError
 PACKAGES = ("trainer", "jobs")  # the project's own code, which every task imports
 SKIP_DIRS = {"__pycache__", "node_modules", "site-packages", "wandb"}
 MAX_FILES = 100_000
+# Git-ignored files nobody misses in code/: caches, build output, virtual environments.
+NOISE_DIRS = SKIP_DIRS | {".git", ".venv", "venv", ".tox", ".pytest_cache", ".ruff_cache", ".mypy_cache", "build"}
+NOISE_SUFFIXES = (".pyc", ".pyo", ".egg-info", ".so", ".o")
+# What a script reads by a relative path and a .gitignore keeps out: named first in the report.
+DATA_SUFFIXES = {".bin", ".pkl", ".pickle", ".npy", ".npz", ".pt", ".pth", ".ckpt", ".safetensors", ".h5", ".hdf5"}
+DATA_SUFFIXES |= {".csv", ".tsv", ".json", ".jsonl", ".txt", ".parquet", ".arrow", ".tar", ".zip", ".gz", ".lmdb"}
+DATA_SUFFIXES |= {".png", ".jpg", ".jpeg", ".wav", ".mp4", ".yaml", ".yml"}
 
 
 @dataclass(frozen=True, eq=False)
@@ -31,6 +38,7 @@ class Snapshot:
     size: int
     git: dict[str, str | bool] = field(default_factory=dict)  # the workspace's commit, branch, dirty
     project_git: dict[str, str | bool] = field(default_factory=dict)  # the project's, when elsewhere
+    ignored: list[str] = field(default_factory=list)  # git-ignored files left out (see ignored_files)
 
 
 def _git(folder: Path, *args: str) -> str | None:
@@ -45,6 +53,37 @@ def git_files(folder: Path) -> list[str] | None:
     """Files under `folder` git would commit (tracked, and untracked not ignored); None outside a work tree."""
     out = _git(folder, "ls-files", "-z", "--cached", "--others", "--exclude-standard")
     return None if out is None else sorted({p for p in out.split("\0") if p})
+
+
+def ignored_files(folder: Path, excluded: list[Path], include: list[str]) -> list[str]:
+    """Files under `folder` that its .gitignore keeps out of the snapshot, data-like first (caches, build
+    output, virtual environments and `excluded` folders not counted), less those `include` patterns add."""
+    out = _git(folder, "ls-files", "-z", "--others", "--ignored", "--exclude-standard")
+    if not out:
+        return []
+    found = []
+    for name in out.split("\0"):
+        parts = name.split("/")
+        if not name or any(p in NOISE_DIRS or p.endswith(NOISE_SUFFIXES) for p in parts):
+            continue
+        if (folder / parts[0] / "pyvenv.cfg").exists() or any(e in (folder / name).parents for e in excluded):
+            continue
+        if not any(fnmatch.fnmatch(name, p) for p in include):
+            found.append(name)
+    return sorted(found, key=lambda n: (Path(n).suffix.lower() not in DATA_SUFFIXES, n))
+
+
+def ignored_note(workspace: Path, ignored: list[str]) -> str:
+    """One line on the git-ignored files left out of code/, and how to bring them in; "" when none were."""
+    if not ignored:
+        return ""
+    examples = ", ".join(ignored[:3]) + (", ..." if len(ignored) > 3 else "")
+    pattern = ignored[0].rsplit("/", 1)[0] + "/*" if "/" in ignored[0] else "*" + Path(ignored[0]).suffix
+    return (
+        f"note: {len(ignored)} git-ignored file(s) under {workspace} are not in the code snapshot ({examples}); "
+        f"a script reading them by relative path will not find them: add snapshot_include: [{pattern!r}] to the "
+        "profile, or read them by an absolute path"
+    )
 
 
 def git_state(folder: Path) -> dict[str, str | bool]:
@@ -111,11 +150,19 @@ def package_files(package: Path) -> list[str]:
     return sorted(str(p.relative_to(package.parent)) for p in package.rglob("*.py") if "__pycache__" not in p.parts)
 
 
-def plan_snapshot(workspace: Path, excluded: list[Path], patterns: list[str], limit_mb: float) -> Snapshot:
-    """List what the snapshot of `workspace` holds, or refuse in one line when it is over `limit_mb`."""
+def plan_snapshot(
+    workspace: Path, excluded: list[Path], patterns: list[str], limit_mb: float, include: list[str] | None = None
+) -> Snapshot:
+    """List what the snapshot of `workspace` holds, or refuse in one line when it is over `limit_mb`.
+    `include`: glob patterns naming git-ignored files to copy all the same."""
     limit = int(limit_mb * 1024 * 1024)
     listed = git_files(workspace)
     names = listed if listed is not None else walk_files(workspace, excluded, patterns, limit)
+    ignored: list[str] = []
+    if listed is not None:
+        ignored = ignored_files(workspace, excluded, [])
+        names = sorted({*names, *(n for n in ignored if any(fnmatch.fnmatch(n, p) for p in include or []))})
+        ignored = [n for n in ignored if n not in set(names)]
     files = []
     for name in names:
         path = workspace / name
@@ -137,7 +184,7 @@ def plan_snapshot(workspace: Path, excluded: list[Path], patterns: list[str], li
     size = sum(s for s, _ in sizes)
     if size > limit or len(files) > MAX_FILES:
         raise UserError(too_large(workspace, sizes, limit_mb, listed is not None))
-    return Snapshot(workspace, files, size, git_state(workspace) if listed is not None else {}, project_git)
+    return Snapshot(workspace, files, size, git_state(workspace) if listed is not None else {}, project_git, ignored)
 
 
 def too_large(workspace: Path, sizes: list[tuple[int, str]], limit_mb: float, in_git: bool) -> str:

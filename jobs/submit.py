@@ -29,7 +29,7 @@ from jobs.plan import (
     with_interpreter,
 )
 from jobs.profiles import Profile, load_profile
-from jobs.snapshot import Snapshot, git_diff, git_state, plan_snapshot
+from jobs.snapshot import Snapshot, git_diff, git_state, ignored_files, ignored_note, plan_snapshot
 from jobs.snapshot import copy as copy_snapshot
 from trainer import filelist
 from trainer.atomic import read_json, write_text
@@ -220,7 +220,7 @@ def code_for(
 ) -> tuple[Snapshot | None, Path | None]:
     """The snapshot to take (a new run) and the folder the tasks run in; (None, None) without one.
 
-    --dry-run lists nothing (it stays quick) but prints the folder; --resume runs in the run's snapshot.
+    --dry-run copies nothing (its snapshot lists only what is left out); --resume runs in the run's snapshot.
     """
     if args.resume:  # job.json names it: a sweep point's snapshot is the sweep's
         job = RunDir(folder).job
@@ -233,8 +233,9 @@ def code_for(
         return None, None
     code = RunDir(folder).code
     if args.dry_run:
-        return None, code
-    return plan_snapshot(Path.cwd(), [run_root], profile.snapshot_exclude, profile.snapshot_limit_mb), code
+        return Snapshot(Path.cwd(), [], 0, ignored=ignored_files(Path.cwd(), [run_root], profile.snapshot_include)), code
+    limit = profile.snapshot_limit_mb
+    return plan_snapshot(Path.cwd(), [run_root], profile.snapshot_exclude, limit, profile.snapshot_include), code
 
 
 def valid_record(value: Any) -> bool:
@@ -414,6 +415,8 @@ def write_job_record(run_dir: Path, job: Any, plan: Plan) -> None:
 @one_line_errors
 def main(argv: list[str] | None = None) -> int:
     request = prepare(argv)
+    if request.snapshot is not None and (note := ignored_note(request.snapshot.workspace, request.snapshot.ignored)):
+        print(note, file=sys.stderr)
     if request.finished:
         print(request.finished)
         return 0

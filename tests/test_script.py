@@ -271,3 +271,44 @@ def test_python_is_the_submitters_interpreter_not_the_first_on_path(tmp_path: Pa
         os.environ["PATH"] = saved
     assert result.returncode == 0, result.stdout + result.stderr
     assert json.loads((run_dir_of(result.stdout) / "command.json").read_text())["command"][0] == sys.executable
+
+
+# nanoGPT's shape: data prepared into a git-ignored folder, read by a path relative to the script's folder.
+READS_IGNORED_DATA = """
+import os, pickle, sys
+with open(os.path.join("data", "shakespeare", "meta.pkl"), "rb") as f:
+    vocab = pickle.load(f)["vocab_size"]
+size = os.path.getsize(os.path.join("data", "shakespeare", "train.bin"))
+open(os.path.join(os.environ["RUN_DIR"], f"read{os.environ['RANK']}"), "w").write(f"{vocab} {size}")
+"""
+
+
+def nanogpt_like_repo(folder: Path) -> Path:
+    import pickle
+
+    (folder / "data" / "shakespeare").mkdir(parents=True)
+    (folder / "data" / "shakespeare" / "train.bin").write_bytes(b"\0" * 1000)
+    (folder / "data" / "shakespeare" / "meta.pkl").write_bytes(pickle.dumps({"vocab_size": 65}))
+    (folder / "data" / "shakespeare" / "prepare.py").write_text("# makes train.bin and meta.pkl\n")
+    (folder / ".gitignore").write_text("*.bin\n*.pkl\n__pycache__/\n")
+    (folder / "train.py").write_text(READS_IGNORED_DATA)
+    for args in (["init", "-q"], ["add", "-A"], ["-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "x"]):
+        subprocess.run(["git", "-C", str(folder), *args], check=True, capture_output=True)
+    return folder
+
+
+def test_git_ignored_files_left_out_are_named_and_can_be_included(tmp_path: Path) -> None:
+    """At submit (and --dry-run), one line names how many git-ignored files stay out of code/, data first, and
+    how to include them; with snapshot_include the script finds them."""
+    repo = nanogpt_like_repo(tmp_path / "repo")
+    local = f"executor: local\ngpus_per_node: 1\nrun_root: {tmp_path / 'runs'}\n"
+    note = f"note: 2 git-ignored file(s) under {repo} are not in the code snapshot "
+    note += "(data/shakespeare/meta.pkl, data/shakespeare/train.bin); "
+    note += "a script reading them by relative path will not find them: add snapshot_include: ['data/shakespeare/*']"
+    failed = submit_in(repo, "--wait", "--", "python", "train.py", profile=local)
+    assert failed.returncode == 1 and note in failed.stderr, failed.stderr
+    dry = submit_in(repo, "--dry-run", "--", "python", "train.py", profile=f"executor: slurm\nrun_root: {tmp_path}/r\n")
+    assert dry.returncode == 0 and note in dry.stderr, dry.stderr
+    result = submit_in(repo, "--wait", "--", "python", "train.py", profile=local + "snapshot_include: [data/*]\n")
+    assert result.returncode == 0 and "git-ignored" not in result.stderr, result.stdout + result.stderr
+    assert (run_dir_of(result.stdout) / "read0").read_text() == "65 1000"
