@@ -105,9 +105,14 @@ def rank0_log(job: submitit.Job[Any]) -> Path:
 
 def follow(job: submitit.Job[Any], poll_s: float = 0.5) -> None:
     """Copy rank 0's output to our stdout until the job ends."""
-    from jobs.tracking import tail
+    from jobs.tracking import TERMINAL, slurm_info, tail
 
-    tail(rank0_log(job), job.done, poll_s)
+    if isinstance(job, submitit.SlurmJob):
+        # Asked of Slurm at each poll: submitit's job.done() refreshes ever more rarely (after half the job's
+        # age), which printed a failure 16 s after the job had ended.
+        tail(rank0_log(job), lambda: slurm_info(job.job_id).state in TERMINAL, poll_s)
+    else:
+        tail(rank0_log(job), job.done, poll_s)
 
 
 def settle(job: submitit.Job[Any], timeout_s: float = 120) -> None:
@@ -119,14 +124,33 @@ def settle(job: submitit.Job[Any], timeout_s: float = 120) -> None:
         time.sleep(0.5)
 
 
+def ended_well(job: submitit.Job[Any], target: Any, executor: str) -> bool | None:
+    """Whether every task of an ended job exited 0, from Slurm's state or the local controller's exit codes,
+    without submitit's wait for result files a failed task never writes (15 s); None where neither tells."""
+    from jobs.tracking import TERMINAL, local_exit_record, slurm_info
+
+    if executor == "slurm":
+        state = slurm_info(job.job_id).state
+        return state == "COMPLETED" if state in TERMINAL else None
+    if executor == "local":
+        codes = local_exit_record(target).get("codes")
+        return all(c == 0 for c in codes) if codes else None
+    return None
+
+
 def outcome(job: submitit.Job[Any], run_dir: Path, executor: str) -> str | None:
     """None when the job succeeded, else one line saying why it did not."""
-    try:
-        job.results()
-    except Exception as exc:  # submitit wraps the task's error; the ranks' records name the first failure
-        from jobs.tracking import Target, failed_tasks, failure_line, first_failure
+    from jobs.tracking import Target, failed_tasks, failure_line, first_failure
 
-        target = Target(job.job_id, executor, run_dir, rank0_log(job).parent)
+    target = Target(job.job_id, executor, run_dir, rank0_log(job).parent)
+    well = ended_well(job, target, executor)
+    problem = None if well else "failed"
+    if well is None:
+        try:
+            job.results()
+        except Exception as exc:  # submitit wraps the task's error; the ranks' records name the first failure
+            problem = type(exc).__name__
+    if problem is not None:
         if first := first_failure(target):
             if first.killed and run_dir.is_dir():  # a killed rank wrote nothing: its record is made here
                 failures.record(run_dir, first)
@@ -135,7 +159,7 @@ def outcome(job: submitit.Job[Any], run_dir: Path, executor: str) -> str | None:
             return line
         if failed := failed_tasks(target):
             return f"job {job.job_id} failed: {failed[0]}"
-        return f"job {job.job_id} failed ({type(exc).__name__}); see {rank0_log(job)}"
+        return f"job {job.job_id} failed ({problem}); see {rank0_log(job)}"
     if not RunDir(run_dir).summary.exists():
         return f"job {job.job_id} ended without a summary; see {rank0_log(job)}"
     return None

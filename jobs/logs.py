@@ -5,7 +5,7 @@ import sys
 import threading
 from pathlib import Path
 
-from jobs.tracking import TERMINAL, find, info, tail
+from jobs.tracking import TERMINAL, find, first_failure, info, tail
 from trainer.errors import UserError, one_line_errors
 
 
@@ -21,12 +21,19 @@ def show(out: Path, err: Path) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m jobs.logs", description=__doc__.splitlines()[0])
     parser.add_argument("target", help="a run directory printed by jobs.submit, or a Slurm job id")
-    parser.add_argument("--rank", type=int, default=0, help="global rank whose log to show (default 0)")
+    parser.add_argument(
+        "--rank", type=int, help="global rank whose log to show (default: the rank that failed first, else 0)"
+    )
     parser.add_argument(
         "--follow", "-f", action="store_true", help="keep printing until the job ends (stderr to stderr)"
     )
     args = parser.parse_args(argv)
     target = find(args.target)
+    if args.rank is None:
+        first = first_failure(target)
+        args.rank = first.rank if first is not None else 0
+        if first is not None:
+            print(f"(rank {first.rank}: the rank that failed first; --rank N for another)", file=sys.stderr)
     out, err = target.logs(args.rank)
     if not args.follow:
         if not out.exists() and not err.exists():

@@ -27,13 +27,13 @@ def report(target: Target) -> str:
     job = info(target)
     lines = [f"job {target.job_id}: {job.state}", f"restarts: {job.restarts}", f"nodes: {job.nodes or '-'}"]
     if target.run_dir is not None:
-        step, ckpt = progress(target.run_dir)
-        lines += [
-            f"run directory: {target.run_dir}",
-            f"last step: {step if step is not None else '-'}",
-            f"last checkpoint: {ckpt or '-'}",
-            f"code: {code_line(target.run_dir)}",
-        ]
+        lines.append(f"run directory: {target.run_dir}")
+        if not RunDir(target.run_dir).command.is_file():  # a script's steps and checkpoints are its own
+            step, ckpt = progress(target.run_dir)
+            lines += [f"last step: {step if step is not None else '-'}", f"last checkpoint: {ckpt or '-'}"]
+        lines.append(f"code: {code_line(target.run_dir)}")
+    if job.state == "CANCELLED":  # the ranks it stopped are not failures
+        return "\n".join(lines)
     if error := failure_line(target):
         lines.append(f"error: {error}")
     if job.state not in ("RUNNING", "COMPLETED", "PENDING"):

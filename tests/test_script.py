@@ -312,3 +312,31 @@ def test_git_ignored_files_left_out_are_named_and_can_be_included(tmp_path: Path
     result = submit_in(repo, "--wait", "--", "python", "train.py", profile=local + "snapshot_include: [data/*]\n")
     assert result.returncode == 0 and "git-ignored" not in result.stderr, result.stdout + result.stderr
     assert (run_dir_of(result.stdout) / "read0").read_text() == "65 1000"
+
+
+RAISES = """
+import time, torch, torch.distributed as dist
+dist.init_process_group("gloo")
+if dist.get_rank() == 1:
+    raise ValueError("bad batch at step 3")
+dist.all_reduce(torch.ones(1))
+time.sleep(60)
+"""
+
+
+def test_a_failing_scripts_exception_is_where_the_user_looks(tmp_path: Path) -> None:
+    """--wait, error.txt and jobs.status give the failing rank's exception line; jobs.logs shows that rank."""
+    (tmp_path / "multinode.py").write_text(RAISES)
+    result = submit_in(tmp_path, "--wait", "--", "python", "multinode.py")
+    assert result.returncode == 1, result.stdout + result.stderr
+    run_dir = run_dir_of(result.stdout)
+    line = "ValueError: bad batch at step 3 ("
+    assert f"error: rank 1 on " in result.stderr and line in result.stderr, result.stderr
+    assert line in (run_dir / "error.txt").read_text() and "multinode.py exited with status 1)" in result.stderr
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    status = subprocess.run([sys.executable, "-m", "jobs.status", str(run_dir)], env=env, capture_output=True, text=True)
+    assert f"error: rank 1 on " in status.stdout and line in status.stdout, status.stdout
+    assert "last step" not in status.stdout  # a script's steps are its own
+    logs = subprocess.run([sys.executable, "-m", "jobs.logs", str(run_dir)], env=env, capture_output=True, text=True)
+    assert "(rank 1: the rank that failed first; --rank N for another)" in logs.stderr, logs.stderr
+    assert "rank=1 " in logs.stdout and 'raise ValueError("bad batch at step 3")' in logs.stdout, logs.stdout

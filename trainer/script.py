@@ -11,6 +11,7 @@ Torch-free: the task only starts your command, passes the requeue signal on, and
 
 import ctypes
 import os
+import re
 import runpy
 import shutil
 import signal
@@ -29,6 +30,7 @@ from trainer.distenv import DistEnv, resolve, torchrun_variables
 from trainer.requeue import REQUEUE_EXIT
 from trainer.rundir import RunDir
 
+RANK_PREFIX = re.compile(r"^\[rank\d+\]: ?")
 PR_SET_PDEATHSIG = 1
 PEER_WAIT_S = 30.0  # rank 0, after its command asked for a requeue: how long the others get to save and exit
 
@@ -119,8 +121,9 @@ def failure(command: list[str], ended: Ended, env: DistEnv) -> failures.Failure:
 
 
 def last_exception(text: str) -> str:
-    """The exception line closing the last `Traceback (most recent call last):` block in `text`, or ""."""
-    lines = text.splitlines()
+    """The exception line closing the last `Traceback (most recent call last):` block in `text`, or "".
+    torch prefixes a rank's stderr lines with `[rankN]: ` once its process group is up."""
+    lines = [RANK_PREFIX.sub("", line, count=1) for line in text.splitlines()]
     starts = [i for i, line in enumerate(lines) if line.startswith("Traceback (most recent call last):")]
     if not starts:
         return ""

@@ -1,8 +1,11 @@
 """Your own torchrun-style script on the real two-node cluster: ranks, preemption with save and resume, failure."""
 
+import datetime
 import json
 import os
+import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -11,7 +14,7 @@ from tests.conftest import submit
 from tests.slurm.cluster import preempt_normal_jobs, release_when_requeued, squeue_state
 from tests.slurm.test_requeue import job_id_of, mini_profile
 from tests.slurm.test_slurm import cli, poll, run_dir_of
-from tests.test_script import DDP, PLAIN, REQUEUEING
+from tests.test_script import DDP, PLAIN, RAISES, REQUEUEING
 
 pytestmark = pytest.mark.slurm
 
@@ -57,6 +60,21 @@ def test_a_failing_script_fails_the_job_naming_its_rank(slurm_cluster: None, tmp
         del os.environ["FAIL_RANK"]
     assert result.returncode == 1, result.stdout + result.stderr
     assert "error: rank 3 on node2: " in result.stderr and "train.py exited with status 3" in result.stderr
+
+
+def test_a_raising_scripts_exception_line_is_reported_as_the_job_ends(slurm_cluster: None, tmp_path: Path) -> None:
+    """The failing rank's exception line, printed by --wait within seconds of the job's end (submitit's own
+    polling printed it 16 s later, after waiting for result files the failed task never writes)."""
+    (tmp_path / "multinode.py").write_text(RAISES)
+    args = ["--profile", str(mini_profile(tmp_path)), "--nodes", "2", "--gpus-per-node", "1", "--wait"]
+    result = submit(*args, "--", "python", "multinode.py", cwd=tmp_path)
+    returned = time.time()
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "error: rank 1 on node2: ValueError: bad batch at step 3 (" in result.stderr, result.stderr
+    job = job_id_of(run_dir_of(result))
+    end = subprocess.run(["sacct", "-j", job, "-X", "-n", "-P", "-o", "End"], capture_output=True, text=True)
+    ended = datetime.datetime.fromisoformat(end.stdout.strip()).timestamp()
+    assert returned - ended < 5, (returned, ended)  # whole seconds in sacct, and the submitter's own exit
 
 
 def started(run_dir: Path, attempt: int, ranks: int) -> bool:
