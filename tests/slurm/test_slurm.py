@@ -4,6 +4,7 @@ import json
 import re
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -13,6 +14,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 from tests import conftest
 from tests.conftest import ROOT, T, run_dirs, submit, write_profile
 from tests.test_hostlist import CASES, REFUSED
+from tests.test_script import PLAIN
 from trainer.hostlist import expand_hostlist
 
 
@@ -123,14 +125,45 @@ def test_sweep_is_one_array_job(mini: Path, tmp_path: Path, sample_root: Path) -
     assert sorted(r.split("|")[0] for r in rows) == [f"{array_id}_{i}" for i in range(3)], acct.stdout
 
 
-def test_cancel_stops_a_running_job(mini: Path, sample_root: Path) -> None:
-    result = submit("--profile", str(mini), f"data.root={sample_root / 'pix2pix'}", "steps=100000")
+def processes_of(run_dir: Path) -> list[int]:
+    """Live processes started for a run: its tasks (their command line names the run's logs) and the
+    commands they run (their environment holds RUN_DIR)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            text = (entry / "cmdline").read_bytes() + (entry / "environ").read_bytes()
+            alive = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+        except (OSError, IndexError):
+            continue
+        if entry.name.isdigit() and alive and str(run_dir).encode() in text:
+            found.append(int(entry.name))
+    return found
+
+
+@pytest.mark.parametrize("what", ["trainer", "script"])
+def test_cancel_stops_every_task_at_once_and_reads_cancelled(
+    what: str, mini: Path, sample_root: Path, tmp_path: Path
+) -> None:
+    """Every task stops within seconds of a cancel (not at Slurm's SIGKILL, KillWait=10 s later: submitit's task
+    ignores SIGTERM), and the status says CANCELLED and names no failure."""
+    args = ["--profile", str(mini), "--nodes", "2", "--gpus-per-node", "1"]
+    if what == "trainer":
+        result = submit(*args, f"data.root={sample_root / 'pix2pix'}", "steps=100000", "log.every=5")
+    else:
+        (tmp_path / "train.py").write_text(PLAIN)
+        result = submit(*args, "--", "python", "train.py", "100000", "0.1", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     run_dir = run_dir_of(result)
-    poll("the job to run", lambda: "RUNNING" in cli("jobs.status", str(run_dir)).stdout)
+    ready = run_dir / ("progress.json" if what == "trainer" else "ckpt.pt")
+    poll("the job to run", lambda: ready.exists() and len(processes_of(run_dir)) >= 2)
     cancelled = cli("jobs.cancel", str(run_dir))
     assert cancelled.returncode == 0, cancelled.stderr
+    stopped = time.monotonic()
+    conftest.poll("every task to stop", lambda: not processes_of(run_dir), timeout=30)
+    assert time.monotonic() - stopped < 5
     poll("the job to be cancelled", lambda: "CANCELLED" in cli("jobs.status", str(run_dir)).stdout, timeout=60)
+    status = cli("jobs.status", str(run_dir)).stdout
+    assert "error" not in status and "failed task" not in status, status
 
 
 @pytest.mark.parametrize(
