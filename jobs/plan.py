@@ -9,7 +9,7 @@ from typing import Any
 from jobs.profiles import Profile
 from trainer.config import JobSettings, TrainConfig
 from trainer.errors import UserError
-from trainer.relay import SIGNAL_FILE
+from trainer.relay import ATTEMPT
 
 
 @dataclass(frozen=True, eq=False)
@@ -58,9 +58,9 @@ def in_background(srun_command: str) -> str:
 def signal_lines(log_dir: Path, signal: str) -> list[str]:
     """Batch-script lines before srun: the requeue signal comes to the batch shell alone (--signal=B:...),
     which leaves a file that every task watches for (trainer.relay)."""
-    target = shlex.quote(str(log_dir)) + '/signal_"$SLURM_JOB_ID"_"${SLURM_RESTART_COUNT:-0}"'
-    done = f'date +%s > "${SIGNAL_FILE}.part" && mv -f "${SIGNAL_FILE}.part" "${SIGNAL_FILE}"'
-    return [f"export {SIGNAL_FILE}={target}", f"trap {shlex.quote(done)} {signal}"]
+    prefix = shlex.quote(str(log_dir)) + '/attempt_"$SLURM_JOB_ID"_"${SLURM_RESTART_COUNT:-0}"'
+    done = f'date +%s > "${ATTEMPT}.signal.part" && mv -f "${ATTEMPT}.signal.part" "${ATTEMPT}.signal"'
+    return [f"export {ATTEMPT}={prefix}", f"trap {shlex.quote(done)} {signal}"]
 
 
 def sweep_points(sweeps: list[str]) -> list[list[str]]:
@@ -168,6 +168,7 @@ def failure_requeue_lines(limit: int, log_dir: Path) -> list[str]:
         f'count_file={shlex.quote(str(log_dir))}/failures_"$SLURM_JOB_ID"',
         f'if [ "$status" -ne 0 ] && [ "$(cat "$count_file" 2>/dev/null | wc -l)" -lt {limit} ]; then',
         '    echo "$(date +%s) $status" >> "$count_file"',
+        f'    touch "${ATTEMPT}.failed"  # the next attempt counts this one as a failure, not a requeue',
         '    echo "srun failed with status $status: requeueing (failure $(wc -l < "$count_file") of '
         + str(limit)
         + ')"',

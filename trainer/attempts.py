@@ -1,6 +1,7 @@
 """Why a run stopped, the history of its attempts, and the requeue (torch-free: scripts' tasks use it too)."""
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -14,6 +15,7 @@ from trainer import failures
 from trainer.atomic import read_json, write_text
 from trainer.config import JobSettings
 from trainer.distenv import DistEnv
+from trainer.relay import earlier_attempt
 from trainer.rundir import RunDir
 
 TIMEOUT_SLACK_S = 30  # Slurm checks time limits periodically: the signal can come a little late
@@ -73,14 +75,16 @@ class Attempts:
         restart_count: int,
         warnings: list[str] | None = None,
         startup: dict[str, float] | None = None,
+        env: DistEnv | None = None,
     ) -> dict[str, float]:
         """Record this attempt, its warnings and where its start-up went (trainer.startup); returns what the
-        previous attempt cost (time lost, steps recomputed)."""
+        previous attempt cost (time lost, steps recomputed). `env` tells why a previous attempt that recorded
+        no stop ended (unrecorded_stop)."""
         cost = {"time_lost_s": 0.0, "steps_recomputed": 0.0}
         if self.items:
             previous = self.items[-1]
             stop = previous.get("stop")
-            if stop is None:  # it died without saving: killed, node failure, crash
+            if stop is None:  # it ended without saving: killed, node failure, crash, or requeued from outside
                 reached = (
                     read_json(
                         self.progress_path,
@@ -91,7 +95,7 @@ class Attempts:
                     else {}
                 )
                 stop = {
-                    "reason": "failure",
+                    "reason": unrecorded_stop(env, previous.get("slurm_restart_count", 0)) if env else "failure",
                     "step": reached.get("step", resumed_step),
                     "time": reached.get("time", previous["started"]),
                 }
@@ -125,9 +129,32 @@ class Attempts:
             "timeouts": self.count("timeout"),
             "preemptions": self.count("preempted"),
             "failures": self.count("failure"),
+            "requeues": self.count("requeued"),
             "time_lost_s": round(sum(c["time_lost_s"] for c in costs), 3),
             "steps_recomputed": sum(int(c["steps_recomputed"] or 0) for c in costs),
         }
+
+
+def unrecorded_stop(env: DistEnv, restart_count: int) -> str:
+    """Why the attempt at `restart_count` ended without recording a stop: "requeued" when Slurm requeued it from
+    outside (a hand `scontrol requeue`), "preempted" when Slurm says so, else "failure" (a crash, a killed task,
+    a lost node, or srun failing and the batch script requeueing the job: requeue_on_failure)."""
+    if not env.slurm_job_id or not env.attempt:
+        return "failure"
+    if os.path.exists(earlier_attempt(env.attempt, env.slurm_job_id, restart_count) + ".failed"):
+        return "failure"
+    try:
+        out = subprocess.run(
+            ["sacct", "-j", env.slurm_job_id, "-D", "-X", "-n", "-P", "-o", "Start,State"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+    except (OSError, subprocess.TimeoutExpired):  # no accounting on this cluster
+        return "failure"
+    records = sorted(line.split("|") for line in out.stdout.splitlines() if "|" in line)  # one per attempt
+    state = records[restart_count][1].split(" ")[0] if len(records) > restart_count else ""
+    return {"REQUEUED": "requeued", "PREEMPTED": "preempted"}.get(state, "failure")
 
 
 class RequeueExit(SystemExit):

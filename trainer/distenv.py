@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from trainer.errors import UserError
 from trainer.hostlist import expand_hostlist
-from trainer.relay import SIGNAL_FILE
+from trainer.relay import ATTEMPT
 
 # Ports derived from the job id stay in [10000, 30000): clear of well-known ports and of
 # Linux's default ephemeral range (32768-60999), where a derived port could already be taken.
@@ -40,7 +40,7 @@ class DistEnv:
     node_name: str = ""
     restart_count: int = 0  # SLURM_RESTART_COUNT: times Slurm has requeued this job
     slurm_job_id: str | None = None  # the Slurm job this process runs in: time-left queries and requeue
-    signal_file: str | None = None  # appears when the batch shell got the requeue signal (trainer.relay)
+    attempt: str | None = None  # this Slurm attempt's file prefix in the logs (trainer.relay): $SLURM_DDP_ATTEMPT
     note: str = ""  # why the environment was read the way it was, when that could surprise
 
     def describe(self) -> str:
@@ -116,7 +116,7 @@ def resolve(env: Mapping[str, str]) -> DistEnv:
         node_name=env.get("SLURMD_NODENAME") or socket.gethostname(),
         restart_count=_int(env, "SLURM_RESTART_COUNT") if env.get("SLURM_RESTART_COUNT") else 0,
         slurm_job_id=env.get("SLURM_JOB_ID") or None,
-        signal_file=env.get(SIGNAL_FILE) or None,
+        attempt=env.get(ATTEMPT) or None,
     )
 
 

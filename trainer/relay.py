@@ -2,8 +2,8 @@
 
 Slurm sends the profile's signal to the batch shell alone (`#SBATCH --signal=B:USR2@N`): sent to the job's
 steps, it would reach every process of every task, children included, and a script without a handler (nearly
-every script) would die of it instead of being requeued. The batch shell writes a file named by
-`SIGNAL_FILE` (in the job's log folder, which every node sees); each task watches for it and raises the signal
+every script) would die of it instead of being requeued. The batch shell writes `$SLURM_DDP_ATTEMPT.signal`
+(in the job's log folder, which every node sees); each task watches for it and raises the signal
 in itself. The trainer's handler then saves at the next step boundary; a script's task passes the signal on
 only to the processes of its command that catch it (`SigCgt` in /proc/PID/status) and stops a command in
 which none does. Under the local profile the controller signals the task processes themselves, never their
@@ -16,8 +16,19 @@ import threading
 import time
 from pathlib import Path
 
-SIGNAL_FILE = "SLURM_DDP_SIGNAL_FILE"  # set by the batch script for this job and attempt (jobs.plan)
+# Set by the batch script (jobs.plan): LOG_DIR/attempt_JOB_RESTART, the prefix of this attempt's files there:
+# .signal (the batch shell got the requeue signal), .failed (srun failed and the script requeued the job).
+ATTEMPT = "SLURM_DDP_ATTEMPT"
 POLL_S = 0.2
+
+
+def signal_file(attempt: str | None) -> str | None:
+    return f"{attempt}.signal" if attempt else None
+
+
+def earlier_attempt(attempt: str, job_id: str, restart_count: int) -> str:
+    """The file prefix of the same job's attempt at `restart_count` (Slurm keeps the job id on a requeue)."""
+    return os.path.join(os.path.dirname(attempt), f"attempt_{job_id}_{restart_count}")
 
 
 def watch(path: str | None, signum: int, every: float = POLL_S) -> threading.Thread | None:

@@ -61,7 +61,7 @@ def run(command: list[str], cwd: str, run_dir: str, settings: JobSettings, in_pr
         failures.clear(folder, failures.process_start_time())
         shutil.rmtree(RunDir(folder).exits, ignore_errors=True)  # the previous attempt's
         assert attempts is not None
-        attempts.start(None, env.restart_count)  # a script's steps are its own
+        attempts.start(None, env.restart_count, env=env)  # a script's steps are its own
     started = time.time()
     ended = (
         _run_in_process(command, cwd, env, run_dir, settings)
@@ -175,7 +175,7 @@ def _run(command: list[str], cwd: str, env: DistEnv, run_dir: str, settings: Job
     child = subprocess.Popen(
         command, cwd=cwd, env=os.environ | variables(env, run_dir, settings), preexec_fn=_die_with_parent
     )
-    relay.watch(env.signal_file, requeue)  # on Slurm the batch shell, not this task, gets the signal
+    relay.watch(relay.signal_file(env.attempt), requeue)  # on Slurm the batch shell, not this task, gets the signal
     acted: set[int] = set()
     while (code := _wait(child, 0.1)) is None:
         for signum in sorted(set(received) - acted):

@@ -125,7 +125,7 @@ def train(
 
         logger = TensorBoardLogger(files.tensorboard) if env.is_main else NullLogger()
         if attempts is not None:
-            cost = attempts.start(state.step, env.restart_count, warned, startup.seconds())
+            cost = attempts.start(state.step, env.restart_count, warned, startup.seconds(), env)
             if len(attempts.items) > 1:
                 totals = attempts.totals()
                 logger.scalars(

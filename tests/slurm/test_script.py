@@ -139,3 +139,15 @@ def test_a_script_without_signal_code_survives_its_time_limit(slurm_cluster: Non
     each stop is a timeout, requeued and resumed, until the script completes."""
     run_dir = plain_run(tmp_path, "max_num_timeout: 6\n", ["--time", "1"], steps=150)
     assert_resumed_and_completed(run_dir, "timeout")
+
+
+def test_a_hand_requeue_is_counted_as_a_requeue_not_a_failure(slurm_cluster: None, tmp_path: Path) -> None:
+    """`scontrol requeue` by hand: the attempt recorded no stop of its own; Slurm's accounting says why."""
+    run_dir = plain_run(tmp_path, "", ["--gpus-per-node", "1"], steps=60)
+    poll("a snapshot", lambda: started(run_dir, 0, 1), timeout=120)
+    subprocess.run(["scontrol", "requeue", job_id_of(run_dir)], check=True)
+    finish_releasing(run_dir)
+    attempts = json.loads((run_dir / "attempts.json").read_text())
+    assert [a["stop"]["reason"] for a in attempts] == ["requeued", "finished"], attempts
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert (summary["requeues"], summary["failures"], summary["restarts"]) == (1, 0, 1), summary
