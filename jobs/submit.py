@@ -432,7 +432,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"submitted {kind} {job_id} ({len(jobs)} x {plan.tasks} task(s), {plan.executor})")
     print(f"run directory: {request.folder}")
     print(f"rank 0 log:    {launch.rank0_log(jobs[0])}")
-    print(f"TensorBoard:   tensorboard --logdir {request.folder}")
+    if plan.script is None:  # a script writes TensorBoard only if it does so itself: said at the end, if it did
+        print(f"TensorBoard:   tensorboard --logdir {request.folder}")
     if not request.wait:
         return 0
     try:
@@ -460,7 +461,8 @@ def wait_for(jobs: list, plan: Plan, folder: Path) -> int:  # type: ignore[type-
     if failures:
         print(f"error: {failures[0]}", file=sys.stderr)
         return 1
-    print(f"finished; TensorBoard: tensorboard --logdir {folder}")
+    wrote_events = plan.script is None or next(folder.rglob("events.out.tfevents*"), None) is not None
+    print(f"finished; TensorBoard: tensorboard --logdir {folder}" if wrote_events else "finished")
     return 0
 
 

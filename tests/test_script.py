@@ -97,6 +97,7 @@ def test_every_rank_gets_torchruns_variables(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stdout + result.stderr
     run_dir = run_dir_of(result.stdout)
     reports = [json.loads((run_dir / f"rank{r}.json").read_text()) for r in (0, 1)]
+    assert "TensorBoard" not in result.stdout  # it writes none
     for rank, report in enumerate(reports):
         assert report["RANK"] == report["LOCAL_RANK"] == str(rank)
         assert (report["WORLD_SIZE"], report["LOCAL_WORLD_SIZE"], report["GROUP_RANK"]) == ("2", "2", "0")
@@ -340,3 +341,13 @@ def test_a_failing_scripts_exception_is_where_the_user_looks(tmp_path: Path) -> 
     logs = subprocess.run([sys.executable, "-m", "jobs.logs", str(run_dir)], env=env, capture_output=True, text=True)
     assert "(rank 1: the rank that failed first; --rank N for another)" in logs.stderr, logs.stderr
     assert "rank=1 " in logs.stdout and 'raise ValueError("bad batch at step 3")' in logs.stdout, logs.stdout
+
+
+def test_the_tensorboard_line_comes_when_the_script_wrote_events(tmp_path: Path) -> None:
+    (tmp_path / "train.py").write_text(
+        "import os\nfrom torch.utils.tensorboard import SummaryWriter\n"
+        "with SummaryWriter(os.path.join(os.environ['RUN_DIR'], 'tb')) as w:\n    w.add_scalar('loss', 1.0, 0)\n"
+    )
+    result = submit_in(tmp_path, "--wait", "--gpus-per-node", "1", "--", "python", "train.py")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert f"finished; TensorBoard: tensorboard --logdir {run_dir_of(result.stdout)}" in result.stdout
