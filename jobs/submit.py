@@ -233,7 +233,9 @@ def code_for(
         return None, None
     code = RunDir(folder).code
     if args.dry_run:
-        return Snapshot(Path.cwd(), [], 0, ignored=ignored_files(Path.cwd(), [run_root], profile.snapshot_include)), code
+        return Snapshot(
+            Path.cwd(), [], 0, ignored=ignored_files(Path.cwd(), [run_root], profile.snapshot_include)
+        ), code
     limit = profile.snapshot_limit_mb
     return plan_snapshot(Path.cwd(), [run_root], profile.snapshot_exclude, limit, profile.snapshot_include), code
 

@@ -332,11 +332,13 @@ def test_a_failing_scripts_exception_is_where_the_user_looks(tmp_path: Path) -> 
     assert result.returncode == 1, result.stdout + result.stderr
     run_dir = run_dir_of(result.stdout)
     line = "ValueError: bad batch at step 3 ("
-    assert f"error: rank 1 on " in result.stderr and line in result.stderr, result.stderr
+    assert "error: rank 1 on " in result.stderr and line in result.stderr, result.stderr
     assert line in (run_dir / "error.txt").read_text() and "multinode.py exited with status 1)" in result.stderr
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    status = subprocess.run([sys.executable, "-m", "jobs.status", str(run_dir)], env=env, capture_output=True, text=True)
-    assert f"error: rank 1 on " in status.stdout and line in status.stdout, status.stdout
+    status = subprocess.run(
+        [sys.executable, "-m", "jobs.status", str(run_dir)], env=env, capture_output=True, text=True
+    )
+    assert "error: rank 1 on " in status.stdout and line in status.stdout, status.stdout
     assert "last step" not in status.stdout  # a script's steps are its own
     logs = subprocess.run([sys.executable, "-m", "jobs.logs", str(run_dir)], env=env, capture_output=True, text=True)
     assert "(rank 1: the rank that failed first; --rank N for another)" in logs.stderr, logs.stderr

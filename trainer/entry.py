@@ -31,7 +31,9 @@ def run(config: TrainConfig, settings: JobSettings | None = None) -> dict[str, A
     settings = settings or JobSettings()
     stop_flag = StopFlag(settings.signal)  # before the seconds spent importing torch
     env = resolve(os.environ)
-    relay.watch(relay.signal_file(env.attempt), stop_flag.signum)  # on Slurm the batch shell, not this task, gets the signal
+    relay.watch(
+        relay.signal_file(env.attempt), stop_flag.signum
+    )  # on Slurm the batch shell, not this task, gets the signal
     # submitit's task ignores SIGTERM; a cancel (scancel, jobs.cancel) must stop training now, not at SIGKILL.
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     from trainer.train import train  # torch is imported here, in the task, not at submit time
