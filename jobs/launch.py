@@ -144,7 +144,7 @@ def outcome(job: submitit.Job[Any], run_dir: Path, executor: str) -> str | None:
 
     target = Target(job.job_id, executor, run_dir, rank0_log(job).parent)
     well = ended_well(job, target, executor)
-    problem = None if well else "failed"
+    problem = "failed" if well is False else None
     if well is None:
         try:
             job.results()

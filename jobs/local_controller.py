@@ -26,6 +26,9 @@ from submitit.local import local
 from trainer.atomic import write_text
 
 GRACE_S = 3.0  # between SIGTERM and SIGKILL when stopping tasks (Slurm's KillWait, shortened)
+# After a task failed, how long its peers may take to notice (a closed connection) and record that they failed
+# as a consequence before they are stopped: error.txt then shows both, and still names the first.
+PEER_NOTICE_S = 2.0
 
 
 def exit_codes_path(log_dir: Path, job_id: str) -> Path:
@@ -42,8 +45,12 @@ class Controller(local.Controller):  # type: ignore[misc]
     def _cancel(self, signum: int, frame: Any) -> None:
         self.cancelled = True  # acted on by wait(), which polls: nothing blocking in a handler
 
-    def _stop(self, running: list[subprocess.Popen[Any]]) -> None:
-        """SIGCONT (a stopped task cannot act on SIGTERM), SIGTERM, then SIGKILL after GRACE_S."""
+    def _stop(self, running: list[subprocess.Popen[Any]], notice_s: float = 0.0) -> None:
+        """SIGCONT (a stopped task cannot act on SIGTERM), SIGTERM, then SIGKILL after GRACE_S; first, up to
+        `notice_s` for the tasks to end by themselves."""
+        settle = time.monotonic() + notice_s
+        while any(t.poll() is None for t in running) and time.monotonic() < settle:
+            time.sleep(0.05)
         for sig in (signal.SIGCONT, signal.SIGTERM):
             for task in running:
                 if task.poll() is None:
@@ -70,7 +77,8 @@ class Controller(local.Controller):  # type: ignore[misc]
             if all(c is not None for c in codes):
                 break
             if self.cancelled or failed or time.monotonic() >= deadline:
-                self._stop([t for t, c in zip(self.tasks, codes, strict=True) if c is None])
+                running = [t for t, c in zip(self.tasks, codes, strict=True) if c is None]
+                self._stop(running, PEER_NOTICE_S if failed and not self.cancelled else 0.0)
                 break
             if not signalled and time.monotonic() >= signal_at:
                 self._forward_signal(self.requeue_signal)

@@ -5,13 +5,14 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT
+from tests.conftest import ROOT, poll
 from tests.test_bad_input import assert_refused
 
 EXAMPLE = re.search(
@@ -68,3 +69,112 @@ def test_a_task_settings_typo_is_one_line(project: Path) -> None:
     result = submit_from(project, "task=my_tasks.py:Denoise", "data.root=photos", "Denoise.widht=8")
     assert_refused(result, "unknown config key Denoise.widht; valid keys: ", project / "runs")
     assert "Denoise.width" in result.stderr
+
+
+# A user's task whose data is made in code (dataset() never reads data.root), with Dropout; no check().
+IN_CODE = """
+import torch
+from torch import nn
+
+
+class Regress:
+    def dataset(self, config):
+        g = torch.Generator().manual_seed(0)
+        x = torch.randn(64, 8, generator=g)
+        return torch.utils.data.TensorDataset(x, x.sum(1, keepdim=True))
+
+    def model(self, config, dataset):
+        return nn.Sequential(nn.Linear(8, 32), nn.ReLU(), nn.Dropout(0.3), nn.Linear(32, 1))
+
+    def forward(self, model, batch):
+        x, y = batch
+        return nn.functional.mse_loss(model(x), y), {}
+"""
+
+
+def test_a_task_whose_data_is_made_in_code_runs_without_data_root(tmp_path: Path) -> None:
+    (tmp_path / "regress.py").write_text(IN_CODE)
+    result = submit_from(
+        tmp_path, "--wait", "task=regress.py:Regress", "steps=6", "log.every=2", "--gpus-per-node", "1"
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "has no built-in sample data" not in result.stderr
+
+
+# A user's task as they write them: Dropout, and random augmentations drawn from torch, numpy and random in
+# __getitem__ (in loader workers or in the training process); a little slow per step, so a kill lands mid-run.
+AUGMENTED = """
+import random, time
+import numpy, torch
+from torch import nn
+
+
+class Noisy(torch.utils.data.Dataset):
+    def __init__(self):
+        self.x = torch.randn(64, 8, generator=torch.Generator().manual_seed(0))
+
+    def __len__(self):
+        return len(self.x)
+
+    def __getitem__(self, i):
+        x = self.x[i] + 0.1 * torch.randn(8) + float(numpy.random.rand()) * random.random()
+        return x, self.x[i].sum(0, keepdim=True)
+
+
+class Augmented:
+    metrics = {"mse": "min"}
+
+    def dataset(self, config):
+        return Noisy()
+
+    def model(self, config, dataset):
+        return nn.Sequential(nn.Linear(8, 32), nn.ReLU(), nn.Dropout(0.3), nn.Linear(32, 1))
+
+    def forward(self, model, batch):
+        time.sleep(0.15)
+        x, y = batch
+        return nn.functional.mse_loss(model(x), y), {}
+
+    def evaluate(self, model, batch):
+        x, y = batch
+        return {"mse": ((model(x) - y) ** 2).mean(1)}
+"""
+EXACT = ["task=augmented.py:Augmented", "steps=24", "batch_size=4", "data.val_fraction=0.25"]
+
+
+def weights(run_dir: Path) -> str:
+    return json.loads((run_dir / "summary.json").read_text())["weights_sha256"]
+
+
+def killed_after_checkpoint(folder: Path, run_dir: Path, step: int, *args: str) -> None:
+    """Start the run (or its --resume), SIGKILL the whole job once checkpoint `step` is on disk."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    cmd = [sys.executable, "-m", "jobs.submit", "--profile", str(folder / "local.yaml"), *args]
+    proc = subprocess.Popen(cmd, cwd=folder, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    ready = run_dir / "checkpoints" / f"step_{step:08d}.pt.sha256"
+    poll(f"checkpoint {step}", lambda: ready.exists() or proc.poll() is not None)
+    assert proc.poll() is None, "the submitter ended before the checkpoint"
+    os.killpg(int(json.loads((run_dir / "job.json").read_text())["job_id"]), signal.SIGKILL)  # controller, tasks
+    proc.wait()
+    assert not (run_dir / "summary.json").exists(), "the run finished before it was killed"
+
+
+def test_a_dropout_task_with_random_augmentations_resumes_exactly_whatever_the_settings(tmp_path: Path) -> None:
+    """One hash for: the run uninterrupted; killed twice mid-epoch and resumed (torch's DataLoader, a worker);
+    and other logging, evaluation and checkpoint intervals with two workers of the shared loader. Nothing the
+    trainer does for itself draws from the task's random streams."""
+    (tmp_path / "augmented.py").write_text(AUGMENTED)
+    reference = submit_from(tmp_path, "--wait", "--name", "reference", *EXACT)
+    assert reference.returncode == 0, reference.stdout + reference.stderr
+    other = ["log.every=3", "log.image_every=7", "eval.every=4", "checkpoint.every=6"]
+    varied = submit_from(tmp_path, "--wait", "--name", "varied", *EXACT, *other, "data.num_workers=2")
+    assert varied.returncode == 0, varied.stdout + varied.stderr
+    run_dir = tmp_path / "runs" / "killed"
+    workers = ["data.loader=torch", "data.num_workers=1", "checkpoint.every=5"]
+    killed_after_checkpoint(tmp_path, run_dir, 5, "--wait", "--name", "killed", *EXACT, *workers)
+    killed_after_checkpoint(tmp_path, run_dir, 15, "--wait", "--resume", str(run_dir))
+    resumed = submit_from(tmp_path, "--wait", "--resume", str(run_dir))
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    assert len(json.loads((run_dir / "attempts.json").read_text())) == 3
+    assert weights(tmp_path / "runs" / "varied") == weights(tmp_path / "runs" / "reference")
+    assert weights(run_dir) == weights(tmp_path / "runs" / "reference")

@@ -8,19 +8,22 @@ from torch.utils.data import DataLoader, Dataset, DistributedSampler
 
 from trainer.config import TrainConfig
 from trainer.distenv import DistEnv
+from trainer.rng import SeededSamples, sample_seed
 
 
 class ResumableSampler(DistributedSampler[Any]):
-    """DistributedSampler that skips the first `start` samples of this rank's share of the epoch.
+    """DistributedSampler that skips the first `start` samples of this rank's share of the epoch, and gives each
+    sample its augmentations' seed: (index, seed) pairs.
 
-    The order is a function of (seed, epoch) alone, so skipping reproduces exactly the
-    samples an uninterrupted run would see next, without loading the skipped ones.
+    The order and the seeds are functions of (seed, epoch) alone, so skipping reproduces exactly the samples an
+    uninterrupted run would see next, without loading the skipped ones.
     """
 
     start: int = 0
 
     def __iter__(self) -> Iterator[Any]:
-        return iter(list(super().__iter__())[self.start :])
+        indices = list(super().__iter__())[self.start :]
+        return iter([(i, sample_seed(self.seed, self.epoch, i)) for i in indices])
 
     def __len__(self) -> int:
         return self.num_samples - self.start
@@ -55,13 +58,14 @@ def make_loader(
             if env.is_main:
                 print(f"data: {exc}, which data.loader=shared cannot stack: torch's DataLoader loads them", flush=True)
     loader = DataLoader(
-        dataset,
+        SeededSamples(dataset),
         batch_size=config.batch_size,
         sampler=sampler,
         drop_last=True,  # every rank takes the same number of steps
         num_workers=workers,
         pin_memory=device.type == "cuda",
         persistent_workers=workers > 0,
+        generator=torch.Generator(),  # its base seed, drawn at each epoch, is not the task's to give
     )
     return loader, sampler
 

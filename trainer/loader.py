@@ -20,7 +20,6 @@ import gc
 import mmap
 import multiprocessing
 import os
-import random
 import signal
 import traceback
 import weakref
@@ -34,6 +33,7 @@ import torch
 from torch.utils.data import Dataset
 
 from trainer.errors import UserError
+from trainer.rng import isolated, seed_all
 
 ALIGN = 64  # each field starts on a cache line
 FIX = "; make the task's samples one shape or set data.loader=torch"
@@ -166,19 +166,16 @@ def _work(
                     return
             if (task := conn.recv()) is None:
                 return
-            epoch, number, slot, indices, seed = task
+            epoch, number, slot, items = task
             try:
-                # A batch's random augmentations follow from its seed, not from which worker made it. The CPU
-                # generator alone: torch.manual_seed also seeds every accelerator's, 390 us a batch here.
-                random.seed(seed)
-                numpy.random.seed(seed % 2**32)
-                torch.default_generator.manual_seed(seed)
-                for row, index in enumerate(indices):
+                # A sample's random augmentations follow from its seed, not from which worker made it.
+                for row, (index, seed) in enumerate(items):
+                    seed_all(seed)
                     if fill is not None:
                         fill(views[slot][0][row], index)
                     else:
                         layout.write(views[slot], row, dataset[index], index)
-                conn.send((epoch, number, slot, len(indices), None))
+                conn.send((epoch, number, slot, len(items), None))
             except Exception as exc:  # noqa: BLE001 - handed to the training process, which raises it
                 conn.send((epoch, number, slot, 0, _portable(exc)))
     except (EOFError, BrokenPipeError):  # the training process is gone
@@ -214,7 +211,8 @@ class SharedLoader:
         assert workers > 0, "no workers: use DataLoader, which loads in the training process"
         self.dataset, self.sampler, self.batch_size, self.drop_last = dataset, sampler, batch_size, drop_last
         self.workers, self.depth, self.pin = workers, workers * prefetch, pin
-        self.layout = Layout(dataset[0], batch_size)
+        with isolated():  # the probe's augmentations are not the task's to pay for
+            self.layout = Layout(dataset[0], batch_size)
         # Two more buffers than batches in flight: the batch in the training loop's hands, and one it keeps.
         self.buffers = [mmap.mmap(-1, self.layout.size) for _ in range(self.depth + 2)]
         self.free = list(range(len(self.buffers)))
@@ -254,11 +252,15 @@ class SharedLoader:
         for worker, count in enumerate(self.in_flight):  # answers for an epoch left early: buffers come back
             for _ in range(count):
                 self._receive(worker)
-        indices = list(self.sampler)
-        batches = [indices[i : i + self.batch_size] for i in range(0, len(indices), self.batch_size)]
+        # (index, seed) pairs, as trainer.data's sampler gives them; bare indices get seeds from a base drawn
+        # as DataLoader draws its own.
+        items = list(self.sampler)
+        if items and not isinstance(items[0], tuple):
+            base = int(torch.empty((), dtype=torch.int64).random_().item())
+            items = [(index, base + n) for n, index in enumerate(items)]
+        batches = [items[i : i + self.batch_size] for i in range(0, len(items), self.batch_size)]
         if self.drop_last and batches and len(batches[-1]) < self.batch_size:
             batches.pop()
-        seed = int(torch.empty((), dtype=torch.int64).random_().item())  # as DataLoader draws its base seed
         sent = 0
         for handed in range(len(batches)):
             while sent < len(batches) and sent - handed < self.depth:
@@ -267,7 +269,7 @@ class SharedLoader:
                         break  # one comes back with the batch we wait for
                     self._reclaim()
                 slot = self.free.pop()
-                self.conns[sent % self.workers].send((self.epoch, sent, slot, batches[sent], seed + sent))
+                self.conns[sent % self.workers].send((self.epoch, sent, slot, batches[sent]))
                 self.pending.add(slot)
                 self.in_flight[sent % self.workers] += 1
                 sent += 1

@@ -20,10 +20,13 @@ def resolve_data(config: TrainConfig, sample_root: Path, world_size: int) -> Tra
     """Point an empty data.root at the built-in sample data (made on first use); the task checks the data
     and its settings for `world_size` processes."""
     task = trainer.tasks.get(config.task)
+    root: Path | None = None
     if config.data.root:
         root = Path(config.data.root).expanduser().resolve()
     elif config.task not in trainer.tasks.available():
-        raise UserError(f"task {config.task} has no built-in sample data; set data.root=PATH")
+        if getattr(task, "checks_data", True):
+            raise UserError(f"task {config.task} has no built-in sample data; set data.root=PATH")
+        # A task of yours without check(): its dataset() may make its data in code; data.root stays empty.
     else:
         from trainer.sample_data import ensure_sample_data  # Pillow: only when the sample data is used
 
@@ -36,7 +39,8 @@ def resolve_data(config: TrainConfig, sample_root: Path, world_size: int) -> Tra
             ) from None
         if not root.is_dir():
             raise UserError(f"task {config.task} has no built-in sample data; set data.root=PATH")
-    config = dataclasses.replace(config, data=dataclasses.replace(config.data, root=str(root)))
+    if root is not None:
+        config = dataclasses.replace(config, data=dataclasses.replace(config.data, root=str(root)))
     task.check(config, world_size)
     if config.data.val_root:  # checked as data in its own right; any size will do for evaluation
         val_root = str(Path(config.data.val_root).expanduser().resolve())

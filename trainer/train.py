@@ -22,6 +22,7 @@ from trainer.distributed import mean_over_ranks, pick_device, process_group, wra
 from trainer.errors import UserError
 from trainer.images import count_bad_images
 from trainer.preemption import Attempts, decide, leave, stop_agreed
+from trainer.rng import isolated
 from trainer.rundir import RunDir
 from trainer.runs import write_config
 from trainer.schedule import lr_factor
@@ -197,9 +198,14 @@ def train(
                     interval_loss.zero_()
                     interval_metrics, interval_steps, step_time, data_time = {}, 0, 0.0, 0.0
                 if config.log.image_every and (step % config.log.image_every == 0 or step == config.steps):
-                    if env.is_main and val_loader is not None and image_batch is None:
-                        image_batch = to_device(next(iter(val_loader)), device)
-                    grid = task.images(model, batch if image_batch is None else image_batch) if env.is_main else None
+                    with isolated(config.seed):  # what logging draws is not the task's stream to give
+                        if env.is_main and val_loader is not None and image_batch is None:
+                            image_batch = to_device(next(iter(val_loader)), device)
+                        grid = (
+                            task.images(model, image_batch if image_batch is not None else batch)
+                            if env.is_main
+                            else None
+                        )
                     if grid is not None:
                         logger.image("images/input_target_output", grid, step)
                 # A collective: every rank evaluates its shard at the same steps.
@@ -207,7 +213,8 @@ def train(
                     step == config.steps or (config.eval.every and step % config.eval.every == 0)
                 ):
                     evaluating = time.perf_counter()
-                    val = validation.evaluate(model, val_loader, task, env, device, autocast)
+                    with isolated(config.seed):  # evaluation draws from streams of its own, the same each time
+                        val = validation.evaluate(model, val_loader, task, env, device, autocast)
                     eval_time += time.perf_counter() - evaluating
                     logger.scalars({f"val/{k}": v for k, v in val.items()}, step)
                     progress.line(f"validation at step {step}: " + " ".join(f"{k}={v:.4g}" for k, v in val.items()))

@@ -59,7 +59,12 @@ def shard_loader(val: Dataset[Any], config: TrainConfig, env: DistEnv, workers: 
         )
     shard = Subset(val, list(range(env.rank, size, env.world_size)))
     return DataLoader(
-        shard, batch_size=config.batch_size, shuffle=False, num_workers=workers, persistent_workers=workers > 0
+        shard,
+        batch_size=config.batch_size,
+        shuffle=False,
+        num_workers=workers,
+        persistent_workers=workers > 0,
+        generator=torch.Generator(),  # its base seed is not the task's to give (trainer.rng)
     )
 
 

@@ -14,7 +14,7 @@ from tests.conftest import submit
 from tests.slurm.cluster import preempt_normal_jobs, release_when_requeued, squeue_state
 from tests.slurm.test_requeue import job_id_of, mini_profile
 from tests.slurm.test_slurm import cli, poll, run_dir_of
-from tests.test_script import DDP, PLAIN, RAISES, REQUEUEING
+from tests.test_script import DDP, PLAIN, RAISES, REQUEUEING, TORCHRUN
 
 pytestmark = pytest.mark.slurm
 
@@ -85,11 +85,11 @@ def started(run_dir: Path, attempt: int, ranks: int) -> bool:
     return len(lines) >= ranks * (attempt + 1) and ckpt.exists() and ckpt.stat().st_mtime > starts.stat().st_mtime
 
 
-def plain_run(tmp_path: Path, extra: str, args: list[str], steps: int) -> Path:
+def plain_run(tmp_path: Path, extra: str, args: list[str], steps: int, launcher: tuple[str, ...] = ("python",)) -> Path:
     (tmp_path / "train.py").write_text(PLAIN)
     profile = mini_profile(tmp_path)
     profile.write_text(profile.read_text() + extra)
-    result = submit("--profile", str(profile), *args, "--", "python", "train.py", str(steps), "0.3", cwd=tmp_path)
+    result = submit("--profile", str(profile), *args, "--", *launcher, "train.py", str(steps), "0.3", cwd=tmp_path)
     assert result.returncode == 0, result.stdout + result.stderr
     return run_dir_of(result)
 
@@ -125,10 +125,15 @@ def assert_resumed_and_completed(run_dir: Path, reason: str) -> None:
     assert "requeue signal: the command does not handle SIGUSR2" in (run_dir / "logs" / f"{job}_0_log.out").read_text()
 
 
-def test_a_script_without_signal_code_survives_preemption(slurm_cluster: None, tmp_path: Path) -> None:
+@pytest.mark.parametrize("launcher", ["python", "torchrun"])
+def test_a_script_without_signal_code_survives_preemption(slurm_cluster: None, tmp_path: Path, launcher: str) -> None:
     """No handler anywhere in the script: preempted, it is requeued (not FAILED by the signal) and resumes
-    from the snapshot it saved itself."""
-    run_dir = plain_run(tmp_path, "", ["--nodes", "2", "--gpus-per-node", "1"], steps=100)
+    from the snapshot it saved itself. The same under torchrun (one task, two workers), without a trap."""
+    if launcher == "python":
+        run_dir = plain_run(tmp_path, "", ["--nodes", "2", "--gpus-per-node", "1"], steps=100)
+    else:
+        torchrun = (*TORCHRUN, "--nproc-per-node", "2")
+        run_dir = plain_run(tmp_path, "", ["--gpus-per-node", "1"], steps=100, launcher=torchrun)
     poll("a snapshot", lambda: started(run_dir, 0, 2), timeout=120)
     preempt_normal_jobs()
     assert_resumed_and_completed(run_dir, "preempted")

@@ -75,6 +75,7 @@ class UserTask:
         self.obj, self.name = obj, getattr(obj, "name", name)
         self.settings = getattr(obj, "settings", NoSettings)
         self.metrics = dict(getattr(obj, "metrics", {}))
+        self.checks_data = hasattr(obj, "check")  # without check(), data.root may stay empty (data made in code)
         for method in (*REQUIRED, "evaluate"):
             if hasattr(obj, method):
                 setattr(self, method, getattr(obj, method))
