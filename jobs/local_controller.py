@@ -24,6 +24,8 @@ import submitit
 from submitit.local import local
 
 from trainer.atomic import write_text
+from trainer.distenv import LOCAL_PORT
+from trainer.rendezvous import any_free_port
 
 GRACE_S = 3.0  # between SIGTERM and SIGKILL when stopping tasks (Slurm's KillWait, shortened)
 # After a task failed, how long its peers may take to notice (a closed connection) and record that they failed
@@ -87,6 +89,11 @@ class Controller(local.Controller):  # type: ignore[misc]
         record = {"codes": codes, "cancelled": self.cancelled}  # a requeue overwrites it
         write_text(exit_codes_path(self.folder, self.pid), json.dumps(record) + "\n")
         return codes
+
+    def start_tasks(self) -> None:
+        # A free port for each start, rather than one from the job id that something else may hold.
+        os.environ[LOCAL_PORT] = str(any_free_port())
+        super().start_tasks()
 
     def run(self) -> None:
         # One start, then up to max_num_timeout restarts after a signal (submitit's own controller allows 6

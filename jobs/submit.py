@@ -49,6 +49,8 @@ from trainer.runs import (
     write_config,
 )
 
+DEFAULT_PROFILE = "local"
+
 
 class Parser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # one line, not argparse's usage block
@@ -69,7 +71,9 @@ def split_command(argv: list[str] | None) -> tuple[list[str], list[str]]:
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = Parser(prog="python -m jobs.submit", description=__doc__.splitlines()[0])
-    parser.add_argument("--profile", default="local", help="profile name in cluster_profiles/ or a YAML path")
+    parser.add_argument(
+        "--profile", help="profile name in cluster_profiles/ or a YAML path (default: local; a resume: the run's own)"
+    )
     parser.add_argument("--nodes", type=int, help="number of nodes (overrides the profile)")
     parser.add_argument("--gpus-per-node", type=int, help="tasks per node, one per GPU (overrides the profile)")
     parser.add_argument("--time", type=int, metavar="MINUTES", help="time limit (overrides the profile)")
@@ -90,6 +94,25 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "overrides", nargs="*", metavar="key=value", help="trainer settings, e.g. steps=100 data.root=DIR"
     )
     return parser.parse_intermixed_args(argv)  # key=value may come before or after flags
+
+
+def profile_for(args: argparse.Namespace) -> Profile:
+    """The profile named by --profile; on a --resume without one, the profile the run last ran with (job.json),
+    so it goes on where and in the shape it ran (flags still override field by field)."""
+    if args.profile is not None or not args.resume:
+        return load_profile(args.profile or DEFAULT_PROFILE)
+    path = RunDir(Path(args.resume)).job
+    if not path.is_file():
+        return load_profile(DEFAULT_PROFILE)  # never queued: nothing to go on but the default
+    record = read_json(path, f"move it aside and pass --profile to resume {args.resume}", valid_record)
+    if isinstance(record.get("profile"), dict):
+        return from_dict(Profile, record["profile"])
+    if record.get("executor", DEFAULT_PROFILE) != load_profile(DEFAULT_PROFILE).executor:
+        raise UserError(
+            f"{args.resume} ran with the {record.get('executor')} executor, and job.json does not say which profile; "
+            "pass --profile NAME to resume it there"
+        )
+    return load_profile(DEFAULT_PROFILE)
 
 
 def check_local_processes(count: int) -> None:
@@ -129,7 +152,7 @@ def prepare(argv: list[str] | None) -> Request:
     given = tuple(argv)
     argv, command = split_command(argv)
     args = parse_args(argv)
-    profile = load_profile(args.profile).with_overrides(
+    profile = profile_for(args).with_overrides(
         nodes=args.nodes,
         gpus_per_node=args.gpus_per_node,
         timeout_min=args.time,
@@ -357,7 +380,7 @@ def create_and_submit(request: Request) -> list:  # type: ignore[type-arg]
     if request.resuming:
         # config.yaml stays as it is: the job's rank 0 replaces it once it has loaded the checkpoint.
         jobs = launch.submit(plan)
-        write_job_record(plan.run_dirs[0], jobs[0], plan)
+        write_job_record(plan.run_dirs[0], jobs[0], plan, request.profile)
         return jobs
     claim(request.folder)  # from here on the folder is this process's: only it cleans it up
     try:
@@ -380,7 +403,7 @@ def create_and_submit(request: Request) -> list:  # type: ignore[type-arg]
         shutil.rmtree(request.folder, ignore_errors=True)  # leave nothing that looks like a run
         raise
     for job, run_dir in zip(jobs, plan.run_dirs, strict=True):
-        write_job_record(run_dir, job, plan)
+        write_job_record(run_dir, job, plan, request.profile)
     return jobs
 
 
@@ -402,9 +425,12 @@ def write_provenance(request: Request) -> None:
     write_submit(request.folder, record, git_diff(cwd) if record["git"] else "")
 
 
-def write_job_record(run_dir: Path, job: Any, plan: Plan) -> None:
-    """job.json names the run's current job; the jobs of earlier --resume's are kept in its `history`."""
+def write_job_record(run_dir: Path, job: Any, plan: Plan, profile: Profile | None) -> None:
+    """job.json names the run's current job and the profile it runs with, as resolved (a --resume without
+    --profile takes it up again); the jobs of earlier --resume's are kept in its `history`."""
     record = {"job_id": job.job_id, "executor": plan.executor, "log": str(launch.rank0_log(job)), "tasks": plan.tasks}
+    if profile is not None:
+        record["profile"] = dataclasses.asdict(profile)
     if plan.code_dir is not None:
         record["code"] = str(plan.code_dir)
     path = RunDir(run_dir).job

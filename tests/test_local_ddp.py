@@ -137,20 +137,21 @@ def test_local_timeout_signal_saves_requeues_and_resumes(tmp_path: Path, sample_
     tasks. USR1, not submitit's USR2: the profile's signal is the one the tasks wait for."""
     plain = tmp_path / "plain.yaml"
     plain.write_text(f"executor: local\ngpus_per_node: 2\nrun_root: {tmp_path / 'plain'}\n")
-    uninterrupted = run_local(plain, sample_root, "steps=60", "checkpoint.every=1000", "log.every=20")
+    uninterrupted = run_local(plain, sample_root, "steps=200", "checkpoint.every=1000", "log.every=50")
     assert summary(uninterrupted)["restarts"] == 0
-    # Time the signal from this machine's own uninterrupted run: 60% into training, so the first attempt stops
-    # mid-run and the second, which has 40% left to train, finishes before its own signal.
+    # Time the signal from this machine's own uninterrupted run: half way through training (about 3 s either
+    # way: start-up varies from run to run), so the first attempt stops mid-run and the second, which has the
+    # other half left, finishes before its own signal.
     [attempt] = json.loads((uninterrupted / "attempts.json").read_text())
     first_step = attempt["started"] - attempt["startup"]["process_start"]
-    signal_after = first_step + 0.6 * (attempt["stop"]["time"] - attempt["started"])
+    signal_after = first_step + 0.5 * (attempt["stop"]["time"] - attempt["started"])
     assert signal_after < 55, f"the run is too slow for a 60 s limit: {attempt}"
     profile = tmp_path / "short.yaml"
     profile.write_text(
         f"executor: local\ngpus_per_node: 2\ntimeout_min: 1\nsignal_delay_s: {int(60 - signal_after)}\n"
         f"max_num_timeout: 50\nsignal: USR1\nrun_root: {tmp_path / 'runs'}\n"
     )
-    reference = run_local(profile, sample_root, "steps=60", "checkpoint.every=1000", "log.every=20")
+    reference = run_local(profile, sample_root, "steps=200", "checkpoint.every=1000", "log.every=50")
     assert summary(reference)["restarts"] >= 1, "the run ended before the signal"
     assert summary(reference)["timeouts"] == summary(reference)["restarts"]
     assert summary(reference)["steps_recomputed"] == 0

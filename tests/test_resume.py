@@ -137,3 +137,29 @@ def test_a_resume_without_any_checkpoint_warns(tmp_path: Path, sample_root: Path
     message = f"an earlier attempt ran, but {tmp_path / 'run' / 'checkpoints'} holds no usable checkpoint"
     assert f"warning: {message}" in result.stdout
     assert attempts(tmp_path / "run")[-1]["warnings"][0].startswith(message)
+
+
+def test_resume_without_profile_goes_on_in_the_shape_the_run_ran(run_copy: Path) -> None:
+    """The run ran on 2 local processes from its own profile file; --resume alone takes that profile up again
+    (not the default one), and a flag changes one field of it."""
+    recorded = json.loads((run_copy / "job.json").read_text())["profile"]
+    assert (recorded["executor"], recorded["gpus_per_node"]) == ("local", 2)
+    one = submit("--resume", str(run_copy), "--gpus-per-node", "1", "--wait", "steps=10")
+    assert one.returncode == 0, one.stdout + one.stderr
+    assert strict_json(run_copy / "summary.json")["world_size"] == 1
+    assert json.loads((run_copy / "job.json").read_text())["profile"]["gpus_per_node"] == 1
+    again = submit("--resume", str(run_copy), "--wait", "steps=12")  # the last submission's shape: 1 process
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert strict_json(run_copy / "summary.json")["world_size"] == 1
+
+
+def test_a_resume_that_would_leave_slurm_without_a_profile_is_refused(run_copy: Path) -> None:
+    record = json.loads((run_copy / "job.json").read_text())
+    del record["profile"]
+    (run_copy / "job.json").write_text(json.dumps(record | {"executor": "slurm"}))
+    result = submit("--resume", str(run_copy))
+    assert result.returncode == 2 and result.stdout == "", result.stdout + result.stderr
+    assert result.stderr == (
+        f"error: {run_copy} ran with the slurm executor, and job.json does not say which profile; "
+        "pass --profile NAME to resume it there\n"
+    )

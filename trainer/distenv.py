@@ -22,6 +22,7 @@ from trainer.relay import ATTEMPT
 PORT_BASE = 10000
 PORT_SPAN = 20000
 DEFAULT_PORT = 29500
+LOCAL_PORT = "SLURM_DDP_LOCAL_PORT"  # set by the local controller for each start of its tasks
 
 
 @dataclass(frozen=True)
@@ -42,6 +43,7 @@ class DistEnv:
     slurm_job_id: str | None = None  # the Slurm job this process runs in: time-left queries and requeue
     attempt: str | None = None  # this Slurm attempt's file prefix in the logs (trainer.relay): $SLURM_DDP_ATTEMPT
     note: str = ""  # why the environment was read the way it was, when that could surprise
+    port_derived: bool = False  # master_port comes from the job id, not from MASTER_PORT: it may be taken
 
     def describe(self) -> str:
         return (
@@ -89,10 +91,12 @@ def _available_cpus() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
-def _address(env: Mapping[str, str], default_addr: str, job_id: str | None) -> tuple[str, int]:
+def _address(env: Mapping[str, str], default_addr: str, job_id: str | None) -> tuple[str, int, bool]:
+    """MASTER_ADDR and MASTER_PORT as exported, else the first host and a port from the job id (derived)."""
     addr = env.get("MASTER_ADDR") or default_addr
-    port = _int(env, "MASTER_PORT") if env.get("MASTER_PORT") else port_from_job_id(job_id)
-    return addr, port
+    if env.get("MASTER_PORT"):
+        return addr, _int(env, "MASTER_PORT"), False
+    return addr, port_from_job_id(job_id), True
 
 
 def tasks_on_node(tasks_per_node: str, node_id: int) -> int:
@@ -140,7 +144,7 @@ def _resolve(env: Mapping[str, str]) -> DistEnv:
         # An salloc or `srun --pty bash` shell, or a batch script outside srun: its SLURM_NTASKS
         # describes the allocation, not processes that will ever join this one (Lightning decides alike).
         note = "a Slurm shell, not an srun task: one process; use srun to start one process per task"
-    addr, port = _address(env, "127.0.0.1", None)
+    addr, port, _ = _address(env, "127.0.0.1", None)
     return DistEnv("single", 0, 0, 1, 1, 0, 1, addr, port, None, _cpus(env, 1), note=note)
 
 
@@ -151,6 +155,8 @@ def _torchrun(env: Mapping[str, str]) -> DistEnv:
 def _submitit_local(env: Mapping[str, str]) -> DistEnv:
     world = _int(env, "SUBMITIT_LOCAL_NTASKS")
     job_id = env.get("SUBMITIT_LOCAL_JOB_ID")
+    # The local controller picks a free port for each start (jobs.local_controller); else one from the job id.
+    port = _int(env, LOCAL_PORT) if env.get(LOCAL_PORT) else port_from_job_id(job_id)
     return DistEnv(
         source="submitit-local",
         rank=_int(env, "SUBMITIT_LOCAL_GLOBALID"),
@@ -162,7 +168,7 @@ def _submitit_local(env: Mapping[str, str]) -> DistEnv:
         # Its own address and CPUs, even inside a Slurm allocation: an enclosing job's MASTER_* and
         # SLURM_CPUS_PER_TASK describe another rendezvous and other processes.
         master_addr="127.0.0.1",
-        master_port=port_from_job_id(job_id),
+        master_port=port,
         job_id=job_id,
         cpus_per_task=max(1, _available_cpus() // max(1, world)),
     )
@@ -188,7 +194,7 @@ def _slurm_task(env: Mapping[str, str]) -> DistEnv:
     # Slurm may place tasks unevenly (`3,1`): this node's own count, not world // nodes.
     local_ws = tasks_on_node(per_node, node_id) if per_node else max(1, world // max(1, num_nodes))
     job_id = env.get("SLURM_JOB_ID")
-    addr, port = _address(env, hosts[0], job_id)
+    addr, port, derived = _address(env, hosts[0], job_id)
     return DistEnv(
         source="slurm",
         rank=_int(env, "SLURM_PROCID"),
@@ -201,6 +207,7 @@ def _slurm_task(env: Mapping[str, str]) -> DistEnv:
         master_port=port,
         job_id=job_id,
         cpus_per_task=_cpus(env, local_ws),
+        port_derived=derived,
     )
 
 

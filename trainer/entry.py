@@ -11,6 +11,7 @@ from trainer import failures, provenance, relay, startup
 from trainer.config import JobSettings, TrainConfig
 from trainer.distenv import DistEnv, resolve
 from trainer.errors import UserError
+from trainer.rendezvous import agree_port
 from trainer.stopflag import StopFlag
 
 
@@ -30,7 +31,7 @@ def run(config: TrainConfig, settings: JobSettings | None = None) -> dict[str, A
     startup.mark("task_started")  # submitit has unpickled the call
     settings = settings or JobSettings()
     stop_flag = StopFlag(settings.signal)  # before the seconds spent importing torch
-    env = resolve(os.environ)
+    env = agree_port(resolve(os.environ), Path(config.run_dir))
     relay.watch(
         relay.signal_file(env.attempt), stop_flag.signum
     )  # on Slurm the batch shell, not this task, gets the signal
@@ -50,3 +51,7 @@ def run(config: TrainConfig, settings: JobSettings | None = None) -> dict[str, A
         if not isinstance(exc, KeyboardInterrupt | SystemExit):
             record_error(Path(config.run_dir), env, exc)
         raise
+    finally:
+        # Done, one way or another: a requeue signal now (the local controller's, a late one) must not kill
+        # the process while it exits, when Python has put the default action back (SIG_IGN it keeps).
+        signal.signal(stop_flag.signum, signal.SIG_IGN)

@@ -52,6 +52,11 @@ class RunDir:
         return self.path / "errors"
 
     @property
+    def rendezvous(self) -> Path:
+        """The master port rank 0 chose for each Slurm attempt (trainer.rendezvous): port_<job>_<restart>."""
+        return self.path / "rendezvous"
+
+    @property
     def exits(self) -> Path:
         """A script run's ranks that asked for a requeue in this attempt (rank 0 waits for all of them)."""
         return self.path / "exits"

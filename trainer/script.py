@@ -27,6 +27,7 @@ from trainer.atomic import write_text
 from trainer.attempts import Attempts, leave, record_stop
 from trainer.config import JobSettings
 from trainer.distenv import DistEnv, resolve, torchrun_variables
+from trainer.rendezvous import agree_port
 from trainer.requeue import REQUEUE_EXIT
 from trainer.rundir import RunDir
 
@@ -52,8 +53,8 @@ def variables(env: DistEnv, run_dir: str, settings: JobSettings) -> dict[str, st
 
 
 def run(command: list[str], cwd: str, run_dir: str, settings: JobSettings, in_process: bool = False) -> None:
-    env = resolve(os.environ)
     folder = Path(run_dir)
+    env = agree_port(resolve(os.environ), folder)
     print(env.describe(), flush=True)
     provenance.record_start(folder, env)
     attempts = Attempts(folder) if env.is_main else None
@@ -184,6 +185,7 @@ def _run(command: list[str], cwd: str, env: DistEnv, run_dir: str, settings: Job
                 _pass_on(child.pid, requeue)
             else:
                 relay.stop_tree(child.pid)
+    signal.signal(requeue, signal.SIG_IGN)  # the command ended: a late signal must not kill this task as it exits
     terminated = bool(acted - {requeue})
     error = "" if code == 0 or terminated else last_exception(log.read())
     return Ended(code, received.get(requeue), terminated, error)

@@ -222,3 +222,24 @@ def test_truncated_newest_checkpoint_falls_back_to_the_one_before(
     assert f"warning: skipping checkpoint {newest}" in resumed.stdout
     assert f"resumed from {previous}" in resumed.stdout
     assert summary(run_dir)["weights_sha256"] == reference_hash
+
+
+def test_resume_goes_on_on_the_cluster_in_the_shape_the_run_ran(tmp_path: Path, sample_root: Path) -> None:
+    """Submitted to 2 nodes of the test cluster; --resume alone runs there again, on 2 nodes (not on this machine
+    with the local profile); a flag given with it changes that one field; --dry-run prints the script."""
+    args = ["--nodes", "2", "--gpus-per-node", "1", f"data.root={sample_root / 'pix2pix'}", "log.image_every=0"]
+    result = submit("--profile", str(mini_profile(tmp_path)), "--wait", *args, "steps=4", "log.every=2")
+    assert result.returncode == 0, result.stdout + result.stderr
+    run_dir = run_dir_of(result)
+    dry = submit("--resume", str(run_dir), "--dry-run", "steps=8")
+    assert dry.returncode == 0, dry.stderr
+    assert "#SBATCH --nodes=2\n" in dry.stdout and "#SBATCH --partition=normal\n" in dry.stdout, dry.stdout
+    assert f"#SBATCH --chdir={run_dir}/code\n" in dry.stdout
+    one = submit("--resume", str(run_dir), "--dry-run", "--nodes", "1", "steps=8")
+    assert "#SBATCH --nodes=1\n" in one.stdout and "#SBATCH --partition=normal\n" in one.stdout, one.stdout
+    resumed = submit("--resume", str(run_dir), "--wait", "steps=8")
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    record = json.loads((run_dir / "job.json").read_text())
+    assert record["executor"] == "slurm" and len(record["history"]) == 1
+    assert json.loads((run_dir / "summary.json").read_text())["world_size"] == 2
+    assert "nodes: node[1-2]" in cli("jobs.status", str(run_dir)).stdout

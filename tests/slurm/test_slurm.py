@@ -2,6 +2,7 @@
 
 import json
 import re
+import socket
 import subprocess
 import sys
 import time
@@ -13,8 +14,10 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 
 from tests import conftest
 from tests.conftest import ROOT, T, run_dirs, submit, write_profile
+from tests.slurm import cluster
 from tests.test_hostlist import CASES, REFUSED
 from tests.test_script import PLAIN
+from trainer.distenv import port_from_job_id
 from trainer.hostlist import expand_hostlist
 
 
@@ -212,3 +215,22 @@ def test_status_and_cancel_of_a_sweep_ask_slurm_once(mini: Path, tmp_path: Path)
     cancelled = cli("jobs.cancel", str(sweep))
     assert cancelled.stdout.strip() == f"cancelled job {array_id} (the sweep's 5 points)", cancelled.stderr
     poll("the points to be cancelled", lambda: "CANCELLED 5" in cli("jobs.status", str(sweep)).stdout, timeout=60)
+
+
+def test_a_taken_master_port_does_not_fail_the_job(tmp_path: Path, sample_root: Path, slurm_cluster: None) -> None:
+    """The port derived from the job id is held by another program on the first node: rank 0 listens on a free
+    one and tells the others through the run directory; the job completes."""
+    profile = cluster.mini_profile(tmp_path / "p.yaml", tmp_path / "runs", "sbatch_args:\n  begin: now+600\n")
+    args = ["--profile", str(profile), "--nodes", "2", "--gpus-per-node", "1", "steps=4", "log.image_every=0"]
+    result = submit(*args, f"data.root={sample_root / 'pix2pix'}")
+    assert result.returncode == 0, result.stderr
+    run_dir = run_dir_of(result)
+    job = json.loads((run_dir / "job.json").read_text())["job_id"]
+    with socket.socket() as holder:
+        holder.bind(("", port_from_job_id(job)))
+        holder.listen()
+        subprocess.run(["scontrol", "update", f"jobid={job}", "StartTime=now"], check=True)
+        poll("the job to end", lambda: cluster.squeue_state(job) == "", timeout=120)
+    assert (run_dir / "summary.json").exists(), (run_dir / "logs" / f"{job}_0_log.out").read_text()
+    log = (run_dir / "logs" / f"{job}_0_log.out").read_text()
+    assert f"dist: port {port_from_job_id(job)} is taken on node1: rank 0 listens on " in log, log
