@@ -353,3 +353,27 @@ def test_the_tensorboard_line_comes_when_the_script_wrote_events(tmp_path: Path)
     result = submit_in(tmp_path, "--wait", "--gpus-per-node", "1", "--", "python", "train.py")
     assert result.returncode == 0, result.stdout + result.stderr
     assert f"finished; TensorBoard: tensorboard --logdir {run_dir_of(result.stdout)}" in result.stdout
+
+
+@pytest.mark.parametrize(
+    ("stderr", "line"),
+    [
+        ("", ""),
+        ("warning: slow\n", ""),
+        ('Traceback (most recent call last):\n  File "t.py", line 1\n    f()\nValueError: bad\n', "ValueError: bad"),
+        (
+            '[rank1]: Traceback (most recent call last):\n[rank1]:   File "t.py", line 5\n'
+            "[rank1]: torch.distributed.DistBackendError: Connection closed by peer\n",
+            "torch.distributed.DistBackendError: Connection closed by peer",
+        ),
+        (
+            "Traceback (most recent call last):\n  x\nKeyError: 'a'\n\nDuring handling of the above exception, another "
+            "exception occurred:\n\nTraceback (most recent call last):\n  y\n    ^^^\nRuntimeError: second\nbye\n",
+            "RuntimeError: second",
+        ),
+    ],
+)
+def test_the_last_exception_line_of_a_scripts_stderr(stderr: str, line: str) -> None:
+    from trainer.script import last_exception
+
+    assert last_exception(stderr) == line

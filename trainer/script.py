@@ -1,12 +1,16 @@
 """What each task runs for `python -m jobs.submit [flags] -- COMMAND ...`: your command, with torchrun's variables.
 
-Torch-free: the task only starts your command, passes the requeue signal on, and acts on its exit code.
+Torch-free: the task only starts your command, hands the requeue signal to it where it can take it, and acts
+on its exit code.
 - RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, GROUP_RANK, ROLE_RANK, ROLE_WORLD_SIZE, MASTER_ADDR,
   MASTER_PORT from the same reading of the environment the trainer uses (trainer.distenv), RUN_DIR, and
   REQUEUE_SIGNAL: `torch.distributed.init_process_group("env://")` just works.
-- Exit 0: done. Exit 144 (trainer.requeue.REQUEUE_EXIT) after the signal: saved, requeue me; rank 0 records
-  the stop and requeues the job as the trainer does, and the command starts again in the same run directory.
-  Any other exit: this rank failed; it is recorded (errors/, error.txt) and the job ends.
+- The requeue signal goes to the command's processes that handle it; a command with none is stopped
+  (trainer.relay). After the signal, any non-zero exit is a stop to requeue, not a failure.
+- Exit 0: done. Exit 144 (trainer.requeue.REQUEUE_EXIT): saved, requeue me; rank 0 records the stop and
+  requeues the job as the trainer does, and the command starts again in the same run directory. Any other
+  exit: this rank failed; it is recorded (errors/, error.txt) with the last line of the traceback the command
+  wrote, and the job ends. SIGTERM to the task (a cancel, a requeue) stops the command and records nothing.
 """
 
 import ctypes
