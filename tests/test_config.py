@@ -38,6 +38,14 @@ def test_overrides_win_over_the_profile_section() -> None:
         (["data.loader=threads"], "data.loader: must be shared or torch, got 'threads'"),
         (["dist.bucket_cap_mb=0"], "dist.bucket_cap_mb: must be > 0"),
         (["dist.static_graph=sometimes"], "expected bool"),
+        (["optim.lr=inf"], "optim.lr=inf: must be a finite number"),
+        (["optim.lr=1e400"], "optim.lr=1e400: must be a finite number"),
+        (["optim.lr=nan"], "optim.lr=nan: must be a finite number"),
+        (["dist.bucket_cap_mb=inf"], "dist.bucket_cap_mb=inf: must be a finite number"),
+        (["seed=99999999999999999999999"], "seed=99999999999999999999999: out of range (a 64-bit integer)"),
+        (["seed=-1"], "seed: must be >= 0 and < 2"),
+        (["dist.timeout_s=99999999999999999999"], "out of range (a 64-bit integer)"),
+        (["dist.timeout_s=9999999999"], "dist.timeout_s: must be between 1 and 604800 (a week)"),
     ],
 )
 def test_bad_overrides_say_what_and_how(overrides: list[str], message: str) -> None:

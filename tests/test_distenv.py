@@ -57,6 +57,8 @@ CASES = [
         ),
     ),
     (TORCHRUN | slurm(0, 0, 0, "node[1-2]"), dict(source="torchrun", rank=3)),
+    # torch's is_torchelastic_launched asks whether the variable is set, not whether it is empty.
+    (TORCHRUN | {"TORCHELASTIC_RUN_ID": ""}, dict(source="torchrun", rank=3)),
     # RANK/WORLD_SIZE/MASTER_* from another launcher (env://), outside Slurm.
     ({k: v for k, v in TORCHRUN.items() if k != "TORCHELASTIC_RUN_ID"}, dict(source="env", rank=3, world_size=4)),
     (

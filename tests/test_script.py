@@ -3,6 +3,7 @@ torchrun's variables, passes the requeue signal on, and requeues it on its exit 
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -377,3 +378,11 @@ def test_the_last_exception_line_of_a_scripts_stderr(stderr: str, line: str) -> 
     from trainer.script import last_exception
 
     assert last_exception(stderr) == line
+
+
+def test_a_command_that_cannot_start_names_its_rank(tmp_path: Path) -> None:
+    result = submit_in(tmp_path, "--wait", "--", "/nonexistent/tool", "--flag")
+    assert result.returncode == 1, result.stdout + result.stderr
+    line = (run_dir_of(result.stdout) / "error.txt").read_text()
+    assert re.fullmatch(r"rank [01] on \S+: /nonexistent/tool: No such file or directory\n", line), line
+    assert result.stderr == f"error: {line}", result.stderr

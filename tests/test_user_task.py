@@ -58,10 +58,19 @@ def test_readmes_example_task_trains_from_a_folder_outside_the_project(project: 
         ("my_tasks.py:Denoize", "my_tasks.py has no 'Denoize'; it defines dataclass, Path, torch"),
         ("my_tasks.py:Settings", "Settings lacks dataset, model, forward()"),
         ("broken.py:Task", "broken.py failed (ZeroDivisionError: division by zero); fix it and resubmit"),
+        (
+            "init.py:Task",
+            "init.py:Task: Task() failed (KeyError: 'DATA'); a task class is made without arguments",
+        ),
+        ("cli.py:Task", "cli.py exited (status 2: submit.py: error: the following arguments are required: --data)"),
     ],
 )
 def test_a_bad_task_reference_is_one_line(project: Path, task: str, message: str) -> None:
     (project / "broken.py").write_text("x = 1 / 0\n")
+    (project / "init.py").write_text("import os\nclass Task:\n    def __init__(self):\n        os.environ['DATA']\n")
+    (project / "cli.py").write_text(
+        "import argparse\np = argparse.ArgumentParser()\np.add_argument('--data', required=True)\nargs = p.parse_args()\n"
+    )
     assert_refused(submit_from(project, f"task={task}", "data.root=photos"), message, project / "runs")
 
 

@@ -4,6 +4,7 @@ Torch-free on purpose: the submitter imports this to validate before it queues a
 """
 
 import dataclasses
+import math
 import typing
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -17,6 +18,9 @@ SCHEDULES = ("constant", "cosine", "linear")
 
 # The config classes are frozen (validated once, never changed) with eq=False: nothing compares configs,
 # and each generated method is compiled at import, on the submit path (benchmarks/submit_speed.py).
+
+
+WEEK_S = 7 * 24 * 3600
 
 
 def _check(ok: bool, key: str, message: str) -> None:
@@ -141,7 +145,7 @@ class DistConfig:
     static_graph: bool = False  # the same parameters get gradients every step
 
     def __post_init__(self) -> None:
-        _check(self.timeout_s >= 1, "dist.timeout_s", "must be >= 1")
+        _check(1 <= self.timeout_s <= WEEK_S, "dist.timeout_s", f"must be between 1 and {WEEK_S} (a week)")
         _check(self.stop_check_every >= 1, "dist.stop_check_every", "must be >= 1")
         _check(self.bucket_cap_mb > 0, "dist.bucket_cap_mb", "must be > 0, e.g. 25 (DDP's default)")
 
@@ -186,6 +190,8 @@ class TrainConfig:
         )
         _check(self.amp in AMP_MODES, "amp", f"must be one of {', '.join(AMP_MODES)}, got {self.amp!r}")
         _check(self.steps >= 1, "steps", "must be >= 1")
+        # The sampler seeds torch with seed + epoch: room left below 2**63 for any number of epochs.
+        _check(0 <= self.seed < 2**62, "seed", "must be >= 0 and < 2**62, e.g. 0")
         _check(self.batch_size >= 1, "batch_size", "must be >= 1")
 
     def __reduce__(self) -> tuple[Any, tuple[dict[str, Any]]]:
@@ -243,9 +249,18 @@ def _type_name(tp: Any) -> str:
 def _coerce(value: Any, tp: Any, key: str) -> Any:
     """Check a value read from YAML or a dict against the field's type."""
     if tp is float and isinstance(value, int) and not isinstance(value, bool):
-        return float(value)
+        value = float(value)
     if (tp is int and isinstance(value, bool)) or not isinstance(value, tp):
         raise UserError(f"{key}: expected {_type_name(tp)}, got {type(value).__name__} {value!r}")
+    return _in_range(value, key, str(value))
+
+
+def _in_range(value: Any, key: str, raw: str) -> Any:
+    """Numbers a job can use: finite floats, integers a 64-bit int holds (torch's seeds, timeouts, counts)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        raise UserError(f"{key}={raw}: must be a finite number; give e.g. {key}={_example(float)}")
+    if isinstance(value, int) and not isinstance(value, bool) and not -(2**63) <= value < 2**63:
+        raise UserError(f"{key}={raw}: out of range (a 64-bit integer); give e.g. {key}={_example(int)}")
     return value
 
 
@@ -325,9 +340,9 @@ def _parse_scalar(raw: str, tp: Any, key: str) -> Any:
                 return raw.lower() in _TRUE
             raise ValueError
         if tp is int:
-            return int(raw)
+            return _in_range(int(raw), key, raw)
         if tp is float:
-            return float(raw)
+            return _in_range(float(raw), key, raw)
     except ValueError:
         raise UserError(f"{key}={raw}: expected {_type_name(tp)}; give e.g. {key}={_example(tp)}") from None
     return raw

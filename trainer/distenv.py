@@ -125,7 +125,7 @@ def resolve(env: Mapping[str, str]) -> DistEnv:
 
 
 def _resolve(env: Mapping[str, str]) -> DistEnv:
-    if env.get("TORCHELASTIC_RUN_ID") and "RANK" in env:
+    if "TORCHELASTIC_RUN_ID" in env and "RANK" in env:  # set, even empty: as is_torchelastic_launched reads it
         return _torchrun(env)
     if env.get("SUBMITIT_EXECUTOR") == "local" or ("SUBMITIT_LOCAL_GLOBALID" in env and "SLURM_STEP_ID" not in env):
         return _submitit_local(env)

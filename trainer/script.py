@@ -107,6 +107,7 @@ class Ended:
     signalled_at: float | None = None  # when the requeue signal came, if it did
     terminated: bool = False  # the task was told to stop (SIGTERM, SIGINT) and stopped the command
     error: str = ""  # the last line of the last Python traceback the command wrote to stderr
+    cannot_start: str = ""  # why the command could not be started (not found, permission denied)
 
     @property
     def signalled(self) -> bool:
@@ -115,6 +116,8 @@ class Ended:
 
 def failure(command: list[str], ended: Ended, env: DistEnv) -> failures.Failure:
     """This rank's failure record: the command's own exception line where it wrote one."""
+    if ended.cannot_start:
+        return failures.Failure(time.time(), env.rank, env.node_name, "", f"{command[0]}: {ended.cannot_start}", False)
     status = f"{' '.join(command)} exited with status {ended.code}"
     status += f" ({_signal_name(-ended.code)})" if ended.code < 0 else ""
     if not ended.error:
@@ -177,9 +180,12 @@ def _run(command: list[str], cwd: str, env: DistEnv, run_dir: str, settings: Job
     for signum in (requeue, signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, note)
     log = StderrTail()
-    child = subprocess.Popen(
-        command, cwd=cwd, env=os.environ | variables(env, run_dir, settings), preexec_fn=_die_with_parent
-    )
+    try:
+        child = subprocess.Popen(
+            command, cwd=cwd, env=os.environ | variables(env, run_dir, settings), preexec_fn=_die_with_parent
+        )
+    except OSError as exc:  # not found, not executable: the rank says so, as a shell would
+        return Ended(127 if isinstance(exc, FileNotFoundError) else 126, cannot_start=exc.strerror or str(exc))
     relay.watch(relay.signal_file(env.attempt), requeue)  # on Slurm the batch shell, not this task, gets the signal
     acted: set[int] = set()
     while (code := _wait(child, 0.1)) is None:

@@ -9,10 +9,12 @@ The built-in modules import torch inside their methods only: the submitter impor
 and the data check) and must stay quick. Yours may import what they like; the submitter then pays for it.
 """
 
+import contextlib
 import dataclasses
 import functools
 import importlib
 import importlib.util
+import io
 import os
 import sys
 from pathlib import Path
@@ -120,7 +122,15 @@ def _get(name: str) -> Task:
         defined = ", ".join(n for n in vars(module) if not n.startswith("_"))[:200]
         raise UserError(f"task {name}: {source} has no {attribute!r}; it defines {defined}")
     obj = getattr(module, attribute)
-    obj = obj() if isinstance(obj, type) else obj
+    if isinstance(obj, type):
+        try:
+            obj = obj()
+        except Exception as exc:  # the user's constructor failed
+            first = (str(exc).strip().splitlines() or [""])[0]
+            raise UserError(
+                f"task {name}: {attribute}() failed ({type(exc).__name__}: {first}); a task class is made without "
+                "arguments: fix its __init__ and resubmit"
+            ) from None
     missing = [m for m in REQUIRED if not callable(getattr(obj, m, None))]
     if missing:
         raise UserError(
@@ -132,6 +142,22 @@ def _get(name: str) -> Task:
 
 def _import(source: str, name: str) -> Any:
     """A module by import path, or a .py file by path (absolute or from the current folder)."""
+    captured = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(captured):  # argparse's usage, should the module parse arguments
+            return _load(source, name)
+    except SystemExit as exc:  # argparse (or sys.exit) at module level
+        said = (captured.getvalue().strip().splitlines() or [""])[-1]
+        raise UserError(
+            f"task {name}: importing {source} exited (status {exc.code}{': ' + said if said else ''}); argparse at "
+            'module level? put the script part under `if __name__ == "__main__":` and resubmit'
+        ) from None
+    finally:
+        if not captured.getvalue().startswith("usage:"):
+            sys.stderr.write(captured.getvalue())  # what the module said otherwise (warnings) still shows
+
+
+def _load(source: str, name: str) -> Any:
     try:
         if source.endswith(".py"):
             path = Path(source)
