@@ -12,7 +12,7 @@ from typing import Any
 import submitit
 
 from jobs.local_controller import LocalExecutor, exit_codes_path
-from jobs.plan import Plan, in_background
+from jobs.plan import Plan, in_background, submit_command
 from trainer import failures
 from trainer.errors import UserError
 from trainer.rundir import RunDir
@@ -21,11 +21,12 @@ __all__ = ["exit_codes_path", "make_executor", "submit", "task_logs"]
 
 
 class SlurmExecutor(submitit.SlurmExecutor):  # type: ignore[misc]
-    """submitit's, with srun in the background of the batch script (jobs.plan.in_background)."""
+    """submitit's, with srun in the background of the batch script (jobs.plan.in_background) and the
+    interpreter's path quoted (submitit pastes it as it is)."""
 
     @property
     def _submitit_command_str(self) -> str:
-        return in_background(super()._submitit_command_str)
+        return in_background(submit_command(self.python, self.folder))
 
 
 def make_executor(plan: Plan) -> submitit.Executor:

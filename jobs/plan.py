@@ -1,6 +1,7 @@
 """The submission plan: plain values built by pure functions, acted on by jobs.launch."""
 
 import itertools
+import re
 import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -46,7 +47,12 @@ class Plan:
 
     def submitit_command(self) -> str:
         """The command each task runs: the same string submitit's SlurmExecutor builds, in the background."""
-        return in_background(f"{self.python} -u -m submitit.core._submit {shlex.quote(str(self.log_dir))}")
+        return in_background(submit_command(self.python, self.log_dir))
+
+
+def submit_command(python: str, log_dir: Path) -> str:
+    """What srun starts in each task: submitit's entry, with the interpreter quoted (a path with a space)."""
+    return f"{shlex.quote(python)} -u -m submitit.core._submit {shlex.quote(str(log_dir))}"
 
 
 def in_background(srun_command: str) -> str:
@@ -77,8 +83,19 @@ def sweep_points(sweeps: list[str]) -> list[list[str]]:
     return [list(point) for point in itertools.product(*axes)]
 
 
+PLACEHOLDER = re.compile(r"\{([A-Za-z_][\w.]*)\}")
+
+
 def script_commands(command: list[str], points: list[list[str]]) -> list[list[str]]:
-    """The command of each sweep point: `{key}` in its words replaced by the point's value of key."""
+    """The command of each sweep point: `{key}` in its words replaced by the point's value of key. A `{name}`
+    that no --sweep defines would reach the script as it is: refused."""
+    keys = {item.split("=", 1)[0] for point in points for item in point}
+    undefined = [name for word in command for name in PLACEHOLDER.findall(word) if name not in keys]
+    if undefined:
+        raise UserError(
+            f"{{{undefined[0]}}} in the command is not a --sweep key; add --sweep {undefined[0]}=V1,V2 to sweep it, "
+            "or write the value itself"
+        )
     if not points or points == [[]]:
         return [command]
     out = []

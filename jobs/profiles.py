@@ -173,6 +173,29 @@ class _UniqueKeyLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: 
         return super().construct_mapping(node, deep=deep)
 
 
+MAX_DEPTH = 32  # a profile nests three levels deep (trainer: checkpoint: every)
+
+
+def check_shape(text: str) -> None:
+    """Refuse what would blow up before any key is checked: aliases (a "billion laughs" expands nine of them
+    into gigabytes) and deep nesting (recursion: a traceback, or a crash). Read as a stream of events, which
+    the parser yields one by one, with no recursion and nothing expanded."""
+    depth = 0
+    for event in yaml.parse(text, Loader=_UniqueKeyLoader):
+        if isinstance(event, yaml.AliasEvent):
+            raise UserError(
+                f"a YAML alias (*{event.anchor}, line {event.start_mark.line + 1}) is not allowed; write the value out"
+            )
+        if isinstance(event, yaml.MappingStartEvent | yaml.SequenceStartEvent):
+            depth += 1
+            if depth > MAX_DEPTH:
+                raise UserError(
+                    f"nesting deeper than {MAX_DEPTH} levels (line {event.start_mark.line + 1}); flatten it"
+                )
+        elif isinstance(event, yaml.MappingEndEvent | yaml.SequenceEndEvent):
+            depth -= 1
+
+
 def read_yaml(path: Path, what: str) -> object:
     """A YAML file as data; an unreadable, non-UTF-8, invalid or duplicate-key file is one UserError."""
     try:
@@ -182,6 +205,7 @@ def read_yaml(path: Path, what: str) -> object:
     except OSError as exc:
         raise UserError(f"{what} {path} cannot be read ({exc.strerror}); check the path and its permissions") from None
     try:
+        check_shape(text)
         return yaml.load(text, Loader=_UniqueKeyLoader)
     except yaml.YAMLError as exc:
         raise UserError(f"{what} {path} is not valid YAML ({str(exc).splitlines()[0]}); fix its syntax") from None

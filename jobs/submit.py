@@ -177,6 +177,7 @@ def prepare(argv: list[str] | None) -> Request:
         if (code := code_for(args, profile, folder, run_root)[1]) is not None:
             sys.path.insert(0, str(code))  # your task module as the job imports it: from the run's snapshot
         base = load_config_file(folder)
+        refuse_task_change(base, args.overrides)
     else:
         base = profile.trainer
     configs = [build_config([*args.overrides, *point], base=base) for point in points]
@@ -343,6 +344,18 @@ def refuse_if_running(run_dir: Path) -> None:
             f"{run_dir} is still running as job {target.job_id} ({state}); wait for it to end, or stop it "
             f"with python -m jobs.cancel {run_dir}"
         )
+
+
+def refuse_task_change(base: dict[str, Any], overrides: list[str]) -> None:
+    """A resume keeps its task: said first, before the old task's settings make another task's message."""
+    old = str(base.get("task", ""))
+    for item in overrides:
+        key, _, value = item.partition("=")
+        if key == "task" and trainer.tasks.canonical(value) != trainer.tasks.canonical(old):
+            raise UserError(
+                f"--resume cannot change task ({old} -> {value}): the checkpoints hold the old model; drop "
+                "task=..., or start a new run without --resume"
+            )
 
 
 def locked_on_resume(key: str, task: str) -> bool:

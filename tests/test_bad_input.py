@@ -105,6 +105,11 @@ def test_corrupt_image_names_path_and_fix(pairs: Path, local_profile: Path, tmp_
         assert ok.size == (64, 64)  # the sample data itself is untouched
 
 
+LAUGHS = b"executor: local\nenv:\n  a: &a [lol, lol, lol, lol, lol, lol, lol, lol, lol]\n" + b"".join(
+    f"  {n}: &{n} [{', '.join([f'*{p}'] * 9)}]\n".encode() for p, n in zip("abcdefgh", "bcdefghi", strict=True)
+)
+
+
 # Profiles that used to end in a traceback, or were silently misread.
 @pytest.mark.parametrize(
     ("content", "message"),
@@ -120,6 +125,10 @@ def test_corrupt_image_names_path_and_fix(pairs: Path, local_profile: Path, tmp_
         (b"executor: local\nenv:\n  NCCL_DEBUG:\n", "env.NCCL_DEBUG: None is not a single value"),
         (b"executor: local\nenv:\n  A: [1, 2]\n", "env.A: [1, 2] is not a single value"),
         (b"executor: local\nsbatch_args:\n  'mail-type END --wrap': x\n", "is not an sbatch option name"),
+        # A "billion laughs": nine aliases of nine expand to 9**9 strings (memory, then a MemoryError traceback).
+        (LAUGHS, "a YAML alias (*a, line 4) is not allowed; write the value out"),
+        (b"executor: local\ntrainer: " + b"{a: " * 5000 + b"1" + b"}" * 5000 + b"\n", "nesting deeper than 32"),
+        (b"executor: local\nenv:\n  x: " + b"[" * 200000 + b"]" * 200000 + b"\n", "nesting deeper than 32"),
     ],
 )
 def test_bad_profile_files(content: bytes, message: str, tmp_path: Path) -> None:

@@ -163,3 +163,12 @@ def test_a_resume_that_would_leave_slurm_without_a_profile_is_refused(run_copy: 
         f"error: {run_copy} ran with the slurm executor, and job.json does not say which profile; "
         "pass --profile NAME to resume it there\n"
     )
+
+
+def test_a_resume_that_changes_the_task_says_so(run_copy: Path) -> None:
+    result = resume(run_copy, "task=classify")
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
+    assert result.stderr == (
+        "error: --resume cannot change task (pix2pix -> classify): the checkpoints hold the old model; drop task=..., "
+        "or start a new run without --resume\n"
+    )

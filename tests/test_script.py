@@ -228,6 +228,11 @@ def test_sweep_placeholders(tmp_path: Path) -> None:
         (["steps=10", "--", "python", "train.py"], "steps=10 configures the built-in trainer"),
         (["--sweep", "lr=1,2", "--", "python", "train.py"], "--sweep lr is not used by the command; write {lr}"),
         (["--"], "nothing after --"),
+        (
+            ["--", "python", "train.py", "--lr", "{lr}"],
+            "{lr} in the command is not a --sweep key; add --sweep lr=V1,V2",
+        ),
+        (["--sweep", "lr=1,2", "--", "python", "train.py", "--lr={lr}", "--bs={bs}"], "{bs} in the command is not"),
     ],
 )
 def test_bad_script_submissions_are_one_line(tmp_path: Path, args: list[str], message: str) -> None:
@@ -249,7 +254,14 @@ def test_debug_runs_the_script_in_process(tmp_path: Path) -> None:
     assert pid == str(proc.pid)
 
 
-@pytest.mark.parametrize(("python", "expected"), [("", sys.executable), ("/opt/env/bin/python", "/opt/env/bin/python")])
+@pytest.mark.parametrize(
+    ("python", "expected"),
+    [
+        ("", sys.executable),
+        ("/opt/env/bin/python", "/opt/env/bin/python"),
+        ("/opt/my env/python", "'/opt/my env/python'"),
+    ],
+)
 def test_dry_run_prints_the_batch_script_and_the_interpreter(tmp_path: Path, python: str, expected: str) -> None:
     """`python` after -- is the profile's interpreter on Slurm (default: the submitter's), as the tasks run."""
     profile = f"executor: slurm\nrun_root: {tmp_path / 'runs'}\n" + (f"python: {python}\n" if python else "")
@@ -257,6 +269,8 @@ def test_dry_run_prints_the_batch_script_and_the_interpreter(tmp_path: Path, pyt
     assert result.returncode == 0, result.stderr
     assert "#SBATCH --nodes=2" in result.stdout
     assert result.stdout.endswith(f"# every task runs: {expected} train.py\n"), result.stdout
+    srun = [line for line in result.stdout.splitlines() if line.startswith("srun ")]
+    assert srun and f" {expected} -u -m submitit.core._submit " in srun[0], srun  # quoted where it must be
 
 
 def test_python_is_the_submitters_interpreter_not_the_first_on_path(tmp_path: Path) -> None:
