@@ -24,7 +24,11 @@ def picture(path: Path, mode: str = "RGB", **options: object) -> Path:
 
 
 def pillow(path: Path) -> torch.Tensor:
+    """Pillow's RGB; for 16 bits a channel, its values scaled to 8 bits (its convert("RGB") clips at 255)."""
     with Image.open(path) as image:
+        if image.mode.startswith("I"):
+            gray = torch.from_numpy(numpy.asarray(image).astype(numpy.int64))
+            return ((gray + 128) // 257).clamp(0, 255).to(torch.uint8).expand(3, -1, -1)
         return pil_to_tensor(image.convert("RGB"))
 
 
@@ -50,6 +54,29 @@ def test_the_pixels_are_pillows(name: str, mode: str, options: dict[str, object]
     image = decode.load_rgb(path)
     assert image.dtype == torch.uint8 and image.shape == (3, 40, 50)
     assert torch.equal(image, pillow(path))
+
+
+@pytest.mark.parametrize(
+    ("mode", "values", "expected"),
+    [
+        ("I;16", [0, 257, 40000, 65535], [0, 1, 156, 255]),  # a 16-bit grayscale PNG
+        ("I", [0, 257, 40000, 65535], [0, 1, 156, 255]),  # the same as 32-bit integers (TIFF)
+        ("L", [0, 1, 156, 255], [0, 1, 156, 255]),
+    ],
+)
+def test_wide_grayscale_is_scaled_not_clipped(
+    mode: str, values: list[int], expected: list[int], tmp_path: Path
+) -> None:
+    """Known pixel values through every grayscale width the decoder takes (Pillow's convert("RGB") clipped
+    16-bit values at 255: 99.6% of a full gradient came out white)."""
+    dtype = {"I;16": numpy.uint16, "I": numpy.int32, "L": numpy.uint8}[mode]
+    path = tmp_path / ("g.tiff" if mode == "I" else "g.png")
+    image = Image.fromarray(numpy.array([values], dtype=dtype))
+    assert image.mode == mode
+    image.save(path)
+    image = decode.load_rgb(path)
+    assert image.dtype == torch.uint8 and image.shape == (3, 1, 4)
+    assert image.tolist() == [[expected]] * 3
 
 
 def test_png_and_jpeg_do_not_go_through_pillow(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

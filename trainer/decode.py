@@ -11,6 +11,7 @@ import struct
 from collections.abc import Callable
 from pathlib import Path
 
+import numpy
 import torch
 from PIL import Image
 from torchvision.transforms.v2 import functional
@@ -96,9 +97,17 @@ def load_rgb(path: Path | str) -> torch.Tensor:
     return _pillow(Path(path))
 
 
+WIDE_GRAY = {"I;16", "I;16L", "I;16B", "I;16N", "I"}  # 16-bit grayscale (and 32-bit "I", read as 16-bit values)
+
+
 def _pillow(path: Path) -> torch.Tensor:
     try:
         with Image.open(path) as image:
+            if image.mode in WIDE_GRAY:
+                # Pillow's convert("RGB") clips these at 255 (value 40000 of 65535 came out white): scale instead.
+                wide = numpy.asarray(image).astype(numpy.int64)
+                gray = numpy.clip((wide + 128) // 257, 0, 255).astype(numpy.uint8)
+                return torch.from_numpy(numpy.ascontiguousarray(numpy.stack([gray] * 3, axis=-1))).permute(2, 0, 1)
             return functional.pil_to_tensor(image.convert("RGB"))
     except Image.DecompressionBombError as exc:  # not an OSError: without this it would end the run
         raise OSError(str(exc)) from None
