@@ -181,8 +181,10 @@ def local_info(target: Target) -> JobInfo:
     if record.get("cancelled"):
         state = "CANCELLED"
     else:
+        # Every rank's exit decides, as srun's would: rank 0's summary.json says nothing of rank 1's crash.
+        codes = record.get("codes")
         done = target.run_dir is not None and RunDir(target.run_dir).summary.exists()
-        state = "COMPLETED" if done else "FAILED"
+        state = "COMPLETED" if done and (codes is None or all(c == 0 for c in codes)) else "FAILED"
     return JobInfo(state, 0, "localhost")
 
 

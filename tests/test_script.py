@@ -400,3 +400,20 @@ def test_a_command_that_cannot_start_names_its_rank(tmp_path: Path) -> None:
     line = (run_dir_of(result.stdout) / "error.txt").read_text()
     assert re.fullmatch(r"rank [01] on \S+: /nonexistent/tool: No such file or directory\n", line), line
     assert result.stderr == f"error: {line}", result.stderr
+
+
+def test_a_rank_failing_after_rank_0_finished_fails_the_job(tmp_path: Path) -> None:
+    """Rank 0 is done (summary.json written) when rank 1 fails: every rank's exit decides, in --wait and status."""
+    (tmp_path / "late.py").write_text(
+        "import os, sys, time\nif os.environ['RANK'] == '1':\n"
+        "    while not os.path.exists(os.path.join(os.environ['RUN_DIR'], 'summary.json')):\n"
+        "        time.sleep(0.05)\n    sys.exit(5)\n"
+    )
+    result = submit_in(tmp_path, "--wait", "--", "python", "late.py")
+    assert result.returncode == 1 and "late.py exited with status 5" in result.stderr, result.stdout + result.stderr
+    run_dir = run_dir_of(result.stdout)
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    status = subprocess.run(
+        [sys.executable, "-m", "jobs.status", str(run_dir)], env=env, capture_output=True, text=True
+    )
+    assert ": FAILED" in status.stdout and "late.py exited with status 5" in status.stdout, status.stdout
