@@ -7,17 +7,29 @@ import subprocess
 import sys
 import time
 
-from jobs.tracking import Target, find_all, is_local_job
+from jobs.tracking import TERMINAL, Target, find_all, is_local_job, slurm_info
 from trainer.errors import UserError, one_line_errors
 
 STOP_WAIT_S = 30  # the local controller stops its tasks within seconds (SIGTERM, then SIGKILL)
 
 
-def cancel(target: Target) -> str:
+def cancel(target: Target, whole_array: bool = False) -> str:
     if target.executor == "slurm":
+        # scancel exits 0 for a job that already ended (or one it does not know): ask Slurm before and after.
+        before = None if whole_array else slurm_info(target.job_id).state
+        if before in TERMINAL:
+            raise UserError(f"job {target.job_id} already ended ({before}): nothing to cancel")
         result = subprocess.run(["scancel", target.job_id], capture_output=True, text=True)
         if result.returncode:
             raise UserError(f"scancel refused: {result.stderr.strip().splitlines()[-1]}")
+        if not whole_array:
+            deadline = time.monotonic() + STOP_WAIT_S
+            while (state := slurm_info(target.job_id).state) not in TERMINAL:
+                if time.monotonic() > deadline:
+                    raise UserError(
+                        f"job {target.job_id} is still {state} {STOP_WAIT_S} s after scancel; scancel it again"
+                    )
+                time.sleep(0.2)
         return f"cancelled job {target.job_id}"
     # The local controller stops every task on SIGTERM and records the job as cancelled. Only its own
     # process is signalled: after the job ended, its PID may belong to anything.
@@ -45,7 +57,7 @@ def main(argv: list[str] | None = None) -> int:
     if len(arrays) == 1 and all(t.executor == "slurm" and "_" in t.job_id for _, t in targets):
         # A sweep is one array job: one scancel stops every point, pending or running.
         array = arrays.pop()
-        print(cancel(Target(array, "slurm", None, None)) + f" (the sweep's {len(targets)} points)")
+        print(cancel(Target(array, "slurm", None, None), whole_array=True) + f" (the sweep's {len(targets)} points)")
         return 0
     refused = []
     for name, target in targets:  # every point: one that already ended does not keep the others running

@@ -106,11 +106,30 @@ def find(target: str) -> Target:
         return Target(str(record["job_id"]), record["executor"], path.resolve(), Path(record["log"]).parent)
     if not target.replace("_", "").isdigit():
         raise UserError(f"{target!r} is neither a run directory nor a job id; pass one of them")
+    if (log_dir := local_controller_folder(target)) is not None:  # a local job's id: never sent to Slurm
+        run_dir = (
+            log_dir.parent
+            if (RunDir(log_dir.parent).config.exists() or RunDir(log_dir.parent).command.exists())
+            else None
+        )
+        return Target(target, "local", run_dir, log_dir)
     records = parse_scontrol(_slurm("scontrol", "show", "job", "-o", target).stdout)
     log_dir = Path(records[0]["StdOut"]).parent if records and "StdOut" in records[0] else None
     files = RunDir(log_dir.parent) if log_dir else None
     run_dir = files.path if files and (files.config.exists() or files.command.exists()) else None
     return Target(target, "slurm", run_dir, log_dir)
+
+
+def local_controller_folder(pid: str) -> Path | None:
+    """The log folder of the local controller running as `pid` (a local job's id), or None: no such job here."""
+    try:
+        args = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")
+    except OSError:
+        return None
+    for i, arg in enumerate(args[:-1]):
+        if arg == "jobs.local_controller" and _alive(pid):
+            return Path(args[i + 1]).resolve()
+    return None
 
 
 def slurm_info(job_id: str) -> JobInfo:

@@ -250,3 +250,29 @@ def test_a_slurm_profile_without_slurm_is_one_line(tmp_path: Path, sample_root: 
         "jobs.submit", "--profile", str(profile), f"data.root={sample_root / 'pix2pix'}", env={"PATH": str(no_slurm)}
     )
     assert_refused(result, "sbatch not found: run on a Slurm login node, or use --profile local", tmp_path / "runs")
+
+
+def test_a_local_job_id_works_with_status_and_cancel_and_never_reaches_slurm(
+    local_profile: Path, sample_root: Path, tmp_path: Path
+) -> None:
+    """The id printed for a local job (its controller's PID): status and cancel act on it here, with Slurm's
+    commands out of reach (a PATH without them: any call to Slurm would fail)."""
+    result = submit("--profile", str(local_profile), f"data.root={sample_root / 'pix2pix'}", *LONG)
+    assert result.returncode == 0, result.stderr
+    run_dir = run_dir_of(result.stdout)
+    tasks = started(run_dir)
+    job = str(job_pid(run_dir))
+    (tmp_path / "bin").mkdir()
+    for name in ("scontrol", "scancel", "sacct", "squeue"):  # a call to Slurm would fail loudly
+        (tmp_path / "bin" / name).write_text("#!/bin/sh\necho 'Slurm was asked' >&2\nexit 1\n")
+        (tmp_path / "bin" / name).chmod(0o755)
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "PATH": f"{tmp_path / 'bin'}:{os.environ['PATH']}"}
+
+    def run(module: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", module, job], env=env, capture_output=True, text=True, timeout=60)
+
+    assert f"job {job}: RUNNING" in run("jobs.status").stdout
+    cancelled = run("jobs.cancel")
+    assert cancelled.returncode == 0 and cancelled.stdout == f"cancelled job {job}\n", cancelled.stderr
+    poll("every rank to end", lambda: not any(alive(*p) for p in tasks.values()), timeout=15)
+    assert f"job {job}: CANCELLED" in cli("jobs.status", str(run_dir)).stdout

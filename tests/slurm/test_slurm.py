@@ -234,3 +234,17 @@ def test_a_taken_master_port_does_not_fail_the_job(tmp_path: Path, sample_root: 
     assert (run_dir / "summary.json").exists(), (run_dir / "logs" / f"{job}_0_log.out").read_text()
     log = (run_dir / "logs" / f"{job}_0_log.out").read_text()
     assert f"dist: port {port_from_job_id(job)} is taken on node1: rank 0 listens on " in log, log
+
+
+def test_cancelling_a_finished_job_says_nothing_was_cancelled(mini: Path, tmp_path: Path) -> None:
+    """scancel exits 0 for a job that already ended; jobs.cancel asks Slurm first, and says so, every time."""
+    result = submit(
+        "--profile", str(mini), "--gpus-per-node", "1", "--wait", "--", "python", "-c", "pass", cwd=tmp_path
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    run_dir = run_dir_of(result)
+    job = json.loads((run_dir / "job.json").read_text())["job_id"]
+    for _ in range(2):
+        cancelled = cli("jobs.cancel", str(run_dir))
+        assert cancelled.returncode == 2, cancelled.stdout + cancelled.stderr
+        assert cancelled.stderr == f"error: job {job} already ended (COMPLETED): nothing to cancel\n"
