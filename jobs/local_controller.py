@@ -25,6 +25,7 @@ from submitit.local import local
 
 from trainer.atomic import write_text
 from trainer.distenv import LOCAL_PORT
+from trainer.relay import die_with_parent
 from trainer.rendezvous import any_free_port
 
 GRACE_S = 3.0  # between SIGTERM and SIGKILL when stopping tasks (Slurm's KillWait, shortened)
@@ -91,9 +92,27 @@ class Controller(local.Controller):  # type: ignore[misc]
         return codes
 
     def start_tasks(self) -> None:
-        # A free port for each start, rather than one from the job id that something else may hold.
+        """submitit's, with a free port for each start (not one from the job id, which something may hold),
+        and tasks that die with the controller: a killed controller must not leave ranks training where no
+        command reaches them (srun's tasks end with their step)."""
         os.environ[LOCAL_PORT] = str(any_free_port())
-        super().start_tasks()
+        self.folder.mkdir(exist_ok=True)
+        paths = [submitit.core.utils.JobPaths(self.folder, self.pid, k) for k in range(self.ntasks)]
+        self.stdouts = [p.stdout.open("a") for p in paths]
+        self.stderrs = self.stdouts if self.stderr_to_stdout else [p.stderr.open("a") for p in paths]
+        for k in range(self.ntasks):
+            env = os.environ | {"SUBMITIT_LOCAL_LOCALID": str(k), "SUBMITIT_LOCAL_GLOBALID": str(k)}
+            env["SUBMITIT_LOCAL_JOB_ID"] = self.pid
+            self.tasks.append(
+                subprocess.Popen(
+                    self.command,
+                    env=env,
+                    stdout=self.stdouts[k],
+                    stderr=self.stderrs[k],
+                    encoding="utf-8",
+                    preexec_fn=die_with_parent,
+                )
+            )
 
     def run(self) -> None:
         # One start, then up to max_num_timeout restarts after a signal (submitit's own controller allows 6

@@ -332,7 +332,7 @@ def prepare_script(
 def refuse_if_running(run_dir: Path) -> None:
     if not RunDir(run_dir).job.exists():
         return
-    from jobs.tracking import TERMINAL, find, info
+    from jobs.tracking import TERMINAL, find, info, run_processes
 
     target = find(str(run_dir))
     try:
@@ -343,6 +343,12 @@ def refuse_if_running(run_dir: Path) -> None:
         raise UserError(
             f"{run_dir} is still running as job {target.job_id} ({state}); wait for it to end, or stop it "
             f"with python -m jobs.cancel {run_dir}"
+        )
+    if target.executor != "slurm" and (alive := run_processes(run_dir, target.log_dir)):
+        # Its controller is gone (killed), but a rank of it still runs here: two writers in one run directory.
+        raise UserError(
+            f"{run_dir} still has a process of its last job running here (pid {alive[0]}); let it end or stop it "
+            f"(kill {' '.join(map(str, alive))}), then resume"
         )
 
 

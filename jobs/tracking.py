@@ -120,6 +120,23 @@ def find(target: str) -> Target:
     return Target(target, "slurm", run_dir, log_dir)
 
 
+def run_processes(run_dir: Path, log_dir: Path | None) -> list[int]:
+    """Live processes of a run on this machine: its tasks and controller (their command line names its logs
+    folder) and what they started (RUN_DIR in their environment)."""
+    needles = [f"RUN_DIR={run_dir}\0".encode()] + ([str(log_dir).encode() + b"\0"] if log_dir else [])
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            text = (entry / "cmdline").read_bytes() + b"\0" + (entry / "environ").read_bytes()
+        except OSError:
+            continue  # ended, or another user's
+        if any(n in text for n in needles) and _alive(entry.name):
+            found.append(int(entry.name))
+    return sorted(found)
+
+
 def local_controller_folder(pid: str) -> Path | None:
     """The log folder of the local controller running as `pid` (a local job's id), or None: no such job here."""
     try:

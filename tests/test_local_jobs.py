@@ -297,3 +297,26 @@ def test_cancel_ends_the_processes_a_script_started(tmp_path: Path) -> None:
     assert cli("jobs.cancel", str(run_dir)).returncode == 0
     poll("the scripts' children to end", lambda: not any(alive(*c) for c in children), timeout=15)
     assert f"job {job_pid(run_dir)}: CANCELLED" in cli("jobs.status", str(run_dir)).stdout
+
+
+def test_ranks_die_with_their_controller_and_a_live_rank_blocks_resume(
+    local_profile: Path, sample_root: Path, tmp_path: Path
+) -> None:
+    """The local controller killed alone (SIGKILL): its ranks end too, instead of training on where no command
+    reaches them. And while any process of the run still lives, --resume refuses: one writer per run."""
+    result = submit("--profile", str(local_profile), f"data.root={sample_root / 'pix2pix'}", *LONG)
+    assert result.returncode == 0, result.stderr
+    run_dir = run_dir_of(result.stdout)
+    tasks = started(run_dir)
+    os.kill(job_pid(run_dir), signal.SIGKILL)
+    poll("the ranks to end with their controller", lambda: not any(alive(*p) for p in tasks.values()), timeout=15)
+    straggler = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", str(run_dir / "logs")])
+    try:
+        refused = submit("--profile", str(local_profile), "--resume", str(run_dir))
+        assert refused.returncode == 2, refused.stdout + refused.stderr
+        assert f"still has a process of its last job running here (pid {straggler.pid})" in refused.stderr
+    finally:
+        straggler.kill()
+        straggler.wait()
+    resumed = submit("--profile", str(local_profile), "--resume", str(run_dir), "--wait", "steps=20")
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr

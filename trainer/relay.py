@@ -10,6 +10,7 @@ which none does. Under the local profile the controller signals the task process
 children, so the same handlers run without a file.
 """
 
+import ctypes
 import os
 import signal
 import threading
@@ -20,6 +21,7 @@ from pathlib import Path
 # .signal (the batch shell got the requeue signal), .failed (srun failed and the script requeued the job).
 ATTEMPT = "SLURM_DDP_ATTEMPT"
 POLL_S = 0.2
+PR_SET_PDEATHSIG = 1
 
 
 def signal_file(attempt: str | None) -> str | None:
@@ -106,3 +108,12 @@ def _alive(pid: int) -> bool:
     except (OSError, IndexError):
         return False
     return state not in ("Z", "X")
+
+
+def die_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec
+    """A child's preexec_fn: the kernel SIGKILLs it when its parent dies (Linux); a parent killed by SIGKILL
+    (a failed peer, a cancel, a killed controller) cannot pass anything on itself."""
+    try:
+        ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    except (OSError, AttributeError):
+        pass

@@ -13,7 +13,6 @@ on its exit code.
   wrote, and the job ends. SIGTERM to the task (a cancel, a requeue) stops the command and records nothing.
 """
 
-import ctypes
 import os
 import re
 import runpy
@@ -36,16 +35,7 @@ from trainer.requeue import REQUEUE_EXIT
 from trainer.rundir import RunDir
 
 RANK_PREFIX = re.compile(r"^\[rank\d+\]: ?")
-PR_SET_PDEATHSIG = 1
 PEER_WAIT_S = 30.0  # rank 0, after its command asked for a requeue: how long the others get to save and exit
-
-
-def _die_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec
-    # A task killed by SIGKILL (a failed peer, a cancel) cannot pass it on: the kernel does, on Linux.
-    try:
-        ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-    except (OSError, AttributeError):
-        pass
 
 
 def variables(env: DistEnv, run_dir: str, settings: JobSettings) -> dict[str, str]:
@@ -182,7 +172,7 @@ def _run(command: list[str], cwd: str, env: DistEnv, run_dir: str, settings: Job
     log = StderrTail()
     try:
         child = subprocess.Popen(
-            command, cwd=cwd, env=os.environ | variables(env, run_dir, settings), preexec_fn=_die_with_parent
+            command, cwd=cwd, env=os.environ | variables(env, run_dir, settings), preexec_fn=relay.die_with_parent
         )
     except OSError as exc:  # not found, not executable: the rank says so, as a shell would
         return Ended(127 if isinstance(exc, FileNotFoundError) else 126, cannot_start=exc.strerror or str(exc))
