@@ -167,6 +167,8 @@ def prepare(argv: list[str] | None) -> Request:
         check_local_processes(profile.gpus_per_node)
     if not args.dry_run:
         prepare_run_root(run_root)
+        if args.resume and Path(args.resume).is_dir():
+            claim_resume(Path(args.resume))
     if command or (args.resume and RunDir(Path(args.resume)).command.is_file()):
         request = prepare_script(args, command, profile, run_root, points)
         return dataclasses.replace(request, profile=profile, argv=given)
@@ -329,6 +331,31 @@ def prepare_script(
     return Request(plan, folder, wait, args.dry_run, bool(args.resume), snapshot=snapshot)
 
 
+_claims: list[Any] = []  # the open lock files of this process's --resume (see claim_resume)
+
+
+def claim_resume(run_dir: Path) -> None:
+    """A --resume claims the run for the time from its checks to job.json naming its job, as a new run claims
+    its folder: of two at the same moment, the second is refused and changes nothing (flock: the claim ends
+    with the process, however it ends)."""
+    import fcntl
+
+    handle = open(RunDir(run_dir).resume_lock, "a")  # noqa: SIM115 - held open until the job is recorded
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        handle.close()
+        raise UserError(
+            f"another --resume of {run_dir} is being submitted right now; check python -m jobs.status {run_dir}"
+        ) from None
+    _claims.append(handle)
+
+
+def release_claims() -> None:
+    while _claims:
+        _claims.pop().close()
+
+
 def refuse_if_running(run_dir: Path) -> None:
     if not RunDir(run_dir).job.exists():
         return
@@ -472,7 +499,10 @@ def main(argv: list[str] | None = None) -> int:
         if request.plan.script is not None:
             print(f"# every task runs: {shlex.join(request.plan.script.commands[0])}")
         return 0
-    jobs = create_and_submit(request)
+    try:
+        jobs = create_and_submit(request)
+    finally:
+        release_claims()  # job.json names the job now: a later --resume sees it running
     plan = request.plan
     kind = "array job" if len(jobs) > 1 else "job"
     job_id = jobs[0].job_id.split("_")[0] if len(jobs) > 1 else jobs[0].job_id

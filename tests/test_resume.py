@@ -172,3 +172,22 @@ def test_a_resume_that_changes_the_task_says_so(run_copy: Path) -> None:
         "error: --resume cannot change task (pix2pix -> classify): the checkpoints hold the old model; drop task=..., "
         "or start a new run without --resume\n"
     )
+
+
+def test_two_resumes_at_the_same_moment_one_is_refused(run_copy: Path) -> None:
+    """Each --resume holds the run from its checks until job.json names its job: of two started together one
+    is queued, the other refused, and job.json's history grows by one."""
+    history = len(json.loads((run_copy / "job.json").read_text()).get("history", []))
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    cmd = [sys.executable, "-m", "jobs.submit", "--resume", str(run_copy), "steps=400"]
+    both = [
+        subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for _ in "ab"
+    ]
+    outputs = [p.communicate(timeout=120) for p in both]
+    codes = sorted(p.returncode for p in both)
+    assert codes == [0, 2], outputs
+    [refusal] = [err for (_, err), p in zip(outputs, both, strict=True) if p.returncode == 2]
+    assert "another --resume of" in refusal or "is still running as job" in refusal, refusal
+    assert len(json.loads((run_copy / "job.json").read_text())["history"]) == history + 1
+    subprocess.run([sys.executable, "-m", "jobs.cancel", str(run_copy)], cwd=ROOT, env=env, capture_output=True)

@@ -52,6 +52,11 @@ class RunDir:
         return self.path / "errors"
 
     @property
+    def resume_lock(self) -> Path:
+        """Held (flock) by a --resume from its checks until job.json names its job (jobs.submit)."""
+        return self.path / "resume.lock"
+
+    @property
     def rendezvous(self) -> Path:
         """The master port rank 0 chose for each Slurm attempt (trainer.rendezvous): port_<job>_<restart>."""
         return self.path / "rendezvous"
