@@ -32,7 +32,7 @@ def report(target: Target) -> str:
             step, ckpt = progress(target.run_dir)
             lines += [f"last step: {step if step is not None else '-'}", f"last checkpoint: {ckpt or '-'}"]
         lines.append(f"code: {code_line(target.run_dir)}")
-    if job.state == "CANCELLED":  # the ranks it stopped are not failures
+    if job.state in ("CANCELLED", "COMPLETED"):  # the ranks a cancel stopped, an earlier attempt's failure
         return "\n".join(lines)
     if error := failure_line(target):
         lines.append(f"error: {error}")

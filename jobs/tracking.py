@@ -297,15 +297,20 @@ def is_script(summary: dict[str, Any]) -> bool:
     return isinstance(summary.get("command"), list) and "final_step" not in summary
 
 
+ATTEMPT_START = "Starting with JobEnvironment("  # what submitit's task prints first, at every start
+
+
 def failed_tasks(target: Target) -> list[str]:
     """srun's own lines naming the task and node that failed, e.g. 'node2: task 3: Killed'."""
     log0 = target.log0
     if log0 is None or not log0.exists():
         return []
+    text = log0.read_text(errors="replace")
+    text = text[max(0, text.rfind(ATTEMPT_START)) :]  # this attempt's: the log holds every requeue's
     lines = [
         line.split("srun: error:", 1)[1].strip()
-        for line in log0.read_text(errors="replace").splitlines()
-        if "srun: error:" in line and ": task" in line  # "task 3" and "tasks 0-1"
+        for line in text.splitlines()
+        if "srun: error:" in line and (": task" in line or "Node failure" in line)  # "task 3", "tasks 0-1"
     ]
     return list(dict.fromkeys(lines))
 

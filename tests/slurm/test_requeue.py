@@ -200,6 +200,10 @@ def test_requeue_on_failure_resumes_from_the_last_checkpoint(
     data = summary(run_dir)
     assert (data["failures"], data["restarts"]) == (1, 1)
     assert data["weights_sha256"] == reference_hash
+    # The last attempt's outcome: not the first attempt's killed rank (srun's lines stay in rank 0's log).
+    poll("COMPLETED", lambda: ": COMPLETED" in cli("jobs.status", str(run_dir)).stdout, timeout=60)
+    status = cli("jobs.status", str(run_dir)).stdout
+    assert "error" not in status and "failed task" not in status, status
 
 
 def test_truncated_newest_checkpoint_falls_back_to_the_one_before(
