@@ -29,6 +29,14 @@ CASES = [
     (" n1\tn2 ", ["n1", "n2"]),
     ("a,,b", ["a", "b"]),
     ("n1,n1", ["n1", "n1"]),  # duplicates are kept
+    # Whitespace inside brackets, as scontrol reads it: it counts in the lower bound's width.
+    ("n[ 1-2]", ["n01", "n02"]),
+    ("1.2.3.[089, 100-102]", ["1.2.3.089", "1.2.3.0100", "1.2.3.0101", "1.2.3.0102"]),
+    ("n[1 -2]", ["n01", "n02"]),
+    ("n[1- 2]", ["n1", "n2"]),
+    ("a[1, 3],b2", ["a1", "a03", "b2"]),
+    ("n[1\t-2]", ["n01", "n02"]),
+    ("n [1-2]", ["n", "1", "2"]),
 ]
 
 
@@ -59,6 +67,9 @@ REFUSED = [
     ("n[0-99999999999]", "more than 65536 hosts"),  # refused before anything is built
     ("n[1-2]x", "text 'x' after the last bracket"),
     ("a[1-2],b[1-2]c", "text 'c' after the last bracket"),
+    ("n[1-2 ]", "bad range '1-2 '"),  # no whitespace may end a range
+    ("n[1 ]", "bad range '1 '"),
+    ("n[1-2,  5 ]", "bad range '  5 '"),
 ]
 
 

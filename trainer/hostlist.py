@@ -9,9 +9,23 @@ from trainer.errors import UserError
 MAX_RANGE = 65536  # Slurm refuses a bracket range of more hosts ("Too many hosts in range")
 MAX_HOSTS = 1 << 20  # the product of several ranges, bounded before anything is built
 
-# Items are separated by commas outside brackets, or by whitespace, as Slurm's parser does.
-_SEPARATORS = re.compile(r"\s+|,(?![^\[]*\])")
-_RANGE = re.compile(r"([0-9]+)(?:-([0-9]+))?", re.ASCII)
+# Inside brackets, as Slurm reads a range (strtoul): whitespace may lead either bound and follow the lower one
+# before its `-`, and counts in the lower bound's width (`n[ 1-2]` -> n01 n02); none may end the range.
+_LOW = re.compile(r"[ \t\n\r\f\v]*[0-9]+[ \t\n\r\f\v]*", re.ASCII)
+_NUMBER = re.compile(r"[ \t\n\r\f\v]*[0-9]+", re.ASCII)
+
+
+def _items(hostlist: str) -> list[str]:
+    """The hostlist's items: separated by commas or whitespace outside brackets, as Slurm's parser does."""
+    items, current, depth = [], [], 0
+    for ch in hostlist:
+        depth += (ch == "[") - (ch == "]")
+        if depth <= 0 and (ch == "," or ch in " \t\n\r\f\v"):
+            items.append("".join(current))
+            current = []
+        else:
+            current.append(ch)
+    return [item for item in [*items, "".join(current)] if item]
 
 
 def _refuse(hostlist: str, why: str) -> UserError:
@@ -21,11 +35,10 @@ def _refuse(hostlist: str, why: str) -> UserError:
 def _expand_range(body: str, whole: str) -> list[str]:
     out: list[str] = []
     for item in body.split(","):
-        match = _RANGE.fullmatch(item)
-        if not match:
-            raise _refuse(whole, f"bad range {item!r} (ASCII digits, lo-hi)")
-        lo_text, hi_text = match.groups()
-        lo, hi = int(lo_text), int(hi_text or lo_text)
+        lo_text, dash, hi_text = item.partition("-")
+        if not (_LOW if dash else _NUMBER).fullmatch(lo_text) or (dash and not _NUMBER.fullmatch(hi_text)):
+            raise _refuse(whole, f"bad range {item!r} (ASCII digits, lo-hi, no space at its end)")
+        lo, hi = int(lo_text), int(hi_text if dash else lo_text)
         if hi < lo:
             raise _refuse(whole, f"range {item!r} runs backwards")
         if hi - lo + 1 > MAX_RANGE:
@@ -61,9 +74,8 @@ def _expand_one(pattern: str, whole: str) -> list[str]:
 def expand_hostlist(hostlist: str) -> list[str]:
     """Expand a Slurm hostlist such as `node[01-03,07],gpu5` into host names, in scontrol's order."""
     hosts: list[str] = []
-    for pattern in _SEPARATORS.split(hostlist.strip()):
-        if pattern:
-            hosts.extend(_expand_one(pattern, hostlist))
-            if len(hosts) > MAX_HOSTS:
-                raise _refuse(hostlist, f"it names more than {MAX_HOSTS} hosts")
+    for pattern in _items(hostlist):
+        hosts.extend(_expand_one(pattern, hostlist))
+        if len(hosts) > MAX_HOSTS:
+            raise _refuse(hostlist, f"it names more than {MAX_HOSTS} hosts")
     return hosts
