@@ -250,3 +250,34 @@ def test_of_two_racing_submits_the_loser_removes_nothing(
     with pytest.raises(UserError, match="already exists"):
         submit_module.create_and_submit(request)
     assert (winner / "config.yaml").read_text() == "the winner's\n"
+
+
+def test_a_truncated_jpeg_is_refused_at_submit(sample_root: Path, local_profile: Path, tmp_path: Path) -> None:
+    """Pillow's verify() reads a JPEG's headers only: a cut-off file passed and failed at the first batch."""
+    root = shutil.copytree(sample_root / "classify", tmp_path / "classes")
+    bad = sorted((root / "circle").iterdir())[0]
+    bad.write_bytes(bad.read_bytes()[: bad.stat().st_size // 2])
+    result = submit("--profile", str(local_profile), "task=classify", f"data.root={root}", "data.verify_sample=0")
+    assert_refused(result, f"image {bad} is corrupt", tmp_path / "runs")
+
+
+@pytest.mark.parametrize(
+    ("make", "message"),
+    [
+        (lambda r: (r / "circle").rename(r / "cir\tcle"), "has a tab or line break in its name"),
+        (lambda r: (r / "circle" / "0000.jpg").rename(os.fsdecode(bytes(r / "circle") + b"/\xff.jpg")), "is not UTF-8"),
+    ],
+)
+def test_class_folder_names_the_file_list_cannot_hold(
+    make, message: str, sample_root: Path, local_profile: Path, tmp_path: Path
+) -> None:  # type: ignore[no-untyped-def]
+    root = shutil.copytree(sample_root / "classify", tmp_path / "classes")
+    make(root)
+    assert_refused(
+        submit("--profile", str(local_profile), "task=classify", f"data.root={root}"), message, tmp_path / "runs"
+    )
+
+
+def test_a_path_component_over_255_bytes_is_one_line(local_profile: Path, tmp_path: Path) -> None:
+    result = submit("--profile", str(local_profile), f"data.root={tmp_path / ('x' * 300)}")
+    assert_refused(result, "File name too long", tmp_path / "runs")

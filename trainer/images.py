@@ -27,7 +27,11 @@ def check_image(path: Path, where: str) -> None:
         raise UserError(f"{where}: image {path} is missing or not a file; fix the path or add the file")
     try:
         with Image.open(path) as image:
-            image.verify()
+            jpeg = image.format == "JPEG"
+            image.verify()  # PNG: every chunk's CRC; JPEG: only its headers
+        if jpeg:  # a truncated JPEG passes verify() and fails at the first batch: decode it
+            with Image.open(path) as image:
+                image.load()
     except PermissionError:
         raise UserError(f"{where}: image {path} is not readable; fix its permissions") from None
     except Image.DecompressionBombError:

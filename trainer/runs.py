@@ -41,7 +41,13 @@ def resolve_data(config: TrainConfig, sample_root: Path, world_size: int) -> Tra
             raise UserError(f"task {config.task} has no built-in sample data; set data.root=PATH")
     if root is not None:
         config = dataclasses.replace(config, data=dataclasses.replace(config.data, root=str(root)))
-    task.check(config, world_size)
+    try:
+        task.check(config, world_size)
+    except OSError as exc:  # a name over 255 bytes, a path the system refuses: not a traceback
+        raise UserError(
+            f"data.root {config.data.root} or data.csv {config.data.csv}: {exc.strerror or exc} ({exc.filename}); "
+            "fix the path"
+        ) from None
     if config.data.val_root:  # checked as data in its own right; any size will do for evaluation
         val_root = str(Path(config.data.val_root).expanduser().resolve())
         config = dataclasses.replace(config, data=dataclasses.replace(config.data, val_root=val_root))

@@ -48,9 +48,21 @@ def class_folders(root: Path) -> dict[str, list[str]]:
     out = {}
     for entry in sorted(os.scandir(root), key=lambda e: e.name):
         if entry.is_dir():
+            if any(ch in entry.name for ch in "\t\n\r"):
+                raise UserError(
+                    f"class folder {entry.path!r} has a tab or line break in its name, which the run's file list "
+                    "(class<TAB>path lines) cannot hold; rename it"
+                )
             files: list[str] = []
             for folder, _, names in sorted(os.walk(entry.path, followlinks=True)):
                 files += [os.path.join(folder, n) for n in sorted(names) if n.lower().endswith(IMAGE_SUFFIXES)]
+            for path in files:
+                try:
+                    path.encode()
+                except UnicodeEncodeError:  # bytes that are not UTF-8 (os.walk keeps them as surrogates)
+                    raise UserError(f"file name {path!r} is not UTF-8; rename it (e.g. with convmv)") from None
+                if any(ch in path for ch in "\n\r"):
+                    raise UserError(f"file name {path!r} has a line break; rename it")
             out[entry.name] = files
     return out
 
