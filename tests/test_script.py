@@ -210,6 +210,11 @@ def test_the_local_controller_restarts_as_often_as_max_num_timeout_allows(tmp_pa
         assert result.returncode == 1, result.stdout + result.stderr
         assert (run_dir / "starts").read_text() == "x" * 3
         assert "more than max_num_timeout=2" in result.stderr, result.stderr
+        # What happened, not a time limit nor a checkpoint: the script asked, with no signal.
+        assert "requeue asked for by the command (exit 144, no signal) 3 time(s)" in result.stderr, result.stderr
+        assert "time limit" not in result.stderr and "checkpoint" not in result.stderr, result.stderr
+        attempts = json.loads((run_dir / "attempts.json").read_text())
+        assert [a["stop"]["reason"] for a in attempts] == ["requested"] * 3
 
 
 def test_sweep_placeholders(tmp_path: Path) -> None:

@@ -130,6 +130,7 @@ class Attempts:
             "preemptions": self.count("preempted"),
             "failures": self.count("failure"),
             "requeues": self.count("requeued"),
+            "requested": self.count("requested"),
             "time_lost_s": round(sum(c["time_lost_s"] for c in costs), 3),
             "steps_recomputed": sum(int(c["steps_recomputed"] or 0) for c in costs),
         }
@@ -170,22 +171,29 @@ def record_stop(
     signalled_at: float | None,
 ) -> bool:
     """Rank 0: record why the run stopped at `step` (None: a script, whose steps are its own) and requeue the
-    job, unless past max_num_timeout. Returns whether the run goes on (requeued)."""
+    job, unless past max_num_timeout. Returns whether the run goes on (requeued).
+
+    Without a signal the command asked for it (a script's exit 144): "requested", counted against the same
+    budget as time limits, so a script that always asks cannot loop for ever."""
     # The Slurm job, however the ranks were started in it (srun tasks, or torchrun inside a task).
     slurm_job = env.slurm_job_id if env.source in ("slurm", "torchrun") else None
-    if slurm_job:
+    if signalled_at is None and step is None:
+        reason = "requested"
+    elif slurm_job:
         reason = stop_reason(slurm_time_left(slurm_job), settings.signal_delay_s)
     else:
         # No Slurm job to ask. The local controller signals only before its time limit; a signal to
         # torchrun outside Slurm is counted the same way (it, too, ends with a requeue or a stop).
         reason = "timeout"
     attempts.stop(reason, step, signalled_at)
-    timeouts = attempts.count("timeout")
-    if reason == "timeout" and timeouts > settings.max_num_timeout:
+    count = attempts.count(reason)
+    if reason in BUDGETED and count > settings.max_num_timeout:
+        what = BUDGETED[reason]
         where = f" at step {step} with a checkpoint" if step is not None else ""
+        fix = " and a longer --time" if reason == "timeout" else ""
         message = (
-            f"time limit reached {timeouts} time(s), more than max_num_timeout={settings.max_num_timeout}: "
-            f"stopped{where}; resubmit with --resume {run_dir} and a longer --time"
+            f"{what} {count} time(s), more than max_num_timeout={settings.max_num_timeout}: "
+            f"stopped{where}; resubmit with --resume {run_dir}{fix}"
         )
         failures.record(run_dir, failures.Failure(time.time(), env.rank, env.node_name, "", message, False))
         print(f"error: {message}", file=sys.stderr, flush=True)
@@ -195,6 +203,10 @@ def record_stop(
         # Under PreemptMode=REQUEUE Slurm requeues by itself; asking again is then harmless.
         subprocess.run(["scontrol", "requeue", slurm_job], capture_output=True, timeout=60)
     return True
+
+
+# Stops counted against max_num_timeout, and how the message names them.
+BUDGETED = {"timeout": "time limit reached", "requested": "requeue asked for by the command (exit 144, no signal)"}
 
 
 def leave(env: DistEnv, requeued: bool) -> SystemExit:
