@@ -33,7 +33,9 @@ def make_executor(plan: Plan) -> submitit.Executor:
     if plan.executor == "debug":
         executor: submitit.Executor = submitit.DebugExecutor(plan.log_dir)
     elif plan.executor == "local":
-        executor = LocalExecutor(plan.log_dir, plan.settings.signal, plan.code_dir, plan.max_num_timeout)
+        executor = LocalExecutor(
+            plan.log_dir, plan.settings.signal, plan.code_dir, plan.max_num_timeout, plan.array_parallelism
+        )
     else:
         # submitit raises RuntimeError('Could not detect "srun"') on a machine without Slurm.
         for command in ("sbatch", "srun"):

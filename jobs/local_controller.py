@@ -34,6 +34,17 @@ GRACE_S = 3.0  # between SIGTERM and SIGKILL when stopping tasks (Slurm's KillWa
 PEER_NOTICE_S = 2.0
 
 
+PARALLEL = "SLURM_DDP_LOCAL_PARALLEL"  # how many jobs of one log folder (a sweep's points) run at once
+
+
+def parallel_jobs(tasks: int, uses_gpus: bool, array_parallelism: int) -> int:
+    """Jobs of `tasks` processes this machine runs at once: its CPUs shared out, at least one (one, on GPUs:
+    every point is given the same devices), and no more than the profile's array_parallelism (0: no cap)."""
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    fits = 1 if uses_gpus else max(1, cpus // max(1, tasks))
+    return min(fits, array_parallelism) if array_parallelism > 0 else fits
+
+
 def exit_codes_path(log_dir: Path, job_id: str) -> Path:
     return log_dir / f"{job_id}_exit_codes.json"
 
@@ -114,7 +125,31 @@ class Controller(local.Controller):  # type: ignore[misc]
                 )
             )
 
+    def take_slot(self) -> Any:
+        """Wait for one of the machine's slots for jobs of this log folder (a sweep's points share it): at most
+        SLURM_DDP_LOCAL_PARALLEL of them run at once, the rest wait here, as Slurm queues array tasks. A slot
+        is a locked file: it is free again when its holder ends, however it ends."""
+        import fcntl
+
+        slots = int(os.environ.get(PARALLEL, "0"))
+        if slots <= 0:
+            return None
+        while not self.cancelled:
+            for k in range(slots):
+                handle = open(self.folder / f"slot_{k}.lock", "a")  # noqa: SIM115 - held until the job ends
+                try:
+                    fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    return handle
+                except BlockingIOError:
+                    handle.close()
+            time.sleep(0.2)
+        return None
+
     def run(self) -> None:
+        slot = self.take_slot()  # noqa: F841 - held while the tasks run
+        if self.cancelled:  # cancelled while it waited: nothing ran
+            write_text(exit_codes_path(self.folder, self.pid), json.dumps({"codes": [], "cancelled": True}) + "\n")
+            return
         # One start, then up to max_num_timeout restarts after a signal (submitit's own controller allows 6
         # in all, whatever the profile says).
         max_num_timeout = int(os.environ.get("SUBMITIT_LOCAL_MAX_NUM_TIMEOUT", "3"))
@@ -130,11 +165,17 @@ class Controller(local.Controller):  # type: ignore[misc]
 
 class LocalExecutor(submitit.LocalExecutor):  # type: ignore[misc]
     def __init__(
-        self, folder: Path, requeue_signal: str = "USR2", cwd: Path | None = None, max_num_timeout: int = 3
+        self,
+        folder: Path,
+        requeue_signal: str = "USR2",
+        cwd: Path | None = None,
+        max_num_timeout: int = 3,
+        array_parallelism: int = 0,
     ) -> None:
         super().__init__(folder)
         self.requeue_signal = requeue_signal
         self.max_num_timeout = max_num_timeout
+        self.array_parallelism = array_parallelism  # 0: as many as the machine's CPUs (GPUs) allow
         self.cwd = cwd  # the code snapshot: the controller and its tasks (and their restarts) run in it
 
     def _submit_command(self, command: str) -> local.LocalJob[Any]:
@@ -157,6 +198,7 @@ class LocalExecutor(submitit.LocalExecutor):  # type: ignore[misc]
             SUBMITIT_EXECUTOR="local",
             SUBMITIT_PREEMPT_SIGNAL=self.requeue_signal,  # the controller sends it, the tasks wait for it
             SUBMITIT_LOCAL_MAX_NUM_TIMEOUT=str(self.max_num_timeout),
+            SLURM_DDP_LOCAL_PARALLEL=str(parallel_jobs(ntasks, bool(gpus), self.array_parallelism)),
             CUDA_VISIBLE_DEVICES=",".join(str(k) for k in gpus),
             SUBMITIT_LOCAL_WITH_SHELL="",
         )

@@ -35,6 +35,7 @@ class Plan:
     settings: JobSettings = field(default_factory=JobSettings)  # for every task
     script: Script | None = None  # set: every task runs this command, not the trainer
     code_dir: Path | None = None  # the code snapshot every task runs in (jobs.snapshot); None: none
+    array_parallelism: int = 0  # local sweeps: points at once (0: as many as the machine allows)
 
     @property
     def run_dirs(self) -> list[Path]:
@@ -262,6 +263,7 @@ def make_plan(
         max_num_timeout=profile.max_num_timeout,
         settings=settings,
         code_dir=code_dir,
+        array_parallelism=profile.array_parallelism,
     )
 
 

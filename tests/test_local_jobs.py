@@ -320,3 +320,19 @@ def test_ranks_die_with_their_controller_and_a_live_rank_blocks_resume(
         straggler.wait()
     resumed = submit("--profile", str(local_profile), "--resume", str(run_dir), "--wait", "steps=20")
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+
+
+def test_a_local_sweep_runs_as_many_points_at_once_as_the_machine_allows(tmp_path: Path) -> None:
+    """3 points x 2 processes on this machine's CPUs: the points wait for a free share, as Slurm queues array
+    tasks, instead of starting 6 processes at once; --array-parallelism 1 runs them one by one."""
+    (tmp_path / "point.py").write_text(
+        "import os, sys, time\nstarted = time.time()\ntime.sleep(1.5)\n"
+        "open(os.path.join(os.environ['RUN_DIR'], f\"span{os.environ['RANK']}\"), 'w').write(f'{started} {time.time()}')\n"
+    )
+    profile = write_profile(tmp_path, f"executor: local\ngpus_per_node: 2\nrun_root: {tmp_path / 'runs'}\n")
+    args = ["--profile", str(profile), "--wait", "--sweep", "x=1,2,3", "--array-parallelism", "1"]
+    result = submit(*args, "--", sys.executable, "point.py", "{x}", cwd=tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    spans = sorted(tuple(map(float, f.read_text().split())) for f in (tmp_path / "runs").glob("*/*/span0"))
+    assert len(spans) == 3
+    assert all(later[0] >= earlier[1] for earlier, later in zip(spans, spans[1:])), spans  # one at a time
