@@ -335,4 +335,4 @@ def test_a_local_sweep_runs_as_many_points_at_once_as_the_machine_allows(tmp_pat
     assert result.returncode == 0, result.stdout + result.stderr
     spans = sorted(tuple(map(float, f.read_text().split())) for f in (tmp_path / "runs").glob("*/*/span0"))
     assert len(spans) == 3
-    assert all(later[0] >= earlier[1] for earlier, later in zip(spans, spans[1:])), spans  # one at a time
+    assert all(later[0] >= earlier[1] for earlier, later in zip(spans, spans[1:], strict=False)), spans  # one at a time

@@ -187,3 +187,29 @@ def test_a_dropout_task_with_random_augmentations_resumes_exactly_whatever_the_s
     assert len(json.loads((run_dir / "attempts.json").read_text())) == 3
     assert weights(tmp_path / "runs" / "varied") == weights(tmp_path / "runs" / "reference")
     assert weights(run_dir) == weights(tmp_path / "runs" / "reference")
+
+
+NAN = IN_CODE.replace("return nn.functional.mse_loss(model(x), y), {}", "return (model(x) * float('nan')).mean(), {}")
+
+
+@pytest.mark.parametrize("mode", ["warn", "stop"])
+def test_a_loss_that_is_not_finite_for_a_log_interval_is_said(tmp_path: Path, mode: str) -> None:
+    (tmp_path / "regress.py").write_text(NAN)
+    args = [
+        "--wait",
+        "task=regress.py:Regress",
+        "steps=4",
+        "log.every=2",
+        "--gpus-per-node",
+        "1",
+        f"log.nonfinite={mode}",
+    ]
+    result = submit_from(tmp_path, *args)
+    said = "the training loss was nan over steps 1-2"
+    if mode == "warn":
+        assert result.returncode == 0 and f"warning: {said} (log.nonfinite=stop ends the run on it)" in result.stdout
+    else:
+        assert result.returncode == 1, result.stdout + result.stderr
+        assert result.stderr.strip().endswith(
+            f"{said}; lower optim.lr or set optim.grad_clip (log.nonfinite=warn trains on)"
+        )

@@ -113,10 +113,12 @@ class LogConfig:
 
     every: int = 10  # steps between scalar logs and progress lines
     image_every: int = 50  # steps between TensorBoard image grids; 0: never
+    nonfinite: str = "warn"  # a loss that is NaN or infinite over a whole log interval: warn, or stop the run
 
     def __post_init__(self) -> None:
         _check(self.every >= 1, "log.every", "must be >= 1")
         _check(self.image_every >= 0, "log.image_every", "must be >= 0 (0 turns image grids off)")
+        _check(self.nonfinite in ("warn", "stop"), "log.nonfinite", f"must be warn or stop, got {self.nonfinite!r}")
 
 
 @dataclass(frozen=True, eq=False)

@@ -187,6 +187,13 @@ def train(
                         "perf/data_wait_s": data_time / interval_steps,
                     }
                     logger.scalars(values, step)
+                    if not math.isfinite(loss_mean := values["train/loss"]):  # the same on every rank
+                        what = f"the training loss was {loss_mean} over steps {step - interval_steps + 1}-{step}"
+                        if config.log.nonfinite == "stop":
+                            raise UserError(
+                                f"{what}; lower optim.lr or set optim.grad_clip (log.nonfinite=warn trains on)"
+                            )
+                        warn(f"{what} (log.nonfinite=stop ends the run on it)")
                     if env.is_main:  # for jobs.status
                         write_text(
                             files.progress, json.dumps({"step": step, "time": time.time(), "val": state.last_val})
