@@ -143,7 +143,7 @@ def ended_well(job: submitit.Job[Any], target: Any, executor: str) -> bool | Non
 
 def outcome(job: submitit.Job[Any], run_dir: Path, executor: str) -> str | None:
     """None when the job succeeded, else one line saying why it did not."""
-    from jobs.tracking import Target, failed_tasks, failure_line, first_failure
+    from jobs.tracking import Target, failed_tasks, failure_line, first_failure, full_disk_line
 
     target = Target(job.job_id, executor, run_dir, rank0_log(job).parent)
     well = ended_well(job, target, executor)
@@ -162,6 +162,8 @@ def outcome(job: submitit.Job[Any], run_dir: Path, executor: str) -> str | None:
             return line
         if failed := failed_tasks(target):
             return f"job {job.job_id} failed: {failed[0]}"
+        if line := full_disk_line(run_dir):  # no rank could record anything: its disk is full
+            return line
         return f"job {job.job_id} failed ({problem}); see {rank0_log(job)}"
     if not RunDir(run_dir).summary.exists():
         return f"job {job.job_id} ended without a summary; see {rank0_log(job)}"

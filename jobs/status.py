@@ -6,7 +6,7 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-from jobs.tracking import Target, failed_tasks, failure_line, find_all, info, infos, progress
+from jobs.tracking import Target, failed_tasks, failure_line, find_all, full_disk_line, info, infos, progress
 from trainer.errors import one_line_errors
 from trainer.provenance import read_submit
 from trainer.rundir import RunDir
@@ -34,7 +34,7 @@ def report(target: Target) -> str:
         lines.append(f"code: {code_line(target.run_dir)}")
     if job.state in ("CANCELLED", "COMPLETED"):  # the ranks a cancel stopped, an earlier attempt's failure
         return "\n".join(lines)
-    if error := failure_line(target):
+    if error := failure_line(target) or (job.state == "FAILED" and target.run_dir and full_disk_line(target.run_dir)):
         lines.append(f"error: {error}")
     if job.state not in ("RUNNING", "COMPLETED", "PENDING"):
         lines += [f"failed task: {line}" for line in failed_tasks(target)]

@@ -3,6 +3,7 @@
 import os
 import re
 import shlex
+import shutil
 import signal
 import socket
 import subprocess
@@ -358,6 +359,25 @@ def failure_line(target: Target) -> str | None:
     # No rank named: a run from before errors/ existed.
     error = RunDir(target.run_dir).error if target.run_dir else None
     return (error.read_text().strip() or None) if error and error.exists() else None
+
+
+FULL_BELOW = 1 << 20  # a run directory's disk with less free space than this cannot take a rank's error record
+
+
+def full_disk_line(run_dir: Path) -> str | None:
+    """For a failed job that left no record at all: the full disk it could not write to, if that is why."""
+    from trainer.atomic import free_space
+
+    try:
+        full = run_dir.is_dir() and shutil.disk_usage(run_dir).free < FULL_BELOW
+    except OSError:
+        return None
+    if not full:
+        return None
+    return (
+        f"no space left in {run_dir} ({free_space(run_dir)}): no rank could record its error there; free space "
+        f"on that disk, then python -m jobs.submit --resume {run_dir}"
+    )
 
 
 def sweep_points(folder: Path) -> list[Path]:

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.conftest import ROOT
+from tests.conftest import ROOT, poll
 from tests.test_checkpoint import state as checkpoint_state
 from trainer import checkpoint
 from trainer.preemption import Attempts, parse_time_left, stop_reason
@@ -121,3 +121,37 @@ def test_full_disk_is_a_clear_error_and_keeps_the_previous_checkpoint(tmp_path: 
         assert not list((small / "run" / "checkpoints").glob(".*tmp"))  # no torn temporary left behind
     finally:
         subprocess.run(["umount", str(small)], check=True)
+
+
+def test_a_disk_too_full_for_any_record_is_still_one_line(tmp_path: Path, sample_root: Path) -> None:
+    """The run's disk fills up (another writer) while it trains: no rank can write its error, the controller
+    not even its exit codes; --wait and jobs.status still say why, naming the folder and its free space."""
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=48m", "tmpfs", str(disk)], check=True)
+    try:
+        profile = tmp_path / "p.yaml"
+        profile.write_text(f"executor: local\ngpus_per_node: 2\nrun_root: {disk / 'runs'}\n")
+        args = [f"data.root={sample_root / 'pix2pix'}", "steps=100000", "log.every=1", "checkpoint.every=100000"]
+        cmd = [sys.executable, "-m", "jobs.submit", "--profile", str(profile), "--wait", *args, "log.image_every=0"]
+        env = {**os.environ, "PYTHONPATH": str(ROOT)}
+        waiting = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        poll("training", lambda: list(disk.glob("runs/*/progress.json")), timeout=120)
+        with open(disk / "filler", "wb") as filler:  # everything that is left
+            try:
+                while True:
+                    filler.write(b"\0" * (1 << 20))
+                    filler.flush()
+            except OSError:
+                pass
+        _, stderr = waiting.communicate(timeout=120)
+        [run_dir] = [p.parent for p in disk.glob("runs/*/config.yaml")]
+        assert waiting.returncode == 1, stderr
+        line = f"error: no space left in {run_dir} (0.0 MiB free on its disk): no rank could record its error there"
+        assert stderr.startswith(line) and stderr.count("\n") == 1, stderr
+        status = subprocess.run(
+            [sys.executable, "-m", "jobs.status", str(run_dir)], env=env, capture_output=True, text=True
+        )
+        assert line in status.stdout, status.stdout
+    finally:
+        subprocess.run(["umount", str(disk)], check=True)

@@ -3,6 +3,7 @@
 import errno
 import json
 import os
+import shutil
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -44,7 +45,8 @@ def write_bytes(path: Path, data: bytes) -> None:
         Path(tmp).unlink(missing_ok=True)
         if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
             raise UserError(
-                f"no space left writing {path}; free space on that disk (earlier files are intact)"
+                f"no space left writing {path} ({free_space(path.parent)}); free space on that disk, then resume "
+                "(earlier files are intact)"
             ) from None
         raise
     # The rename is durable only once the folder entry is on disk too.
@@ -78,3 +80,11 @@ def read_json(path: Path, fix: str, valid: Callable[[Any], bool] = lambda _: Tru
                     return value
                 problem = f"not a valid {path.name} (fields missing or of the wrong type)"
     raise UserError(f"{path} is {problem}; {fix}")
+
+
+def free_space(folder: Path) -> str:
+    """How much its disk has free, for a message about a write that found it full."""
+    try:
+        return f"{shutil.disk_usage(folder).free / 2**20:.1f} MiB free on its disk"
+    except OSError:
+        return "free space unknown"
