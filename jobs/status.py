@@ -34,6 +34,8 @@ def report(target: Target) -> str:
         lines.append(f"code: {code_line(target.run_dir)}")
     if job.state in ("CANCELLED", "COMPLETED"):  # the ranks a cancel stopped, an earlier attempt's failure
         return "\n".join(lines)
+    if job.state == "NODE_FAIL":  # the ranks on the lost node wrote nothing; the others only saw it go
+        return "\n".join([*lines, f"error: a node of the job failed (Slurm: NODE_FAIL, nodes {job.nodes or '-'})"])
     if error := failure_line(target) or (job.state == "FAILED" and target.run_dir and full_disk_line(target.run_dir)):
         lines.append(f"error: {error}")
     if job.state not in ("RUNNING", "COMPLETED", "PENDING"):

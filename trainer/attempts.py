@@ -94,8 +94,8 @@ class Attempts:
                     if self.progress_path.exists()
                     else {}
                 )
-                stop = {
-                    "reason": unrecorded_stop(env, previous.get("slurm_restart_count", 0)) if env else "failure",
+                why = unrecorded_stop(env, previous.get("slurm_restart_count", 0)) if env else {"reason": "failure"}
+                stop = why | {
                     "step": reached.get("step", resumed_step),
                     "time": reached.get("time", previous["started"]),
                 }
@@ -136,14 +136,15 @@ class Attempts:
         }
 
 
-def unrecorded_stop(env: DistEnv, restart_count: int) -> str:
+def unrecorded_stop(env: DistEnv, restart_count: int) -> dict[str, str]:
     """Why the attempt at `restart_count` ended without recording a stop: "requeued" when Slurm requeued it from
     outside (a hand `scontrol requeue`), "preempted" when Slurm says so, else "failure" (a crash, a killed task,
-    a lost node, or srun failing and the batch script requeueing the job: requeue_on_failure)."""
+    a lost node, or srun failing and the batch script requeueing the job: requeue_on_failure), with Slurm's own
+    state of that attempt where accounting has it (NODE_FAIL: a lost node)."""
     if not env.slurm_job_id or not env.attempt:
-        return "failure"
+        return {"reason": "failure"}
     if os.path.exists(earlier_attempt(env.attempt, env.slurm_job_id, restart_count) + ".failed"):
-        return "failure"
+        return {"reason": "failure"}
     try:
         out = subprocess.run(
             ["sacct", "-j", env.slurm_job_id, "-D", "-X", "-n", "-P", "-o", "Start,State"],
@@ -152,10 +153,11 @@ def unrecorded_stop(env: DistEnv, restart_count: int) -> str:
             timeout=30,
         )
     except (OSError, subprocess.TimeoutExpired):  # no accounting on this cluster
-        return "failure"
+        return {"reason": "failure"}
     records = sorted(line.split("|") for line in out.stdout.splitlines() if "|" in line)  # one per attempt
     state = records[restart_count][1].split(" ")[0] if len(records) > restart_count else ""
-    return {"REQUEUED": "requeued", "PREEMPTED": "preempted"}.get(state, "failure")
+    reason = {"REQUEUED": "requeued", "PREEMPTED": "preempted"}.get(state, "failure")
+    return {"reason": reason} | ({"slurm_state": state} if state else {})
 
 
 class RequeueExit(SystemExit):

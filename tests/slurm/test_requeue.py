@@ -247,3 +247,52 @@ def test_resume_goes_on_on_the_cluster_in_the_shape_the_run_ran(tmp_path: Path, 
     assert record["executor"] == "slurm" and len(record["history"]) == 1
     assert json.loads((run_dir / "summary.json").read_text())["world_size"] == 2
     assert "nodes: node[1-2]" in cli("jobs.status", str(run_dir)).stdout
+
+
+def test_a_lost_node_is_recorded_as_a_node_failure(tmp_path: Path, sample_root: Path) -> None:
+    """node2 goes down under a 2-node job (as a dead node is marked): Slurm requeues the job; the next attempt
+    records the lost one as a failure with Slurm's NODE_FAIL, and the run completes."""
+    args = [
+        "--nodes",
+        "2",
+        "--gpus-per-node",
+        "1",
+        "steps=120",
+        "log.every=5",
+        "checkpoint.every=20",
+        "log.image_every=0",
+    ]
+    result = submit("--profile", str(mini_profile(tmp_path)), f"data.root={sample_root / 'pix2pix'}", *args)
+    assert result.returncode == 0, result.stderr
+    run_dir = run_dir_of(result)
+    poll("training", lambda: training(run_dir, 0), timeout=120)
+    subprocess.run(["scontrol", "update", "nodename=node2", "state=down", "reason=test"], check=True)
+    try:
+        poll("the requeue", lambda: squeue_state(job_id_of(run_dir)) == "PENDING", timeout=60)
+    finally:
+        subprocess.run(["scontrol", "update", "nodename=node2", "state=resume"], capture_output=True)
+    release_when_requeued(job_id_of(run_dir))
+    summary(run_dir)
+    first = attempts(run_dir)[0]["stop"]
+    assert (first["reason"], first["slurm_state"]) == ("failure", "NODE_FAIL"), first
+
+
+def test_a_job_ended_by_a_lost_node_says_so(tmp_path: Path, sample_root: Path) -> None:
+    """The same loss in a job Slurm may not requeue: it ends NODE_FAIL, and jobs.status says a node failed
+    rather than blaming a rank its peers only saw go."""
+    args = ["--nodes", "2", "--gpus-per-node", "1", "steps=100000", "log.every=5", "log.image_every=0"]
+    result = submit("--profile", str(mini_profile(tmp_path)), f"data.root={sample_root / 'pix2pix'}", *args)
+    assert result.returncode == 0, result.stderr
+    run_dir = run_dir_of(result)
+    job = job_id_of(run_dir)
+    subprocess.run(["scontrol", "update", f"jobid={job}", "Requeue=0"], check=True)
+    poll("training", lambda: training(run_dir, 0), timeout=120)
+    subprocess.run(["scontrol", "update", "nodename=node2", "state=down", "reason=test"], check=True)
+    try:
+        poll("the job to end", lambda: squeue_state(job) == "", timeout=60)
+    finally:
+        subprocess.run(["scontrol", "update", "nodename=node2", "state=resume"], capture_output=True)
+    poll("both nodes back", lambda: cluster.node_states() == ["idle", "idle"], timeout=120)
+    status = cli("jobs.status", str(run_dir)).stdout
+    assert f"job {job}: NODE_FAIL" in status and "error: a node of the job failed (Slurm: NODE_FAIL" in status, status
+    assert "error: rank" not in status, status
