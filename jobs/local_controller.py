@@ -23,7 +23,7 @@ from typing import Any
 import submitit
 from submitit.local import local
 
-from trainer.atomic import write_text
+from trainer.atomic import try_lock, write_text
 from trainer.distenv import LOCAL_PORT
 from trainer.relay import die_with_parent
 from trainer.rendezvous import any_free_port
@@ -32,8 +32,6 @@ GRACE_S = 3.0  # between SIGTERM and SIGKILL when stopping tasks (Slurm's KillWa
 # After a task failed, how long its peers may take to notice (a closed connection) and record that they failed
 # as a consequence before they are stopped: error.txt then shows both, and still names the first.
 PEER_NOTICE_S = 2.0
-
-
 PARALLEL = "SLURM_DDP_LOCAL_PARALLEL"  # how many jobs of one log folder (a sweep's points) run at once
 
 
@@ -129,19 +127,13 @@ class Controller(local.Controller):  # type: ignore[misc]
         """Wait for one of the machine's slots for jobs of this log folder (a sweep's points share it): at most
         SLURM_DDP_LOCAL_PARALLEL of them run at once, the rest wait here, as Slurm queues array tasks. A slot
         is a locked file: it is free again when its holder ends, however it ends."""
-        import fcntl
-
         slots = int(os.environ.get(PARALLEL, "0"))
         if slots <= 0:
             return None
         while not self.cancelled:
             for k in range(slots):
-                handle = open(self.folder / f"slot_{k}.lock", "a")  # noqa: SIM115 - held until the job ends
-                try:
-                    fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                    return handle
-                except BlockingIOError:
-                    handle.close()
+                if (handle := try_lock(self.folder / f"slot_{k}.lock")) is not None:
+                    return handle  # held until the job ends
             time.sleep(0.2)
         return None
 

@@ -32,7 +32,7 @@ from jobs.profiles import Profile, load_profile
 from jobs.snapshot import Snapshot, git_diff, git_state, ignored_files, ignored_note, plan_snapshot
 from jobs.snapshot import copy as copy_snapshot
 from trainer import filelist
-from trainer.atomic import read_json, write_text
+from trainer.atomic import read_json, try_lock, write_text
 from trainer.config import TrainConfig, build_config, config_dict, from_dict, section
 from trainer.errors import UserError, one_line_errors
 from trainer.provenance import write_submit
@@ -338,16 +338,11 @@ def claim_resume(run_dir: Path) -> None:
     """A --resume claims the run for the time from its checks to job.json naming its job, as a new run claims
     its folder: of two at the same moment, the second is refused and changes nothing (flock: the claim ends
     with the process, however it ends)."""
-    import fcntl
-
-    handle = open(RunDir(run_dir).resume_lock, "a")  # noqa: SIM115 - held open until the job is recorded
-    try:
-        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        handle.close()
+    handle = try_lock(RunDir(run_dir).resume_lock)  # held open until the job is recorded
+    if handle is None:
         raise UserError(
             f"another --resume of {run_dir} is being submitted right now; check python -m jobs.status {run_dir}"
-        ) from None
+        )
     _claims.append(handle)
 
 

@@ -1,13 +1,14 @@
 """Atomic file writes (temporary file in the same folder, fsync, rename), and reading back what they wrote."""
 
 import errno
+import fcntl
 import json
 import os
 import shutil
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from trainer.errors import UserError
 
@@ -88,3 +89,15 @@ def free_space(folder: Path) -> str:
         return f"{shutil.disk_usage(folder).free / 2**20:.1f} MiB free on its disk"
     except OSError:
         return "free space unknown"
+
+
+def try_lock(path: Path) -> IO[str] | None:
+    """An exclusive lock on `path` (made if missing), or None when another process holds it. The lock lasts
+    while the returned file stays open, and ends with its process however that ends (flock)."""
+    handle = open(path, "a")  # noqa: SIM115 - the caller holds it open for as long as it needs the lock
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        handle.close()
+        return None
+    return handle
