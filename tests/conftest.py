@@ -1,13 +1,16 @@
+import fcntl
 import os
+import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TypeVar
 
 import pytest
 
+from tests.slurm import cluster
 from trainer.sample_data import ensure_sample_data
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -33,8 +36,69 @@ def process_start(pid: int) -> int | None:
 
 
 @pytest.fixture(scope="session")
+def slurm_cluster() -> Iterator[None]:
+    """The real two-node test cluster, started once per session (a no-op when it already runs)."""
+    try:
+        cluster.up()
+    except cluster.Unavailable as exc:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"CI must run the Slurm tests, but: {exc}")
+        pytest.skip(str(exc))
+    previous = os.environ.get("SLURM_CONF")
+    os.environ["SLURM_CONF"] = str(cluster.CONF)
+    yield
+    if previous is None:
+        os.environ.pop("SLURM_CONF", None)
+    else:
+        os.environ["SLURM_CONF"] = previous
+
+
+def shared(tmp_path_factory: pytest.TempPathFactory, name: str, make: Callable[[Path], object]) -> Path:
+    """A folder made once per test session, whichever of xdist's workers asks first (the others wait on its
+    lock): the tests read it or copy it, never change it."""
+    base = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        base = base.parent  # the session's folder, above each worker's own
+    folder = base / f"shared-{name}"
+    with open(base / f"shared-{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (folder / ".made").exists():
+            shutil.rmtree(folder, ignore_errors=True)
+            folder.mkdir()
+            make(folder)
+            (folder / ".made").touch()
+    return folder
+
+
+@pytest.fixture(scope="session")
 def sample_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return ensure_sample_data(tmp_path_factory.mktemp("data") / "sample")
+    return shared(tmp_path_factory, "data", lambda folder: ensure_sample_data(folder / "sample")) / "sample"
+
+
+# The local reference run: 2 processes, validation and checkpoints every 8 steps. Submitted as a user does, once
+# per session; the tests of what a run writes read it, and every local resume and exactness test copies it.
+REFERENCE = ["steps=48", "batch_size=4", "log.every=4", "log.image_every=24", "checkpoint.every=8"]
+REFERENCE += ["data.val_fraction=0.1", "eval.every=8"]
+
+
+@pytest.fixture(scope="session")
+def reference_run(tmp_path_factory: pytest.TempPathFactory, sample_root: Path) -> Path:
+    """The reference run's folder (read only); `submit.out` beside it holds what `--wait` printed."""
+
+    def make(folder: Path) -> None:
+        profile = write_profile(folder, f"executor: local\ngpus_per_node: 2\nrun_root: {folder / 'runs'}\n")
+        data = f"data.root={sample_root / 'pix2pix'}"
+        result = submit("--profile", str(profile), "--wait", "--name", "run", data, *REFERENCE)
+        assert result.returncode == 0, result.stdout + result.stderr
+        (folder / "submit.out").write_text(result.stdout)
+
+    return shared(tmp_path_factory, "reference", make) / "runs" / "run"
+
+
+@pytest.fixture
+def reference_copy(reference_run: Path, tmp_path: Path) -> Path:
+    """A copy of the reference run for a test to resume or break (--resume reads its folder, not its old path)."""
+    return Path(shutil.copytree(reference_run, tmp_path / "run"))
 
 
 def write_profile(folder: Path, text: str, name: str = "test.yaml") -> Path:
@@ -67,3 +131,27 @@ def submit(
 def run_dirs(run_root: Path) -> list[Path]:
     """Folders under run_root that look like runs (they hold a config.yaml)."""
     return sorted(p.parent for p in run_root.glob("*/config.yaml")) if run_root.exists() else []
+
+
+# The marker each folder gives its tests (tests/README.md says what each is for).
+FOLDER_MARKERS = {"slurm": "slurm", "jobs": "job", "benchmarks": "bench"}
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark tests by folder; keep the tests that share the cluster, and the timing-calibrated ones, each on one
+    xdist worker; leave the benchmarks out unless `-m` names them."""
+    wants_bench = "bench" in (config.option.markexpr or "")
+    kept, left_out = [], []
+    for item in items:
+        folder = Path(item.path).relative_to(ROOT / "tests").parts[0]
+        if folder in FOLDER_MARKERS:
+            item.add_marker(FOLDER_MARKERS[folder])
+        if item.get_closest_marker("slurm"):
+            # One cluster: a preemption test must not meet another test's jobs in its partition.
+            item.add_marker(pytest.mark.xdist_group("slurm"))
+        elif item.get_closest_marker("slow"):
+            item.add_marker(pytest.mark.xdist_group("slow"))
+        (left_out if item.get_closest_marker("bench") and not wants_bench else kept).append(item)
+    if left_out:
+        config.hook.pytest_deselected(items=left_out)
+        items[:] = kept

@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import submit
+from tests.jobs.test_script import DDP, PLAIN, RAISES, REQUEUEING, TORCHRUN
 from tests.slurm.cluster import preempt_normal_jobs, release_when_requeued, squeue_state
 from tests.slurm.test_requeue import job_id_of, mini_profile
 from tests.slurm.test_slurm import cli, poll, run_dir_of
-from tests.test_script import DDP, PLAIN, RAISES, REQUEUEING, TORCHRUN
 
 pytestmark = pytest.mark.slurm
 

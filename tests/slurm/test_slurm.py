@@ -14,9 +14,9 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 
 from tests import conftest
 from tests.conftest import ROOT, T, run_dirs, submit, write_profile
+from tests.jobs.test_script import PLAIN
 from tests.slurm import cluster
 from tests.test_hostlist import CASES, REFUSED
-from tests.test_script import PLAIN
 from trainer.distenv import port_from_job_id
 from trainer.hostlist import expand_hostlist
 

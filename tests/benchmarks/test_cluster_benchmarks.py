@@ -2,7 +2,9 @@
 
 import pytest
 
-from tests.test_benchmarks import run_benchmark
+from tests.benchmarks.test_benchmarks import run_benchmark
+
+pytestmark = pytest.mark.slurm  # on the one cluster, in its xdist group
 
 TINY = [
     (["communication.py", "--layouts", "1x1,2x2", "--steps", "2", "--width", "4"], ["2x2      4", "static_graph"]),

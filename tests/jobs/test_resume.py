@@ -8,11 +8,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import pytest
-
+from tests import ranks
 from tests.conftest import ROOT, submit, write_profile
-
-SMALL = ["batch_size=4", "steps=8", "checkpoint.every=4", "log.every=4", "log.image_every=0"]
 
 
 def strict_json(path: Path) -> Any:
@@ -28,54 +25,40 @@ def attempts(run_dir: Path) -> list[dict[str, Any]]:
     return json.loads((run_dir / "attempts.json").read_text())
 
 
-@pytest.fixture(scope="module")
-def finished_run(tmp_path_factory: pytest.TempPathFactory, sample_root: Path) -> Path:
-    """A 2-process run that reached its 8 steps, with checkpoints at steps 4 and 8."""
-    folder = tmp_path_factory.mktemp("finished")
-    profile = write_profile(folder, f"executor: local\ngpus_per_node: 2\nrun_root: {folder / 'runs'}\n")
-    result = submit(
-        "--profile", str(profile), "--wait", "--name", "run", f"data.root={sample_root / 'pix2pix'}", *SMALL
-    )
-    assert result.returncode == 0, result.stdout + result.stderr
-    return folder / "runs" / "run"
-
-
-@pytest.fixture
-def run_copy(finished_run: Path, tmp_path: Path) -> Path:
-    """A copy of the finished run, for a test to resume as it likes (--resume reads its folder, not its old path)."""
-    return Path(shutil.copytree(finished_run, tmp_path / "run"))
-
-
 def resume(run_dir: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     profile = write_profile(run_dir.parent, "executor: local\ngpus_per_node: 2\n", "resume.yaml")
     return submit("--profile", str(profile), "--wait", "--resume", str(run_dir), *args, env=env)
 
 
-def test_resuming_a_finished_run_starts_no_job(run_copy: Path) -> None:
-    job = (run_copy / "job.json").read_text()
-    result = resume(run_copy)
+def test_resuming_a_finished_run_starts_no_job(reference_copy: Path) -> None:
+    job = (reference_copy / "job.json").read_text()
+    result = resume(reference_copy)
     assert result.returncode == 0, result.stdout + result.stderr
-    assert result.stdout == f"{run_copy} already finished at step 8 (steps=8); to train on, pass steps=N above 8\n"
-    assert (run_copy / "job.json").read_text() == job
-    [only] = attempts(run_copy)
-    assert only["stop"]["reason"] == "finished" and only["stop"]["step"] == 8
-    assert strict_json(run_copy / "summary.json")["final_step"] == 8
+    assert (
+        result.stdout
+        == f"{reference_copy} already finished at step 48 (steps=48); to train on, pass steps=N above 48\n"
+    )
+    assert (reference_copy / "job.json").read_text() == job
+    [only] = attempts(reference_copy)
+    assert only["stop"]["reason"] == "finished" and only["stop"]["step"] == 48
+    assert strict_json(reference_copy / "summary.json")["final_step"] == 48
 
 
-def test_resume_with_more_steps_continues_and_reports_its_warnings(run_copy: Path) -> None:
-    old_job = json.loads((run_copy / "job.json").read_text())
-    newest = run_copy / "checkpoints" / "step_00000008.pt"
+def test_resume_with_more_steps_continues_and_reports_its_warnings(reference_copy: Path) -> None:
+    old_job = json.loads((reference_copy / "job.json").read_text())
+    newest = reference_copy / "checkpoints" / "step_00000048.pt"
     newest.write_bytes(newest.read_bytes()[:100])  # torn
     # One process now: the checkpoint holds two processes' random streams.
-    result = resume(run_copy, "steps=12", "--gpus-per-node", "1")
+    result = resume(reference_copy, "steps=52", "--gpus-per-node", "1")
     assert result.returncode == 0, result.stdout + result.stderr
     assert f"warning: skipping checkpoint {newest}" in result.stdout
     assert (
-        "warning: " + str(run_copy / "checkpoints" / "step_00000004.pt") + " was saved by 2 processes" in result.stdout
+        "warning: " + str(reference_copy / "checkpoints" / "step_00000040.pt") + " was saved by 2 processes"
+        in result.stdout
     )
-    first, second = attempts(run_copy)
+    first, second = attempts(reference_copy)
     assert first["stop"]["reason"] == "finished" and first["cost"]["time_lost_s"] == 0
-    assert second["resumed_step"] == 4 and len(second["warnings"]) == 2
+    assert second["resumed_step"] == 40 and len(second["warnings"]) == 2
     assert second["warnings"][0].startswith(f"skipping checkpoint {newest}")
     # Where the attempt's start-up went, in the order reached (benchmarks/startup.py reads these).
     startup = second["startup"]
@@ -83,46 +66,37 @@ def test_resume_with_more_steps_continues_and_reports_its_warnings(run_copy: Pat
     assert list(startup) == ["process_start", *order, "checkpoint_restored"], startup
     assert abs(startup["process_start"] - second["started"]) < 120
     assert all(0 <= startup[a] <= startup[b] for a, b in zip(order, [*order[1:], "checkpoint_restored"], strict=True))
-    summary = strict_json(run_copy / "summary.json")
-    assert (summary["final_step"], summary["failures"], summary["time_lost_s"]) == (12, 0, 0)
+    summary = strict_json(reference_copy / "summary.json")
+    assert (summary["final_step"], summary["failures"], summary["time_lost_s"]) == (52, 0, 0)
     # job.json names the job that ran last; the first one is kept in its history.
-    job = json.loads((run_copy / "job.json").read_text())
+    job = json.loads((reference_copy / "job.json").read_text())
     assert f"submitted job {job['job_id']} " in result.stdout and job["job_id"] != old_job["job_id"]
     assert [h["job_id"] for h in job["history"]] == [old_job["job_id"]] and job["log"].endswith("_0_log.out")
 
 
-def test_resume_refuses_a_new_model_shape_and_keeps_the_config_until_the_checkpoint_loads(run_copy: Path) -> None:
-    config = (run_copy / "config.yaml").read_text()
-    job = (run_copy / "job.json").read_text()
-    refused = resume(run_copy, "steps=12", "pix2pix.width=32")
+def test_resume_refuses_a_new_model_shape_and_keeps_the_config_until_the_checkpoint_loads(reference_copy: Path) -> None:
+    config = (reference_copy / "config.yaml").read_text()
+    job = (reference_copy / "job.json").read_text()
+    refused = resume(reference_copy, "steps=52", "pix2pix.width=32")
     assert refused.returncode == 2, refused.stdout + refused.stderr
     assert refused.stderr.startswith("error: --resume cannot change pix2pix.width (16 -> 32)")
     assert refused.stderr.count("\n") == 1 and refused.stdout == ""
-    assert (run_copy / "config.yaml").read_text() == config and (run_copy / "job.json").read_text() == job
+    assert (reference_copy / "config.yaml").read_text() == config and (reference_copy / "job.json").read_text() == job
     # Accepted at submit, but the job fails before it loads the checkpoint (gloo cannot find the network
     # interface it is told to use, which only the nodes can tell): the run keeps its settings.
-    failed = resume(run_copy, "steps=12", env={"GLOO_SOCKET_IFNAME": "nosuch0"})
+    failed = resume(reference_copy, "steps=52", env={"GLOO_SOCKET_IFNAME": "nosuch0"})
     assert failed.returncode == 1, failed.stdout + failed.stderr
     assert "Unable to find address for: nosuch0" in failed.stderr
-    assert (run_copy / "config.yaml").read_text() == config
-    resumed = resume(run_copy, "steps=12")
+    assert (reference_copy / "config.yaml").read_text() == config
+    resumed = resume(reference_copy, "steps=52")
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
-    assert "steps: 12" in (run_copy / "config.yaml").read_text()
-
-
-def trainer(run_dir: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    """`python -m trainer`, one process: running it again on the same folder resumes the run."""
-    cmd = [sys.executable, "-m", "trainer", f"run_dir={run_dir}", "log.every=1", "log.image_every=0", *args]
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    result = subprocess.run(cmd, cwd=run_dir.parent, env=env, capture_output=True, text=True, timeout=300)
-    assert result.returncode == 0, result.stdout + result.stderr
-    return result
+    assert "steps: 52" in (reference_copy / "config.yaml").read_text()
 
 
 def test_a_run_with_nothing_left_to_train_keeps_summary_json_valid(tmp_path: Path, sample_root: Path) -> None:
     data = f"data.root={sample_root / 'pix2pix'}"
-    trainer(tmp_path / "run", data, "steps=2")
-    trainer(tmp_path / "run", data, "steps=2")  # resumes at step 2: no step left, so no final loss
+    ranks.train(tmp_path / "run", data, "steps=2", world=1)
+    ranks.train(tmp_path / "run", data, "steps=2", world=1)  # resumes at step 2: no step left, so no final loss
     summary = strict_json(tmp_path / "run" / "summary.json")
     assert summary["final_step"] == 2 and summary["final_loss"] is None
     assert [a["stop"]["reason"] for a in attempts(tmp_path / "run")] == ["finished", "finished"]
@@ -131,42 +105,42 @@ def test_a_run_with_nothing_left_to_train_keeps_summary_json_valid(tmp_path: Pat
 
 def test_a_resume_without_any_checkpoint_warns(tmp_path: Path, sample_root: Path) -> None:
     data = f"data.root={sample_root / 'pix2pix'}"
-    trainer(tmp_path / "run", data, "steps=2")
+    ranks.train(tmp_path / "run", data, "steps=2", world=1)
     shutil.rmtree(tmp_path / "run" / "checkpoints")
-    result = trainer(tmp_path / "run", data, "steps=3")
+    result = ranks.train(tmp_path / "run", data, "steps=3", world=1)
     message = f"an earlier attempt ran, but {tmp_path / 'run' / 'checkpoints'} holds no usable checkpoint"
-    assert f"warning: {message}" in result.stdout
+    assert f"warning: {message}" in result.log(0)
     assert attempts(tmp_path / "run")[-1]["warnings"][0].startswith(message)
 
 
-def test_resume_without_profile_goes_on_in_the_shape_the_run_ran(run_copy: Path) -> None:
+def test_resume_without_profile_goes_on_in_the_shape_the_run_ran(reference_copy: Path) -> None:
     """The run ran on 2 local processes from its own profile file; --resume alone takes that profile up again
     (not the default one), and a flag changes one field of it."""
-    recorded = json.loads((run_copy / "job.json").read_text())["profile"]
+    recorded = json.loads((reference_copy / "job.json").read_text())["profile"]
     assert (recorded["executor"], recorded["gpus_per_node"]) == ("local", 2)
-    one = submit("--resume", str(run_copy), "--gpus-per-node", "1", "--wait", "steps=10")
+    one = submit("--resume", str(reference_copy), "--gpus-per-node", "1", "--wait", "steps=52")
     assert one.returncode == 0, one.stdout + one.stderr
-    assert strict_json(run_copy / "summary.json")["world_size"] == 1
-    assert json.loads((run_copy / "job.json").read_text())["profile"]["gpus_per_node"] == 1
-    again = submit("--resume", str(run_copy), "--wait", "steps=12")  # the last submission's shape: 1 process
+    assert strict_json(reference_copy / "summary.json")["world_size"] == 1
+    assert json.loads((reference_copy / "job.json").read_text())["profile"]["gpus_per_node"] == 1
+    again = submit("--resume", str(reference_copy), "--wait", "steps=56")  # the last submission's shape: 1 process
     assert again.returncode == 0, again.stdout + again.stderr
-    assert strict_json(run_copy / "summary.json")["world_size"] == 1
+    assert strict_json(reference_copy / "summary.json")["world_size"] == 1
 
 
-def test_a_resume_that_would_leave_slurm_without_a_profile_is_refused(run_copy: Path) -> None:
-    record = json.loads((run_copy / "job.json").read_text())
+def test_a_resume_that_would_leave_slurm_without_a_profile_is_refused(reference_copy: Path) -> None:
+    record = json.loads((reference_copy / "job.json").read_text())
     del record["profile"]
-    (run_copy / "job.json").write_text(json.dumps(record | {"executor": "slurm"}))
-    result = submit("--resume", str(run_copy))
+    (reference_copy / "job.json").write_text(json.dumps(record | {"executor": "slurm"}))
+    result = submit("--resume", str(reference_copy))
     assert result.returncode == 2 and result.stdout == "", result.stdout + result.stderr
     assert result.stderr == (
-        f"error: {run_copy} ran with the slurm executor, and job.json does not say which profile; "
+        f"error: {reference_copy} ran with the slurm executor, and job.json does not say which profile; "
         "pass --profile NAME to resume it there\n"
     )
 
 
-def test_a_resume_that_changes_the_task_says_so(run_copy: Path) -> None:
-    result = resume(run_copy, "task=classify")
+def test_a_resume_that_changes_the_task_says_so(reference_copy: Path) -> None:
+    result = resume(reference_copy, "task=classify")
     assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
     assert result.stderr == (
         "error: --resume cannot change task (pix2pix -> classify): the checkpoints hold the old model; drop task=..., "
@@ -174,12 +148,12 @@ def test_a_resume_that_changes_the_task_says_so(run_copy: Path) -> None:
     )
 
 
-def test_two_resumes_at_the_same_moment_one_is_refused(run_copy: Path) -> None:
+def test_two_resumes_at_the_same_moment_one_is_refused(reference_copy: Path) -> None:
     """Each --resume holds the run from its checks until job.json names its job: of two started together one
     is queued, the other refused, and job.json's history grows by one."""
-    history = len(json.loads((run_copy / "job.json").read_text()).get("history", []))
+    history = len(json.loads((reference_copy / "job.json").read_text()).get("history", []))
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    cmd = [sys.executable, "-m", "jobs.submit", "--resume", str(run_copy), "steps=400"]
+    cmd = [sys.executable, "-m", "jobs.submit", "--resume", str(reference_copy), "steps=400"]
     both = [
         subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         for _ in "ab"
@@ -189,5 +163,5 @@ def test_two_resumes_at_the_same_moment_one_is_refused(run_copy: Path) -> None:
     assert codes == [0, 2], outputs
     [refusal] = [err for (_, err), p in zip(outputs, both, strict=True) if p.returncode == 2]
     assert "another --resume of" in refusal or "is still running as job" in refusal, refusal
-    assert len(json.loads((run_copy / "job.json").read_text())["history"]) == history + 1
-    subprocess.run([sys.executable, "-m", "jobs.cancel", str(run_copy)], cwd=ROOT, env=env, capture_output=True)
+    assert len(json.loads((reference_copy / "job.json").read_text())["history"]) == history + 1
+    subprocess.run([sys.executable, "-m", "jobs.cancel", str(reference_copy)], cwd=ROOT, env=env, capture_output=True)

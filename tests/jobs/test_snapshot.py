@@ -8,9 +8,9 @@ import pytest
 
 from jobs.snapshot import plan_snapshot
 from tests.conftest import submit, write_profile
+from tests.jobs.test_local_jobs import cli
+from tests.jobs.test_user_task import EXAMPLE
 from tests.test_bad_input import assert_refused
-from tests.test_local_jobs import cli
-from tests.test_user_task import EXAMPLE
 from trainer.errors import UserError
 
 BROKEN = EXAMPLE + "raise RuntimeError('edited after submit')\n"
