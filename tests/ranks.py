@@ -45,6 +45,8 @@ def _rank(rank: int, world: int, port: int, config: TrainConfig, log: str) -> No
         os.dup2(out.fileno(), 2)
     sys.stdout = open(1, "w", buffering=1, closefd=False)  # noqa: SIM115 (the process's own streams)
     sys.stderr = open(2, "w", buffering=1, closefd=False)  # noqa: SIM115
+    # A fresh interpreter's default start method (loader workers), not the forkserver's, which spawn.prepare set.
+    multiprocessing.set_start_method(None, force=True)
     from trainer.entry import run
 
     run(config)

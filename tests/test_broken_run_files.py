@@ -87,6 +87,7 @@ def test_broken_attempts_history_is_one_line_in_error_txt(kind: str, tmp_path: P
     assert len(lines) == 1 and lines[0].endswith(message)
 
 
+@pytest.mark.job
 def test_trainer_stops_on_a_broken_attempts_history(tmp_path: Path, sample_root: Path) -> None:
     run = tmp_path / "run"
     run.mkdir()

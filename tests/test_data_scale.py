@@ -69,6 +69,7 @@ def test_the_classify_list_is_imagefolders_own_scan(sample_root: Path, tmp_path:
     assert type(listed).__name__ == "ListedImageFolder"
 
 
+@pytest.mark.job
 def test_submit_stores_the_lists_of_the_training_and_validation_data(
     pairs: Path, tmp_path: Path, sample_root: Path
 ) -> None:
@@ -86,6 +87,7 @@ def test_submit_stores_the_lists_of_the_training_and_validation_data(
     assert json.loads((run_dir / "summary.json").read_text())["val_metrics"]["l1"] > 0
 
 
+@pytest.mark.job
 def test_an_unreadable_image_in_training_fails_or_is_skipped_and_counted(pairs: Path, tmp_path: Path) -> None:
     (pairs / "targets" / "0003.png").write_bytes(b"\x89PNG\r\n\x1a\n not really a png")
     (pairs / "small.csv").write_text(

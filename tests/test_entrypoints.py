@@ -6,9 +6,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+from tests import ranks
 from tests.conftest import ROOT, submit, write_profile
 
 
+@pytest.mark.job
 def test_trainer_runs_under_torchrun(tmp_path: Path, sample_root: Path) -> None:
     run_dir = tmp_path / "run"
     cmd = [
@@ -45,6 +49,7 @@ def test_trainer_refuses_bad_input_in_one_line(tmp_path: Path) -> None:
     assert not (tmp_path / "runs" / "pix2pix").exists()
 
 
+@pytest.mark.job
 def test_debug_profile_runs_in_process(tmp_path: Path, sample_root: Path) -> None:
     profile = write_profile(tmp_path, f"executor: debug\nrun_root: {tmp_path / 'runs'}\n")
     result = submit(
@@ -63,26 +68,12 @@ def test_debug_profile_runs_in_process(tmp_path: Path, sample_root: Path) -> Non
     assert data["world_size"] == 1 and data["task"] == "classify" and 0 <= data["final_metrics"]["accuracy"] <= 1
 
 
+@pytest.mark.job
 def test_mixed_precision_modes_train(tmp_path: Path, sample_root: Path) -> None:
     for amp in ("bf16", "fp16"):
-        result = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "trainer",
-                f"amp={amp}",
-                "steps=2",
-                "log.every=1",
-                f"run_dir={tmp_path / amp}",
-                f"data.root={sample_root / 'pix2pix'}",
-            ],
-            cwd=tmp_path,
-            capture_output=True,
-            text=True,
-            env={**os.environ, "PYTHONPATH": str(ROOT)},
-            timeout=300,
+        ranks.train(
+            tmp_path / amp, f"amp={amp}", "steps=2", "log.every=1", f"data.root={sample_root / 'pix2pix'}", world=1
         )
-        assert result.returncode == 0, result.stderr
         loss = json.loads((tmp_path / amp / "summary.json").read_text())["final_loss"]
         assert 0 < loss < 2
 

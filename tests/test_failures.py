@@ -103,6 +103,7 @@ def run_dir_of(stdout: str) -> Path:
     return Path(line.split(":", 1)[1].strip())
 
 
+@pytest.mark.job
 def test_the_rank_that_failed_is_named_not_its_peer(local_profile: Path, sample_root: Path, tmp_path: Path) -> None:
     data = small_data(sample_root, tmp_path / "data", 16)
     bad = data / "targets" / "0005.png"
@@ -168,6 +169,7 @@ def kill_group(proc: subprocess.Popen[bytes]) -> None:
     proc.wait()
 
 
+@pytest.mark.job
 def test_a_killed_rank_is_named_and_its_run_refuses_a_second_job(
     local_profile: Path, sample_root: Path, tmp_path: Path
 ) -> None:

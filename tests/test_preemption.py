@@ -93,6 +93,7 @@ def test_only_the_newest_k_are_kept(tmp_path: Path) -> None:
     ]
 
 
+@pytest.mark.job
 @pytest.mark.skipif(os.geteuid() != 0, reason="mounting a small tmpfs needs root")
 def test_full_disk_is_a_clear_error_and_keeps_the_previous_checkpoint(tmp_path: Path, sample_root: Path) -> None:
     args = [f"data.root={sample_root / 'pix2pix'}", "checkpoint.every=2", "steps=4", "log.image_every=0"]
@@ -123,6 +124,7 @@ def test_full_disk_is_a_clear_error_and_keeps_the_previous_checkpoint(tmp_path: 
         subprocess.run(["umount", str(small)], check=True)
 
 
+@pytest.mark.job
 def test_a_disk_too_full_for_any_record_is_still_one_line(tmp_path: Path, sample_root: Path) -> None:
     """The run's disk fills up (another writer) while it trains: no rank can write its error, the controller
     not even its exit codes; --wait and jobs.status still say why, naming the folder and its free space."""

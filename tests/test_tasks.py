@@ -106,6 +106,7 @@ def test_a_unet_deeper_than_the_image_is_refused_at_submit(local_profile: Path, 
     assert_refused(result, "data.image_size=16 is not divisible by 64; pass data.image_size=64", tmp_path / "runs")
 
 
+@pytest.mark.job
 @pytest.mark.parametrize(
     ("args", "message"),
     [

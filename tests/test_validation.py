@@ -14,6 +14,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 from torch.utils.data import TensorDataset
 
+from tests import ranks
 from tests.conftest import ROOT, submit
 from trainer.config import build_config
 from trainer.distenv import DistEnv
@@ -57,22 +58,12 @@ def worker(rank: int, world: int, store: str, out: str) -> None:
 @pytest.mark.parametrize("world", [1, 2, 3])
 def test_the_distributed_mean_equals_a_single_process_evaluation(world: int, tmp_path: Path) -> None:
     store, out = tempfile.mktemp(dir=tmp_path), tmp_path / "result.json"
-    mp.spawn(worker, args=(world, store, str(out)), nprocs=world, join=True)
+    # Forked from the forkserver that imported torch (tests/ranks.py), not fresh interpreters.
+    mp.start_processes(worker, args=(world, store, str(out)), nprocs=world, join=True, start_method="forkserver")
     result = json.loads(out.read_text())
     assert result.keys() == reference().keys()
     for name, value in reference().items():
         assert result[name] == pytest.approx(value, rel=1e-6, abs=1e-9), name
-
-
-def test_a_run_with_a_held_out_fraction_reports_validation(tmp_path: Path, sample_root: Path) -> None:
-    profile = tmp_path / "p.yaml"
-    profile.write_text(f"executor: local\ngpus_per_node: 2\nrun_root: {tmp_path / 'runs'}\n")
-    args = ["--wait", "steps=8", "log.every=4", "eval.every=4", "data.val_fraction=0.1", "log.image_every=0"]
-    result = submit("--profile", str(profile), f"data.root={sample_root / 'pix2pix'}", *args)
-    assert result.returncode == 0, result.stdout + result.stderr
-    assert "validation at step 4: l1=" in result.stdout and "validation at step 8: l1=" in result.stdout
-    [summary] = [json.loads(p.read_text()) for p in (tmp_path / "runs").glob("*/summary.json")]
-    assert set(summary["val_metrics"]) == {"l1", "psnr"} and summary["val_metrics"]["psnr"] > 0
 
 
 @pytest.mark.parametrize(
@@ -90,6 +81,7 @@ def test_validation_settings_are_refused_in_one_line(overrides: list[str], messa
         build_config(overrides)
 
 
+@pytest.mark.job
 def test_a_separate_validation_root_is_checked_at_submit_and_evaluated(tmp_path: Path, sample_root: Path) -> None:
     profile = tmp_path / "p.yaml"
     profile.write_text(f"executor: local\ngpus_per_node: 2\nrun_root: {tmp_path / 'runs'}\n")
@@ -97,9 +89,8 @@ def test_a_separate_validation_root_is_checked_at_submit_and_evaluated(tmp_path:
     refused = submit("--profile", str(profile), *data, f"data.val_root={tmp_path / 'nowhere'}")
     assert refused.returncode == 2 and refused.stderr.startswith("error: validation data (data.val_root, data.val_csv)")
     assert not list((tmp_path / "runs").glob("*/config.yaml"))
-    result = submit("--profile", str(profile), *data, f"data.val_root={sample_root / 'pix2pix'}")
-    assert result.returncode == 0, result.stdout + result.stderr
-    assert "validation at step 4: l1=" in result.stdout
+    evaluated = ranks.train(tmp_path / "run", *data[2:], data[0], f"data.val_root={sample_root / 'pix2pix'}")
+    assert "validation at step 4: l1=" in evaluated.log(0)
 
 
 def evaluate_cli(target: Path, *args: str) -> dict:  # type: ignore[type-arg]
@@ -110,19 +101,20 @@ def evaluate_cli(target: Path, *args: str) -> dict:  # type: ignore[type-arg]
     return json.loads(result.stdout.splitlines()[-1])  # type: ignore[no-any-return]
 
 
+@pytest.mark.job
 def test_the_best_checkpoint_survives_pruning_and_evaluate_agrees(tmp_path: Path, sample_root: Path) -> None:
     """keep=1 prunes every step checkpoint but the last; best.pt is apart, holds what its use needs, and
     trainer.evaluate recomputes the numbers summary.json reports for it and for the final weights."""
-    profile = tmp_path / "p.yaml"
-    profile.write_text(f"executor: local\ngpus_per_node: 2\nrun_root: {tmp_path / 'runs'}\n")
-    args = ["--wait", "task=classify", "steps=12", "eval.every=3", "data.val_fraction=0.2", "checkpoint.every=3"]
+    args = ["task=classify", "steps=12", "eval.every=3", "data.val_fraction=0.2", "checkpoint.every=3"]
     args += ["checkpoint.keep=1", "eval.metric=loss", "log.image_every=0", "batch_size=4"]
-    result = submit("--profile", str(profile), f"data.root={sample_root / 'classify'}", *args)
-    assert result.returncode == 0, result.stdout + result.stderr
-    [run_dir] = [p.parent for p in (tmp_path / "runs").glob("*/summary.json")]
+    run_dir = ranks.train(tmp_path / "run", f"data.root={sample_root / 'classify'}", *args).run_dir
     summary = json.loads((run_dir / "summary.json").read_text())
     best = summary["best"]
-    evaluated = [line for line in result.stdout.splitlines() if line.startswith("validation at step")]
+    evaluated = [
+        line
+        for line in (run_dir / "logs" / "rank_0.log").read_text().splitlines()
+        if line.startswith("validation at step")
+    ]
     losses = {int(line.split()[3][:-1]): float(line.split("loss=")[1].split()[0]) for line in evaluated}
     assert sorted(losses) == [3, 6, 9, 12] and best["step"] == min(losses, key=losses.__getitem__)
     assert (best["metric"], best["mode"]) == ("loss", "min")

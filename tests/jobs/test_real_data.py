@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-from tests.conftest import ROOT, submit
+from tests import ranks
+from tests.conftest import ROOT
 
 
 @pytest.fixture(scope="module")
@@ -28,13 +29,9 @@ def digits(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_classify_learns_real_digits_and_evaluate_agrees(digits: Path, tmp_path: Path) -> None:
-    profile = tmp_path / "p.yaml"
-    profile.write_text(f"executor: local\ngpus_per_node: 2\nrun_root: {tmp_path / 'runs'}\n")
-    args = ["--wait", "task=classify", f"data.root={digits}", "data.image_size=16", "data.val_fraction=0.2"]
+    args = ["task=classify", f"data.root={digits}", "data.image_size=16", "data.val_fraction=0.2"]
     args += ["steps=60", "batch_size=32", "eval.every=0", "log.every=20", "log.image_every=0"]
-    result = submit("--profile", str(profile), *args)
-    assert result.returncode == 0, result.stdout + result.stderr
-    [run_dir] = [p.parent for p in (tmp_path / "runs").glob("*/summary.json")]
+    run_dir = ranks.train(tmp_path / "run", *args).run_dir  # 2 ranks
     val = json.loads((run_dir / "summary.json").read_text())["val_metrics"]
     assert val["top1"] > 0.8, val  # chance is 0.1; 0.94 measured at 60 steps
     assert val["top5"] > val["top1"]

@@ -5,13 +5,13 @@ import json
 import os
 import re
 import shutil
-import signal
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from tests import ranks
 from tests.conftest import ROOT, poll
 from tests.test_bad_input import assert_refused
 
@@ -155,38 +155,33 @@ def weights(run_dir: Path) -> str:
     return json.loads((run_dir / "summary.json").read_text())["weights_sha256"]
 
 
-def killed_after_checkpoint(folder: Path, run_dir: Path, step: int, *args: str) -> None:
-    """Start the run (or its --resume), SIGKILL the whole job once checkpoint `step` is on disk."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    cmd = [sys.executable, "-m", "jobs.submit", "--profile", str(folder / "local.yaml"), *args]
-    proc = subprocess.Popen(cmd, cwd=folder, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+def killed_after_checkpoint(run_dir: Path, step: int, *args: str) -> None:
+    """Start the run's ranks (or resume them), SIGKILL them once checkpoint `step` is on disk."""
+    started = ranks.start(run_dir, *args)
     ready = run_dir / "checkpoints" / f"step_{step:08d}.pt.sha256"
-    poll(f"checkpoint {step}", lambda: ready.exists() or proc.poll() is not None)
-    assert proc.poll() is None, "the submitter ended before the checkpoint"
-    os.killpg(int(json.loads((run_dir / "job.json").read_text())["job_id"]), signal.SIGKILL)  # controller, tasks
-    proc.wait()
+    poll(f"checkpoint {step}", lambda: ready.exists() or any(p.exitcode is not None for p in started.processes))
+    assert all(p.exitcode is None for p in started.processes), "a rank ended before the checkpoint"
+    started.kill()
     assert not (run_dir / "summary.json").exists(), "the run finished before it was killed"
 
 
 def test_a_dropout_task_with_random_augmentations_resumes_exactly_whatever_the_settings(tmp_path: Path) -> None:
     """One hash for: the run uninterrupted; killed twice mid-epoch and resumed (torch's DataLoader, a worker);
     and other logging, evaluation and checkpoint intervals with two workers of the shared loader. Nothing the
-    trainer does for itself draws from the task's random streams."""
+    trainer does for itself draws from the task's random streams. (The ranks are forked: tests/ranks.py.)"""
     (tmp_path / "augmented.py").write_text(AUGMENTED)
-    reference = submit_from(tmp_path, "--wait", "--name", "reference", *EXACT)
-    assert reference.returncode == 0, reference.stdout + reference.stderr
+    exact = [f"task={tmp_path / 'augmented.py'}:Augmented", *EXACT[1:]]
+    reference = ranks.train(tmp_path / "reference", *exact).run_dir
     other = ["log.every=3", "log.image_every=7", "eval.every=4", "checkpoint.every=6"]
-    varied = submit_from(tmp_path, "--wait", "--name", "varied", *EXACT, *other, "data.num_workers=2")
-    assert varied.returncode == 0, varied.stdout + varied.stderr
-    run_dir = tmp_path / "runs" / "killed"
+    varied = ranks.train(tmp_path / "varied", *exact, *other, "data.num_workers=2").run_dir
+    run_dir = tmp_path / "killed"
     workers = ["data.loader=torch", "data.num_workers=1", "checkpoint.every=5"]
-    killed_after_checkpoint(tmp_path, run_dir, 5, "--wait", "--name", "killed", *EXACT, *workers)
-    killed_after_checkpoint(tmp_path, run_dir, 15, "--wait", "--resume", str(run_dir))
-    resumed = submit_from(tmp_path, "--wait", "--resume", str(run_dir))
-    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    killed_after_checkpoint(run_dir, 5, *exact, *workers)
+    killed_after_checkpoint(run_dir, 15, *exact, *workers)
+    ranks.train(run_dir, *exact, *workers)
     assert len(json.loads((run_dir / "attempts.json").read_text())) == 3
-    assert weights(tmp_path / "runs" / "varied") == weights(tmp_path / "runs" / "reference")
-    assert weights(run_dir) == weights(tmp_path / "runs" / "reference")
+    assert weights(varied) == weights(reference)
+    assert weights(run_dir) == weights(reference)
 
 
 NAN = IN_CODE.replace("return nn.functional.mse_loss(model(x), y), {}", "return (model(x) * float('nan')).mean(), {}")
