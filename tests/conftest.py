@@ -75,10 +75,16 @@ def sample_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return shared(tmp_path_factory, "data", lambda folder: ensure_sample_data(folder / "sample")) / "sample"
 
 
-# The local reference run: 2 processes, validation and checkpoints every 8 steps. Submitted as a user does, once
+# The local reference run: 2 processes, validation and checkpoints every 8 steps, a cosine schedule. Submitted as a user does, once
 # per session; the tests of what a run writes read it, and every local resume and exactness test copies it.
 REFERENCE = ["steps=48", "batch_size=4", "log.every=4", "log.image_every=24", "checkpoint.every=8"]
-REFERENCE += ["data.val_fraction=0.1", "eval.every=8"]
+REFERENCE += [
+    "data.val_fraction=0.1",
+    "eval.every=8",
+    "optim.schedule=cosine",
+    "optim.min_lr=0.0001",
+    "optim.warmup_steps=4",
+]
 
 
 @pytest.fixture(scope="session")
@@ -137,9 +143,11 @@ def run_dirs(run_root: Path) -> list[Path]:
 FOLDER_MARKERS = {"slurm": "slurm", "jobs": "job", "benchmarks": "bench"}
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Mark tests by folder; keep the tests that share the cluster, and the timing-calibrated ones, each on one
-    xdist worker; leave the benchmarks out unless `-m` names them."""
+    xdist worker, and hand those out first (the Slurm group is the longest); leave the benchmarks out unless
+    `-m` names them."""
     wants_bench = "bench" in (config.option.markexpr or "")
     kept, left_out = [], []
     for item in items:
@@ -154,4 +162,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         (left_out if item.get_closest_marker("bench") and not wants_bench else kept).append(item)
     if left_out:
         config.hook.pytest_deselected(items=left_out)
-        items[:] = kept
+    order = {"slurm": 0, "slow": 1}
+    items[:] = sorted(kept, key=lambda item: order.get(group_of(item), 2))  # stable: each group in its own order
+
+
+def group_of(item: pytest.Item) -> str:
+    mark = item.get_closest_marker("xdist_group")
+    return str(mark.args[0]) if mark else ""

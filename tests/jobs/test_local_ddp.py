@@ -58,6 +58,10 @@ def test_a_two_process_run_writes_scalars_images_checkpoints_validation_and_summ
     assert all(f"validation at step {step}: l1=" in printed for step in range(8, 49, 8)), printed
     assert set(result["val_metrics"]) == {"l1", "psnr"} and result["val_metrics"]["psnr"] > 0
     assert sorted(val_scalars(run_dir)) == list(range(8, 49, 8))
+    # The cosine schedule reaches the optimizer: the rate of the next step, logged every 4 steps, decays to min_lr.
+    lrs = [e.value for e in events.Scalars("train/lr")]
+    assert lrs[0] == pytest.approx(2e-3) and lrs[-1] == pytest.approx(1e-4)
+    assert all(a > b for a, b in zip(lrs, lrs[1:], strict=False))
 
 
 def test_same_seed_same_weights(reference_run: Path, tmp_path: Path, sample_root: Path) -> None:
