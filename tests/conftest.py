@@ -143,27 +143,42 @@ def run_dirs(run_root: Path) -> list[Path]:
 FOLDER_MARKERS = {"slurm": "slurm", "jobs": "job", "benchmarks": "bench"}
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
+def pytest_itemcollected(item: pytest.Item) -> None:
+    """Mark a test by its folder; keep the tests that share the cluster, and the timing-calibrated ones, each
+    on one xdist worker. (Here, as each test is collected: xdist reads the groups in its own
+    pytest_collection_modifyitems.)"""
+    folder = Path(item.path).relative_to(ROOT / "tests").parts[0]
+    if folder in FOLDER_MARKERS:
+        item.add_marker(FOLDER_MARKERS[folder])
+    if item.get_closest_marker("slurm"):
+        # One cluster: a preemption test must not meet another test's jobs in its partition.
+        item.add_marker(pytest.mark.xdist_group("slurm"))
+    elif item.get_closest_marker("slow"):
+        item.add_marker(pytest.mark.xdist_group("slow"))
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Mark tests by folder; keep the tests that share the cluster, and the timing-calibrated ones, each on one
-    xdist worker, and hand those out first (the Slurm group is the longest); leave the benchmarks out unless
-    `-m` names them."""
+    """Leave the benchmarks out unless `-m` names them; hand the groups out first (the Slurm group is the
+    longest chain)."""
     wants_bench = "bench" in (config.option.markexpr or "")
-    kept, left_out = [], []
-    for item in items:
-        folder = Path(item.path).relative_to(ROOT / "tests").parts[0]
-        if folder in FOLDER_MARKERS:
-            item.add_marker(FOLDER_MARKERS[folder])
-        if item.get_closest_marker("slurm"):
-            # One cluster: a preemption test must not meet another test's jobs in its partition.
-            item.add_marker(pytest.mark.xdist_group("slurm"))
-        elif item.get_closest_marker("slow"):
-            item.add_marker(pytest.mark.xdist_group("slow"))
-        (left_out if item.get_closest_marker("bench") and not wants_bench else kept).append(item)
-    if left_out:
-        config.hook.pytest_deselected(items=left_out)
+    kept = [item for item in items if wants_bench or not item.get_closest_marker("bench")]
+    if len(kept) < len(items):
+        config.hook.pytest_deselected(items=[item for item in items if item not in kept])
     order = {"slurm": 0, "slow": 1}
     items[:] = sorted(kept, key=lambda item: order.get(group_of(item), 2))  # stable: each group in its own order
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Under xdist's loadgroup a grouped test's id ends with its group; if it does not, xdist would spread the
+    Slurm tests over the workers, where they preempt each other's jobs: stop rather than run them so."""
+    if not session.config.getvalue("loadgroup"):  # set on xdist's workers only
+        return
+    for item in session.items:
+        if group_of(item) and not item.nodeid.endswith("@" + group_of(item)):
+            raise pytest.UsageError(
+                "pytest-xdist did not apply the xdist_group markers with this pytest; "
+                "install the versions pyproject.toml's dev extra names (pip install -e '.[dev]')"
+            )
 
 
 def group_of(item: pytest.Item) -> str:

@@ -193,11 +193,19 @@ def test_the_callers_job_variables_do_not_reach_local_tasks(local_profile: Path,
         "RANK": "0",
         "WORLD_SIZE": "4",
         "TORCHELASTIC_RUN_ID": "999",
+        # ...and an srun step's and torchrun's others (what test_local_run_inside_another_launcher leaked)
+        "SLURM_STEP_ID": "0",
+        "SLURM_CPUS_PER_TASK": "1",
+        "LOCAL_RANK": "0",
+        "GROUP_RANK": "0",
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": "1",
     }
     args = ["--profile", str(local_profile), "--wait", f"data.root={sample_root / 'pix2pix'}", "steps=2"]
     result = cli("jobs.submit", *args, "log.every=1", "dist.timeout_s=30", env=caller)
     assert result.returncode == 0, result.stdout + result.stderr
     assert json.loads((run_dir_of(result.stdout) / "summary.json").read_text())["world_size"] == 2
+    assert not (run_dir_of(result.stdout) / "errors").exists()
 
 
 def run_controller(tmp_path: Path, signal_name: str) -> subprocess.CompletedProcess[str]:
