@@ -171,7 +171,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 def pytest_collection_finish(session: pytest.Session) -> None:
     """Under xdist's loadgroup a grouped test's id ends with its group; if it does not, xdist would spread the
     Slurm tests over the workers, where they preempt each other's jobs: stop rather than run them so."""
-    if not session.config.getvalue("loadgroup"):  # set on xdist's workers only
+    if not getattr(session.config.option, "loadgroup", False):  # set on xdist's workers only
         return
     for item in session.items:
         if group_of(item) and not item.nodeid.endswith("@" + group_of(item)):

@@ -130,6 +130,9 @@ LAUGHS = b"executor: local\nenv:\n  a: &a [lol, lol, lol, lol, lol, lol, lol, lo
         (b"executor: local\ntrainer: " + b"{a: " * 5000 + b"1" + b"}" * 5000 + b"\n", "nesting deeper than 32"),
         (b"executor: local\nenv:\n  x: " + b"[" * 200000 + b"]" * 200000 + b"\n", "nesting deeper than 32"),
     ],
+    # Short ids: pytest exports the test's id to its subprocesses (PYTEST_CURRENT_TEST), and one variable
+    # may hold at most 128 KiB.
+    ids=lambda value: repr(value)[:48] if isinstance(value, bytes) else None,
 )
 def test_bad_profile_files(content: bytes, message: str, tmp_path: Path) -> None:
     profile = tmp_path / "p.yaml"

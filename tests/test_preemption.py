@@ -139,13 +139,14 @@ def test_a_disk_too_full_for_any_record_is_still_one_line(tmp_path: Path, sample
         env = {**os.environ, "PYTHONPATH": str(ROOT)}
         waiting = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         poll("training", lambda: list(disk.glob("runs/*/progress.json")), timeout=120)
-        with open(disk / "filler", "wb") as filler:  # everything that is left
-            try:
-                while True:
-                    filler.write(b"\0" * (1 << 20))
-                    filler.flush()
-            except OSError:
-                pass
+        filler = os.open(disk / "filler", os.O_WRONLY | os.O_CREAT)  # everything that is left (unbuffered:
+        try:  # a buffered file would raise again as it closes)
+            while True:
+                os.write(filler, b"\0" * (1 << 20))
+        except OSError:
+            pass
+        finally:
+            os.close(filler)
         _, stderr = waiting.communicate(timeout=120)
         [run_dir] = [p.parent for p in disk.glob("runs/*/config.yaml")]
         assert waiting.returncode == 1, stderr
