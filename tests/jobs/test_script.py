@@ -139,6 +139,7 @@ def test_a_rank_failing_while_rank_0_starts_is_the_one_named(tmp_path: Path) -> 
     assert "error: rank 1 on " in result.stderr and "quick.py exited with status 3" in result.stderr, result.stderr
 
 
+@pytest.mark.slow  # the signal comes a fixed 8 s in: the script must have saved by then
 def test_a_script_that_saves_on_the_signal_is_requeued_and_resumes(tmp_path: Path) -> None:
     """A 60 s limit with the signal 52 s before it: about 8 s in, the script saves and exits 144; the local
     controller starts it again, and it resumes at the saved step."""
@@ -158,6 +159,7 @@ def test_a_script_that_saves_on_the_signal_is_requeued_and_resumes(tmp_path: Pat
     assert json.loads((run_dir / "summary.json").read_text())["restarts"] == len(attempts) - 1
 
 
+@pytest.mark.slow  # the signal comes a fixed 12 s in: the script must have snapshotted by then
 @pytest.mark.parametrize("launcher", ["python", "torchrun"])
 def test_a_script_without_signal_code_is_requeued_at_the_time_limit_and_resumes(tmp_path: Path, launcher: str) -> None:
     """The requeue signal comes about 12 s in; the script has no handler, so its task stops it and the job is

@@ -130,10 +130,10 @@ def test_a_script_without_signal_code_survives_preemption(slurm_cluster: None, t
     """No handler anywhere in the script: preempted, it is requeued (not FAILED by the signal) and resumes
     from the snapshot it saved itself. The same under torchrun (one task, two workers), without a trap."""
     if launcher == "python":
-        run_dir = plain_run(tmp_path, "", ["--nodes", "2", "--gpus-per-node", "1"], steps=100)
+        run_dir = plain_run(tmp_path, "", ["--nodes", "2", "--gpus-per-node", "1"], steps=50)
     else:
         torchrun = (*TORCHRUN, "--nproc-per-node", "2")
-        run_dir = plain_run(tmp_path, "", ["--gpus-per-node", "1"], steps=100, launcher=torchrun)
+        run_dir = plain_run(tmp_path, "", ["--gpus-per-node", "1"], steps=50, launcher=torchrun)
     poll("a snapshot", lambda: started(run_dir, 0, 2), timeout=120)
     preempt_normal_jobs()
     assert_resumed_and_completed(run_dir, "preempted")
@@ -148,7 +148,7 @@ def test_a_script_without_signal_code_survives_its_time_limit(slurm_cluster: Non
 
 def test_a_hand_requeue_is_counted_as_a_requeue_not_a_failure(slurm_cluster: None, tmp_path: Path) -> None:
     """`scontrol requeue` by hand: the attempt recorded no stop of its own; Slurm's accounting says why."""
-    run_dir = plain_run(tmp_path, "", ["--gpus-per-node", "1"], steps=60)
+    run_dir = plain_run(tmp_path, "", ["--gpus-per-node", "1"], steps=40)
     poll("a snapshot", lambda: started(run_dir, 0, 1), timeout=120)
     subprocess.run(["scontrol", "requeue", job_id_of(run_dir)], check=True)
     finish_releasing(run_dir)
