@@ -17,6 +17,7 @@ from torch.utils.data import DataLoader, Dataset
 
 from jobs.tracking import Target, failure_line, killed_tasks
 from tests.conftest import ROOT, poll, submit
+from trainer import failures
 from trainer.errors import UserError
 from trainer.failures import Failure, describe, root_cause
 
@@ -201,3 +202,33 @@ def test_a_killed_rank_is_named_and_its_run_refuses_a_second_job(
         [sys.executable, "-m", "jobs.status", str(run_dir)], cwd=ROOT, env=ENV, capture_output=True, text=True
     )
     assert f"error: {line}" in status.stdout
+
+
+def test_clearing_an_earlier_attempts_failures_spares_a_peers_record_in_flight(tmp_path: Path) -> None:
+    """Rank 0, starting, forgets the earlier attempt's failures while a peer of this attempt writes its own:
+    the peer's temporary file survives, and a folder removed under the peer's write is made again."""
+    stale = Failure(1.0, 1, "node1", "ValueError", "old", False)
+    failures.record(tmp_path, stale)
+    in_flight = tmp_path / "errors" / ".rank_0.json.abc.tmp"  # a peer between mkstemp and os.replace
+    in_flight.write_text("{}")
+    failures.clear(tmp_path, before=2.0)
+    assert in_flight.exists() and not (tmp_path / "errors" / "rank_1.json").exists()
+    in_flight.unlink()
+    failures.clear(tmp_path, before=2.0)  # nothing left: the folder goes
+    assert not (tmp_path / "errors").exists()
+
+    real_write = failures.write_text
+    removed = []
+
+    def folder_removed_once(path: Path, text: str) -> None:
+        if not removed:  # as clear() does between the peer's mkdir and its write
+            removed.append(path)
+            raise FileNotFoundError(path)
+        real_write(path, text)
+
+    failures.write_text = folder_removed_once  # type: ignore[assignment]
+    try:
+        failures.record(tmp_path, Failure(3.0, 1, "node1", "ValueError", "new", False))
+    finally:
+        failures.write_text = real_write  # type: ignore[assignment]
+    assert json.loads((tmp_path / "errors" / "rank_1.json").read_text())["message"] == "new"

@@ -6,10 +6,10 @@ root cause is the earliest error that is not such a peer error; only when every 
 the earliest of those reported. `error.txt` holds the root cause's one line, `rank R on HOST: cause`.
 """
 
+import contextlib
 import json
 import os
 import re
-import shutil
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
@@ -102,7 +102,14 @@ def read(run_dir: Path) -> list[Failure]:
 def record(run_dir: Path, failure: Failure) -> None:
     """This rank's record, then error.txt refreshed from every record written so far."""
     files = RunDir(run_dir)
-    write_text(files.errors / f"rank_{failure.rank}.json", json.dumps(asdict(failure)) + "\n")
+    for tries_left in (2, 1, 0):
+        try:
+            write_text(files.errors / f"rank_{failure.rank}.json", json.dumps(asdict(failure)) + "\n")
+            break
+        except FileNotFoundError:
+            # Rank 0 of this attempt, still starting, removed the (then empty) folder under our write: again.
+            if not tries_left:
+                raise
     first = root_cause(read(run_dir))
     if first is not None:  # error.txt has this one writer
         write_text(files.error, first.line() + "\n")
@@ -118,7 +125,8 @@ def clear(run_dir: Path, before: float) -> None:
     current = read(run_dir)
     if not current:
         files.error.unlink(missing_ok=True)
-        shutil.rmtree(files.errors, ignore_errors=True)
+        with contextlib.suppress(OSError):  # only when empty: a peer's record may be on its way in
+            files.errors.rmdir()
     elif (first := root_cause(current)) is not None:
         write_text(files.error, first.line() + "\n")
 

@@ -13,6 +13,7 @@ on its exit code.
   wrote, and the job ends. SIGTERM to the task (a cancel, a requeue) stops the command and records nothing.
 """
 
+import json
 import os
 import re
 import runpy
@@ -71,6 +72,8 @@ def run(command: list[str], cwd: str, run_dir: str, settings: JobSettings, in_pr
         exited = RunDir(folder).exits
         write_text(exited / f"rank_{env.rank}", str(ended.code))
         if attempts is None:
+            if finished_by_rank_0(folder):  # the signal came as the commands ended: rank 0 finished the run
+                return
             raise leave(env, True)
         # Each rank saves on its own signal; a requeue now would kill a peer still saving. Wait for them
         # (bounded: a peer that never got the signal must not hold the job until its time limit).
@@ -87,6 +90,23 @@ def run(command: list[str], cwd: str, run_dir: str, settings: JobSettings, in_pr
         summary = {"command": command, "exit_code": 0, "world_size": env.world_size}
         summary |= {"wall_time_s": round(attempts.wall_time_s(), 3), "last_attempt_s": round(time.time() - started, 3)}
         write_text(RunDir(folder).summary, _json(summary | attempts.totals()))
+
+
+def finished_by_rank_0(folder: Path) -> bool:
+    """Rank 0's word on this attempt, which it records once its own command ended: finished, or stopped. A
+    peer whose command the requeue signal stopped after the last step must not requeue a finished run (the
+    local controller restarts the tasks if any exits 144)."""
+    path = RunDir(folder).attempts
+    deadline = time.monotonic() + PEER_WAIT_S
+    while time.monotonic() < deadline:
+        try:
+            stop = json.loads(path.read_text())[-1].get("stop")
+        except (OSError, ValueError, IndexError, AttributeError):
+            stop = None
+        if stop:
+            return bool(stop.get("reason") == "finished")
+        time.sleep(0.1)
+    return False
 
 
 @dataclass(frozen=True)

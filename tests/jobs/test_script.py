@@ -424,3 +424,19 @@ def test_a_rank_failing_after_rank_0_finished_fails_the_job(tmp_path: Path) -> N
         [sys.executable, "-m", "jobs.status", str(run_dir)], env=env, capture_output=True, text=True
     )
     assert ": FAILED" in status.stdout and "late.py exited with status 5" in status.stdout, status.stdout
+
+
+@pytest.mark.slow  # the signal comes a fixed 8 s in: rank 0 must have finished by then
+def test_a_peer_stopped_by_the_requeue_signal_after_rank_0_finished_requeues_nothing(tmp_path: Path) -> None:
+    """The time limit's signal comes once rank 0's command has finished and a peer's is still on its way out
+    (here it never ends): the peer's task, whose command the signal stopped, takes rank 0's word that the run
+    finished instead of exiting 144, which would make the local controller start every rank once more."""
+    (tmp_path / "ends.py").write_text("import os, time\nif os.environ['RANK'] == '1':\n    time.sleep(120)\n")
+    profile = (
+        "executor: local\ngpus_per_node: 2\ntimeout_min: 1\nsignal_delay_s: 52\nmax_num_timeout: 3\n"
+        f"run_root: {tmp_path / 'runs'}\n"
+    )
+    result = submit_in(tmp_path, "--wait", "--", sys.executable, "ends.py", profile=profile)
+    assert result.returncode == 0, result.stdout + result.stderr
+    attempts = json.loads((run_dir_of(result.stdout) / "attempts.json").read_text())
+    assert [a["stop"]["reason"] for a in attempts] == ["finished"], attempts
