@@ -268,6 +268,13 @@ def node_states() -> list[str]:
     return out.stdout.split() if out.returncode == 0 else []
 
 
+def steps_left(job_id: str) -> bool:
+    """Whether a slurmstepd of the job's last attempt still runs (both nodes are on this host). A node marked
+    down and resumed still ends its step while the job is pending; a new attempt started then reuses the step
+    id, and the old step's end cancels the new one (seen: the restarted job FAILED within a second)."""
+    return _run("pgrep", "-f", rf"slurmstepd: \[{job_id}\.", check=False).returncode == 0
+
+
 def squeue_state(job_id: str) -> str:
     """The job's state as squeue shows it; empty once the job has left the queue."""
     return _run("squeue", "-h", "-j", job_id, "-o", "%T", check=False).stdout.strip()
@@ -289,7 +296,7 @@ def release_when_requeued(job_id: str) -> None:
     def released() -> bool:
         if squeue_state(job_id) != "PENDING":
             return True  # it started or ended meanwhile: nothing is left to release
-        if node_states() != ["idle", "idle"]:
+        if node_states() != ["idle", "idle"] or steps_left(job_id):
             return False
         return _run("scontrol", "update", f"jobid={job_id}", "StartTime=now", check=False).returncode == 0
 
