@@ -75,8 +75,9 @@ def sample_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return shared(tmp_path_factory, "data", lambda folder: ensure_sample_data(folder / "sample")) / "sample"
 
 
-# The local reference run: 2 processes, validation and checkpoints every 8 steps, a cosine schedule. Submitted as a user does, once
-# per session; the tests of what a run writes read it, and every local resume and exactness test copies it.
+# The local reference run: 2 processes, validation and checkpoints every 8 steps, a cosine schedule. Submitted
+# as a user does, once per session; the tests of what a run writes read it, every resume and exactness test
+# copies it or compares with it.
 REFERENCE = ["steps=48", "batch_size=4", "log.every=4", "log.image_every=24", "checkpoint.every=8"]
 REFERENCE += [
     "data.val_fraction=0.1",

@@ -7,17 +7,16 @@ torchvision, no submitter, no controller. The forkserver imports torch but runs 
 a fork must not inherit is never started there. Tests of the launch itself keep `python -m jobs.submit`.
 """
 
-import dataclasses
 import multiprocessing
 import os
 import signal
-import socket
 import sys
 from dataclasses import dataclass
 from multiprocessing.process import BaseProcess
 from pathlib import Path
 
 from trainer.config import TrainConfig, build_config
+from trainer.rendezvous import any_free_port
 from trainer.runs import make_dirs, resolve_data, write_config
 
 CONTEXT = multiprocessing.get_context("forkserver")
@@ -25,12 +24,6 @@ CONTEXT.set_forkserver_preload(["torch", "torchvision", "trainer.train", "traine
 # What a launcher outside this test may have set: the ranks see only the variables made for them.
 LAUNCHER_PREFIXES = ("SLURM_", "SUBMITIT_", "TORCHELASTIC_", "MASTER_", "GROUP_", "ROLE_")
 LAUNCHER_NAMES = {"RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE"}
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _rank(rank: int, world: int, port: int, config: TrainConfig, log: str) -> None:
@@ -74,15 +67,13 @@ class Ranks:
         return (self.run_dir / "logs" / f"rank_{rank}.log").read_text()
 
 
-def start(run_dir: Path, *args: str, world: int = 2, sample_root: Path | None = None) -> Ranks:
+def start(run_dir: Path, *args: str, world: int = 2) -> Ranks:
     """Resolve the config as the submitter does (data, the run's folder, config.yaml), then fork `world` ranks
     into it; the same folder again resumes the run, as a requeued job does."""
-    config = build_config([*args, f"run_dir={run_dir}"])
-    config = resolve_data(config, sample_root or run_dir.parent / "sample_data", world)
-    config = dataclasses.replace(config, run_dir=str(run_dir))
+    config = resolve_data(build_config([*args, f"run_dir={run_dir}"]), run_dir.parent / "sample_data", world)
     make_dirs(run_dir / "logs")
     write_config(run_dir, config)
-    port = free_port()
+    port = any_free_port()
     processes = [
         CONTEXT.Process(target=_rank, args=(r, world, port, config, str(run_dir / "logs" / f"rank_{r}.log")))
         for r in range(world)
@@ -92,9 +83,9 @@ def start(run_dir: Path, *args: str, world: int = 2, sample_root: Path | None = 
     return Ranks(run_dir, processes)
 
 
-def train(run_dir: Path, *args: str, world: int = 2, sample_root: Path | None = None) -> Ranks:
+def train(run_dir: Path, *args: str, world: int = 2) -> Ranks:
     """Train to the end; every rank must exit 0 (its log is the assertion's message)."""
-    ranks = start(run_dir, *args, world=world, sample_root=sample_root)
+    ranks = start(run_dir, *args, world=world)
     codes = ranks.wait()
     assert codes == [0] * world, f"exit codes {codes}:\n" + ranks.log(codes.index(next(c for c in codes if c)))
     return ranks

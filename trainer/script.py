@@ -31,6 +31,7 @@ from trainer.atomic import write_text
 from trainer.attempts import Attempts, leave, record_stop
 from trainer.config import JobSettings
 from trainer.distenv import DistEnv, resolve, torchrun_variables
+from trainer.errors import UserError
 from trainer.rendezvous import agree_port
 from trainer.requeue import REQUEUE_EXIT
 from trainer.rundir import RunDir
@@ -96,12 +97,11 @@ def finished_by_rank_0(folder: Path) -> bool:
     """Rank 0's word on this attempt, which it records once its own command ended: finished, or stopped. A
     peer whose command the requeue signal stopped after the last step must not requeue a finished run (the
     local controller restarts the tasks if any exits 144)."""
-    path = RunDir(folder).attempts
     deadline = time.monotonic() + PEER_WAIT_S
     while time.monotonic() < deadline:
         try:
-            stop = json.loads(path.read_text())[-1].get("stop")
-        except (OSError, ValueError, IndexError, AttributeError):
+            stop = Attempts(folder).items[-1].get("stop")
+        except (UserError, IndexError):  # not started yet, or a history the main rank reports itself
             stop = None
         if stop:
             return bool(stop.get("reason") == "finished")
@@ -263,6 +263,5 @@ def _signal_name(signum: int) -> str:
 
 
 def _json(value: dict[str, Any]) -> str:
-    import json
 
     return json.dumps(value, indent=2) + "\n"

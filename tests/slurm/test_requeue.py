@@ -9,12 +9,12 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
 
 import pytest
 import yaml
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
+from jobs.submit import flat
 from tests import ranks
 from tests.conftest import ROOT, run_dirs, submit
 from tests.slurm import cluster
@@ -61,17 +61,12 @@ def reference_hash(tmp_path_factory: pytest.TempPathFactory, sample_root: Path) 
     that are preempted. Equal hashes also show a Slurm job trains what a local one does, bit for bit."""
     run_dir = tmp_path_factory.mktemp("reference") / "run"
     profile = yaml.safe_load((ROOT / "cluster_profiles" / "mini.yaml").read_text())["trainer"]  # under ARGS
-    ranks.train(run_dir, *overrides(profile), f"data.root={sample_root / 'pix2pix'}", *ARGS[4:])
+    ranks.train(
+        run_dir, *[f"{k}={v}" for k, v in flat(profile).items()], f"data.root={sample_root / 'pix2pix'}", *ARGS[4:]
+    )
     data = json.loads((run_dir / "summary.json").read_text())
     assert (data["restarts"], data["world_size"], data["torch_threads"]) == (0, 2, 1), data
     return data["weights_sha256"]
-
-
-def overrides(settings: dict[str, Any], prefix: str = "") -> list[str]:
-    """A profile's trainer section as key=value overrides."""
-    if not isinstance(settings, dict):
-        return [f"{prefix[:-1]}={settings}"]
-    return [line for key, value in settings.items() for line in overrides(value, f"{prefix}{key}.")]
 
 
 def mini_profile(folder: Path, extra: str = "") -> Path:
