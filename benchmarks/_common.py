@@ -99,7 +99,7 @@ def step_times(run_dir: Path) -> dict[int, float]:
     """Wall time at which each step was first logged (log.every=1), from rank 0's TensorBoard events."""
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    from trainer.rundir import RunDir
+    from trainer.run.rundir import RunDir
 
     events = EventAccumulator(str(RunDir(run_dir).tensorboard), size_guidance={"scalars": 0})
     events.Reload()

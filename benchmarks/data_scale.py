@@ -21,9 +21,9 @@ from _common import ROOT
 
 sys.path.insert(0, str(ROOT))
 
-from trainer import filelist  # noqa: E402
 from trainer.config import build_config  # noqa: E402
-from trainer.images import inside_root  # noqa: E402
+from trainer.data import filelist  # noqa: E402
+from trainer.data.checks import inside_root  # noqa: E402
 from trainer.tasks import pix2pix  # noqa: E402
 from trainer.tasks.classify import TASK as CLASSIFY  # noqa: E402
 

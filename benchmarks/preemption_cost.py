@@ -29,7 +29,7 @@ sys.path.insert(0, str(ROOT))
 from _common import StateLog, step_times  # noqa: E402
 
 from tests.slurm import cluster  # noqa: E402
-from trainer.rundir import RunDir  # noqa: E402
+from trainer.run.rundir import RunDir  # noqa: E402
 
 
 def attempts(run_dir: Path) -> list[dict]:
@@ -63,7 +63,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=400, help="long enough to be preempted --preemptions times")
     args = parser.parse_args()
     cluster.up_for_benchmark()
-    from trainer.sample_data import ensure_sample_data
+    from trainer.data.sample import ensure_sample_data
 
     folder = Path(tempfile.mkdtemp(prefix="bench-preempt-"))
     data = ensure_sample_data(folder / "data") / "pix2pix"

@@ -39,7 +39,7 @@ def main() -> None:
     parser.add_argument("--width", type=int, default=32, help="pix2pix.width: the checkpoint's size")
     args = parser.parse_args()
     cluster.up_for_benchmark()
-    from trainer.sample_data import ensure_sample_data
+    from trainer.data.sample import ensure_sample_data
 
     work = Path(tempfile.mkdtemp(prefix="resume_scale_"))
     try:

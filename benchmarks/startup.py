@@ -2,7 +2,7 @@
 
 Rounds alternate two jobs of the same layout (mini profile, --nodes x --tasks):
 - ours: `python -m jobs.submit` training pix2pix on the sample data, first step timed from rank 0's
-  TensorBoard event (log.every=1); attempts.json's start-up marks (trainer/startup.py) split the time;
+  TensorBoard event (log.every=1); attempts.json's start-up marks (trainer/run/startup.py) split the time;
 - bare: the batch script that `--dry-run` prints for the same flags, with srun's command replaced by a script
   that imports torch, joins a gloo process group and runs one all-reduce (MASTER_ADDR from scontrol); then,
   timed apart, it builds one torch.optim optimizer, whose constructor imports torch._dynamo (about 2 s here):
@@ -25,7 +25,7 @@ from _common import ROOT, step_times, submit, until_gone
 sys.path.insert(0, str(ROOT))
 
 from tests.slurm import cluster  # noqa: E402
-from trainer.rundir import RunDir  # noqa: E402
+from trainer.run.rundir import RunDir  # noqa: E402
 
 BARE = """import time
 
@@ -117,7 +117,7 @@ def main() -> None:
     parser.add_argument("--tasks", type=int, default=2)
     args = parser.parse_args()
     cluster.up_for_benchmark()
-    from trainer.sample_data import ensure_sample_data
+    from trainer.data.sample import ensure_sample_data
 
     work = Path(tempfile.mkdtemp(prefix="startup_"))
     try:

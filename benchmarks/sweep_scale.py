@@ -70,7 +70,7 @@ def main() -> None:
             results[points] = sweep(points, work, profile)
             submitted, status_s, cancel_s = results[points]
             print(f"| {points:,} | {submitted:.2f} s | {status_s:.2f} s | {cancel_s:.2f} s |")
-        from trainer.sample_data import ensure_sample_data
+        from trainer.data.sample import ensure_sample_data
 
         data = ensure_sample_data(work / "sample") / "pix2pix"
         points = max(results)

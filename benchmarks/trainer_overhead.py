@@ -31,8 +31,8 @@ def run_ours(steps: int, data: Path, out: Path) -> dict:
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     from trainer.config import build_config
-    from trainer.distenv import resolve
-    from trainer.rundir import RunDir
+    from trainer.env.launcher import resolve
+    from trainer.run.rundir import RunDir
     from trainer.train import train
 
     config = build_config(
@@ -170,7 +170,7 @@ def main() -> None:
         worker(variant, args.steps, Path(data), Path(out))
         return
     sys.path.insert(0, str(ROOT))
-    from trainer.sample_data import ensure_sample_data
+    from trainer.data.sample import ensure_sample_data
 
     out = Path(tempfile.mkdtemp(prefix="bench-overhead-"))
     data = ensure_sample_data(out / "sample") / "pix2pix"

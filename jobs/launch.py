@@ -1,6 +1,7 @@
 """Acting on a plan: submit through submitit, follow rank 0's log, report the outcome."""
 
 import contextlib
+import dataclasses
 import io
 import os
 import shutil
@@ -13,9 +14,10 @@ import submitit
 
 from jobs.local_controller import LocalExecutor, exit_codes_path
 from jobs.plan import Plan, in_background, submit_command
-from trainer import failures
+from trainer.config import config_dict
 from trainer.errors import UserError
-from trainer.rundir import RunDir
+from trainer.run import failures
+from trainer.run.rundir import RunDir
 
 __all__ = ["exit_codes_path", "make_executor", "submit", "task_logs"]
 
@@ -33,9 +35,7 @@ def make_executor(plan: Plan) -> submitit.Executor:
     if plan.executor == "debug":
         executor: submitit.Executor = submitit.DebugExecutor(plan.log_dir)
     elif plan.executor == "local":
-        executor = LocalExecutor(
-            plan.log_dir, plan.settings.signal, plan.code_dir, plan.max_num_timeout, plan.array_parallelism
-        )
+        executor = LocalExecutor(plan.log_dir, plan.settings, plan.code_dir, plan.array_parallelism)
     else:
         # submitit raises RuntimeError('Could not detect "srun"') on a machine without Slurm.
         for command in ("sbatch", "srun"):
@@ -44,7 +44,7 @@ def make_executor(plan: Plan) -> submitit.Executor:
                     f"{command} not found: run on a Slurm login node, or use --profile local "
                     "(--dry-run prints the batch script anywhere)"
                 )
-        executor = SlurmExecutor(plan.log_dir, max_num_timeout=plan.max_num_timeout, python=plan.python)
+        executor = SlurmExecutor(plan.log_dir, max_num_timeout=plan.settings.max_num_timeout, python=plan.python)
     executor.update_parameters(**plan.parameters)
     return executor
 
@@ -92,12 +92,15 @@ def calls_of(plan: Plan) -> list[tuple[Any, ...]]:
     if plan.script is None:
         import trainer.entry  # imported here, not at the top, to keep --dry-run quick
 
-        return [(trainer.entry.run, config, plan.settings) for config in plan.configs]
+        # Plain values: a task unpickles them without importing anything of yours (your task's file is
+        # imported by the entry, after its signal handler is in place).
+        job = dataclasses.asdict(plan.settings)
+        return [(trainer.entry.run, config_dict(config), job) for config in plan.configs]
     import trainer.script
 
     script, debug = plan.script, plan.executor == "debug"
     return [
-        (trainer.script.run, command, script.cwd, run_dir, plan.settings, debug)
+        (trainer.script.run, command, script.cwd, run_dir, dataclasses.asdict(plan.settings), debug)
         for command, run_dir in zip(script.commands, script.run_dirs, strict=True)
     ]
 

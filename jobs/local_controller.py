@@ -23,10 +23,12 @@ from typing import Any
 import submitit
 from submitit.local import local
 
-from trainer.atomic import try_lock, write_text
-from trainer.distenv import LOCAL_PORT
-from trainer.relay import die_with_parent
-from trainer.rendezvous import any_free_port
+from trainer.env.launcher import LOCAL_PORT
+from trainer.env.rendezvous import any_free_port
+from trainer.requeue import signals
+from trainer.requeue.relay import die_with_parent
+from trainer.requeue.signals import JobSettings
+from trainer.run.atomic import try_lock, write_text
 
 GRACE_S = 3.0  # between SIGTERM and SIGKILL when stopping tasks (Slurm's KillWait, shortened)
 # After a task failed, how long its peers may take to notice (a closed connection) and record that they failed
@@ -50,7 +52,7 @@ def exit_codes_path(log_dir: Path, job_id: str) -> Path:
 class Controller(local.Controller):  # type: ignore[misc]
     def __init__(self, folder: Path) -> None:
         super().__init__(folder)
-        self.requeue_signal = signal.Signals["SIG" + os.environ.get("SUBMITIT_PREEMPT_SIGNAL", "USR2")]
+        self.requeue_signal = signals.from_environ(os.environ, signals.SUBMITIT_ENV)
         self.cancelled = False
         signal.signal(signal.SIGTERM, self._cancel)  # replaces submitit's forwarding to tasks that ignore it
 
@@ -144,7 +146,7 @@ class Controller(local.Controller):  # type: ignore[misc]
             return
         # One start, then up to max_num_timeout restarts after a signal (submitit's own controller allows 6
         # in all, whatever the profile says).
-        max_num_timeout = int(os.environ.get("SUBMITIT_LOCAL_MAX_NUM_TIMEOUT", "3"))
+        max_num_timeout = int(os.environ.get("SUBMITIT_LOCAL_MAX_NUM_TIMEOUT", signals.DEFAULT_MAX_NUM_TIMEOUT))
         for _ in range(1 + max_num_timeout):
             try:
                 self.start_tasks()
@@ -159,14 +161,14 @@ class LocalExecutor(submitit.LocalExecutor):  # type: ignore[misc]
     def __init__(
         self,
         folder: Path,
-        requeue_signal: str = "USR2",
+        settings: JobSettings | None = None,
         cwd: Path | None = None,
-        max_num_timeout: int = 3,
         array_parallelism: int = 0,
     ) -> None:
         super().__init__(folder)
-        self.requeue_signal = requeue_signal
-        self.max_num_timeout = max_num_timeout
+        self.settings = (
+            settings or JobSettings()
+        )  # the requeue signal it sends, and how often it restarts the tasks after one
         self.array_parallelism = array_parallelism  # 0: as many as the machine's CPUs (GPUs) allow
         self.cwd = cwd  # the code snapshot: the controller and its tasks (and their restarts) run in it
 
@@ -188,8 +190,8 @@ class LocalExecutor(submitit.LocalExecutor):  # type: ignore[misc]
             SUBMITIT_LOCAL_JOB_NUM_NODES="1",
             SUBMITIT_STDERR_TO_STDOUT="1" if params.get("stderr_to_stdout", False) else "",
             SUBMITIT_EXECUTOR="local",
-            SUBMITIT_PREEMPT_SIGNAL=self.requeue_signal,  # the controller sends it, the tasks wait for it
-            SUBMITIT_LOCAL_MAX_NUM_TIMEOUT=str(self.max_num_timeout),
+            **{signals.SUBMITIT_ENV: self.settings.signal},  # the controller sends it, the tasks wait for it
+            SUBMITIT_LOCAL_MAX_NUM_TIMEOUT=str(self.settings.max_num_timeout),
             SLURM_DDP_LOCAL_PARALLEL=str(parallel_jobs(ntasks, bool(gpus), self.array_parallelism)),
             CUDA_VISIBLE_DEVICES=",".join(str(k) for k in gpus),
             SUBMITIT_LOCAL_WITH_SHELL="",

@@ -8,9 +8,11 @@ from pathlib import Path
 from typing import Any
 
 from jobs.profiles import Profile
-from trainer.config import JobSettings, TrainConfig
+from trainer.config import TrainConfig
 from trainer.errors import UserError
-from trainer.relay import ATTEMPT
+from trainer.requeue import signals
+from trainer.requeue.relay import ATTEMPT
+from trainer.requeue.signals import JobSettings
 
 
 @dataclass(frozen=True, eq=False)
@@ -31,8 +33,7 @@ class Plan:
     parameters: dict[str, Any]  # for submitit's update_parameters
     configs: list[TrainConfig]  # one resolved trainer config per job (several: an array job)
     python: str = ""  # the interpreter on the nodes (Slurm)
-    max_num_timeout: int = 3
-    settings: JobSettings = field(default_factory=JobSettings)  # for every task
+    settings: JobSettings = field(default_factory=JobSettings)  # for every task: the requeue signal, its delay
     script: Script | None = None  # set: every task runs this command, not the trainer
     code_dir: Path | None = None  # the code snapshot every task runs in (jobs.snapshot); None: none
     array_parallelism: int = 0  # local sweeps: points at once (0: as many as the machine allows)
@@ -64,7 +65,7 @@ def in_background(srun_command: str) -> str:
 
 def signal_lines(log_dir: Path, signal: str) -> list[str]:
     """Batch-script lines before srun: the requeue signal comes to the batch shell alone (--signal=B:...),
-    which leaves a file that every task watches for (trainer.relay)."""
+    which leaves a file that every task watches for (trainer.requeue.relay)."""
     prefix = shlex.quote(str(log_dir)) + '/attempt_"$SLURM_JOB_ID"_"${SLURM_RESTART_COUNT:-0}"'
     done = f'date +%s > "${ATTEMPT}.signal.part" && mv -f "${ATTEMPT}.signal.part" "${ATTEMPT}.signal"'
     return [f"export {ATTEMPT}={prefix}", f"trap {shlex.quote(done)} {signal}"]
@@ -140,10 +141,9 @@ def shell_value(value: object) -> str:
 
 def slurm_parameters(profile: Profile) -> dict[str, Any]:
     """submitit SlurmExecutor parameters for one job of this profile."""
-    signal = profile.signal
     exports = [f"export {k}={shlex.quote(shell_value(v))}" for k, v in profile.env.items()]
-    # submitit installs its requeue handler for this signal in every task.
-    exports.append(f"export SUBMITIT_PREEMPT_SIGNAL={signal}")
+    # submitit installs its requeue handler for this signal in every task (the trainer replaces it).
+    exports.append(f"export {signals.SUBMITIT_ENV}={profile.signal}")
     params: dict[str, Any] = {
         "job_name": profile.job_name,
         "time": profile.timeout_min,
@@ -156,8 +156,8 @@ def slurm_parameters(profile: Profile) -> dict[str, Any]:
         # srun stops every task when one fails, and since Slurm 22.05 does not inherit --cpus-per-task.
         "srun_args": ["--kill-on-bad-exit=1", f"--cpus-per-task={profile.cpus_per_task}", *profile.srun_args],
         "additional_parameters": {
-            # B: the batch shell alone; signalled, every process of every task would get it (trainer.relay).
-            "signal": f"B:{signal}@{profile.signal_delay_s}",
+            # B: the batch shell alone; signalled, every process of every task would get it (trainer.requeue.relay).
+            "signal": profile.requeue.sbatch(),
             **{k: shell_value(v) for k, v in profile.sbatch_args.items()},
         },
     }
@@ -237,7 +237,7 @@ def make_plan(
     code_dir: Path | None = None,
 ) -> Plan:
     """`log_dir` is the run's (or sweep's) logs/ folder; `code_dir` the code snapshot the tasks run in."""
-    settings = JobSettings(profile.signal, profile.signal_delay_s, profile.max_num_timeout)
+    settings = profile.requeue
     if profile.executor == "slurm":
         params = slurm_parameters(profile)
         params["setup"] = [*params["setup"], *signal_lines(log_dir, profile.signal)]
@@ -245,7 +245,7 @@ def make_plan(
         if code_dir is not None:  # the batch script, and so every task and requeue, runs in the snapshot
             params["additional_parameters"]["chdir"] = str(code_dir)
         python = profile.python or python
-        return Plan("slurm", log_dir, params, configs, python, profile.max_num_timeout, settings, code_dir=code_dir)
+        return Plan("slurm", log_dir, params, configs, python, settings, code_dir=code_dir)
     parameters: dict[str, Any] = {"timeout_min": profile.timeout_min, "signal_delay_s": profile.signal_delay_s}
     if profile.executor == "local":
         # One process per GPU; on a machine without GPUs, gpus_per_node is the process count.
@@ -260,7 +260,6 @@ def make_plan(
         log_dir,
         parameters,
         configs,
-        max_num_timeout=profile.max_num_timeout,
         settings=settings,
         code_dir=code_dir,
         array_parallelism=profile.array_parallelism,

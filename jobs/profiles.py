@@ -10,9 +10,10 @@ import yaml
 
 from trainer.config import from_dict
 from trainer.errors import UserError
+from trainer.requeue import signals
+from trainer.requeue.signals import JobSettings
 
 EXECUTORS = ("local", "debug", "slurm")
-SIGNALS = ("USR1", "USR2", "TERM", "INT", "HUP", "URG")
 ENV_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*", re.ASCII)  # what a shell takes after `export`
 SBATCH_KEY = re.compile(r"[a-z][a-z0-9-]*", re.ASCII)  # a long option's name, e.g. mail-type
 PROFILE_DIRS = (Path.cwd() / "cluster_profiles", Path(__file__).resolve().parents[1] / "cluster_profiles")
@@ -30,9 +31,9 @@ class Profile:
     run_root: str = "runs"  # run directories go here; on a cluster, a folder every node can see
     trainer: dict = field(default_factory=dict)  # trainer defaults for this profile, as key: value
     # Slurm and local (the debug executor has no time limit)
-    signal: str = "USR2"  # sent signal_delay_s before the time limit, and on preemption
-    signal_delay_s: int = 120
-    max_num_timeout: int = 3  # requeues after a time limit before the job is left to end
+    signal: str = signals.DEFAULT  # sent signal_delay_s before the time limit, and on preemption
+    signal_delay_s: int = signals.DEFAULT_DELAY_S
+    max_num_timeout: int = signals.DEFAULT_MAX_NUM_TIMEOUT  # requeues after a time limit before the job ends
     # Slurm only (ignored by local and debug)
     partition: str = ""
     account: str = ""
@@ -93,10 +94,10 @@ class Profile:
         for name in ("snapshot_exclude", "snapshot_include"):
             if not all(isinstance(p, str) and p for p in getattr(self, name)):
                 raise UserError(f"{name}: {getattr(self, name)!r} must be a list of glob patterns, e.g. [data/*]")
-        if self.signal.removeprefix("SIG") not in SIGNALS:
-            raise UserError(f"signal {self.signal!r} is unknown; use one of {', '.join(SIGNALS)}")
-        # Normalised here, once: sbatch's --signal, submitit and the trainer's handler all take it without "SIG".
-        object.__setattr__(self, "signal", self.signal.removeprefix("SIG"))
+        try:  # normalised here, once: every other form of the signal is made from this name
+            object.__setattr__(self, "signal", signals.normalise(self.signal))
+        except ValueError as exc:
+            raise UserError(str(exc)) from None
 
     def _check_text(self) -> None:
         """Refuse text that would change the meaning of the generated sbatch script."""
@@ -136,6 +137,11 @@ class Profile:
                     out.append((f"{f.name} key", key))
                     out.append((f"{f.name}.{key}", v if isinstance(v, str) else str(v)))
         return out
+
+    @property
+    def requeue(self) -> JobSettings:
+        """What every task is told about requeueing."""
+        return JobSettings(self.signal, self.signal_delay_s, self.max_num_timeout)
 
     def with_overrides(self, **values: Any) -> "Profile":
         """The profile with command-line flags applied (None means not given)."""

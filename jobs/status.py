@@ -8,8 +8,8 @@ from pathlib import Path
 
 from jobs.tracking import Target, failed_tasks, failure_line, find_all, full_disk_line, info, infos, progress
 from trainer.errors import one_line_errors
-from trainer.provenance import read_submit
-from trainer.rundir import RunDir
+from trainer.run.provenance import read_submit
+from trainer.run.rundir import RunDir
 
 
 def code_line(run_dir: Path) -> str:

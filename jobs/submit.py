@@ -31,13 +31,11 @@ from jobs.plan import (
 from jobs.profiles import Profile, load_profile
 from jobs.snapshot import Snapshot, git_diff, git_state, ignored_files, ignored_note, plan_snapshot
 from jobs.snapshot import copy as copy_snapshot
-from trainer import filelist
-from trainer.atomic import read_json, try_lock, write_text
-from trainer.config import TrainConfig, build_config, config_dict, from_dict, section
+from trainer.config import TrainConfig, build_config, config_dict, flat, from_dict, section
+from trainer.data import filelist
 from trainer.errors import UserError, one_line_errors
-from trainer.provenance import write_submit
-from trainer.rundir import RunDir
-from trainer.runs import (
+from trainer.run.atomic import read_json, try_lock, write_text
+from trainer.run.prepare import (
     check_name,
     claim,
     load_config_file,
@@ -48,6 +46,8 @@ from trainer.runs import (
     validation_config,
     write_config,
 )
+from trainer.run.provenance import write_submit
+from trainer.run.rundir import RunDir
 
 DEFAULT_PROFILE = "local"
 
@@ -406,13 +406,6 @@ def check_resume(run_dir: Path, old: TrainConfig, new: TrainConfig) -> str:
     if final_step >= new.steps:
         return f"{run_dir} already finished at step {final_step} (steps={new.steps}); to train on, pass steps=N above {final_step}"
     return ""
-
-
-def flat(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, value in tree.items():
-        out |= flat(value, f"{prefix}{key}.") if isinstance(value, dict) else {prefix + key: value}
-    return out
 
 
 def create_and_submit(request: Request) -> list:  # type: ignore[type-arg]

@@ -15,12 +15,12 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from jobs import launch
-from trainer import failures
-from trainer.atomic import read_json
-from trainer.checkpoint_names import has_checksum, list_checkpoints
 from trainer.errors import UserError
-from trainer.failures import Failure
-from trainer.rundir import RunDir
+from trainer.run import failures
+from trainer.run.atomic import read_json
+from trainer.run.checkpoint_names import has_checksum, list_checkpoints
+from trainer.run.failures import Failure
+from trainer.run.rundir import RunDir
 
 TERMINAL = {
     "COMPLETED",
@@ -347,7 +347,7 @@ def _killed_by(signum: int) -> str:
 
 
 def first_failure(target: Target) -> Failure | None:
-    """The rank and host that failed first, and why (see trainer.failures)."""
+    """The rank and host that failed first, and why (see trainer.run.failures)."""
     run_dir = target.run_dir
     return failures.root_cause(failures.read(run_dir) if run_dir else [], killed_tasks(target))
 
@@ -366,7 +366,7 @@ FULL_BELOW = 1 << 20  # a run directory's disk with less free space than this ca
 
 def full_disk_line(run_dir: Path) -> str | None:
     """For a failed job that left no record at all: the full disk it could not write to, if that is why."""
-    from trainer.atomic import free_space
+    from trainer.run.atomic import free_space
 
     try:
         full = run_dir.is_dir() and shutil.disk_usage(run_dir).free < FULL_BELOW

@@ -11,7 +11,7 @@ from typing import TypeVar
 import pytest
 
 from tests.slurm import cluster
-from trainer.sample_data import ensure_sample_data
+from trainer.data.sample import ensure_sample_data
 
 ROOT = Path(__file__).resolve().parents[1]
 T = TypeVar("T")

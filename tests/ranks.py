@@ -14,10 +14,11 @@ import sys
 from dataclasses import dataclass
 from multiprocessing.process import BaseProcess
 from pathlib import Path
+from typing import Any
 
-from trainer.config import TrainConfig, build_config
-from trainer.rendezvous import any_free_port
-from trainer.runs import make_dirs, resolve_data, write_config
+from trainer.config import build_config, config_dict
+from trainer.env.rendezvous import any_free_port
+from trainer.run.prepare import make_dirs, resolve_data, write_config
 
 CONTEXT = multiprocessing.get_context("forkserver")
 CONTEXT.set_forkserver_preload(["torch", "torchvision", "trainer.train", "trainer.entry"])
@@ -26,7 +27,7 @@ LAUNCHER_PREFIXES = ("SLURM_", "SUBMITIT_", "TORCHELASTIC_", "MASTER_", "GROUP_"
 LAUNCHER_NAMES = {"RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE"}
 
 
-def _rank(rank: int, world: int, port: int, config: TrainConfig, log: str) -> None:
+def _rank(rank: int, world: int, port: int, config: dict[str, Any], log: str) -> None:
     for key in [k for k in os.environ if k.startswith(LAUNCHER_PREFIXES) or k in LAUNCHER_NAMES]:
         del os.environ[key]
     os.environ.update(
@@ -75,7 +76,9 @@ def start(run_dir: Path, *args: str, world: int = 2) -> Ranks:
     write_config(run_dir, config)
     port = any_free_port()
     processes = [
-        CONTEXT.Process(target=_rank, args=(r, world, port, config, str(run_dir / "logs" / f"rank_{r}.log")))
+        CONTEXT.Process(
+            target=_rank, args=(r, world, port, config_dict(config), str(run_dir / "logs" / f"rank_{r}.log"))
+        )
         for r in range(world)
     ]
     for process in processes:

@@ -191,7 +191,7 @@ def test_trainer_and_sample_data_commands_refuse_a_path_under_a_file(tmp_path: P
     (tmp_path / "a-file").write_text("")
     for args in (
         ["trainer", f"run_dir={tmp_path / 'a-file' / 'run'}", f"data.root={sample_root / 'pix2pix'}"],
-        ["trainer.sample_data", str(tmp_path / "a-file" / "data")],
+        ["trainer.data.sample", str(tmp_path / "a-file" / "data")],
     ):
         result = subprocess.run(
             [sys.executable, "-m", *args],

@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import ROOT, submit
-from trainer.distenv import resolve
 from trainer.entry import record_error
+from trainer.env.launcher import resolve
 from trainer.errors import UserError
 from trainer.preemption import Attempts
-from trainer.runs import load_config_file
+from trainer.run.prepare import load_config_file
 
 BROKEN = {"empty": "", "torn": '{"job_id": "12', "misshapen": '{"x": 1}'}
 

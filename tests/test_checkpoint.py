@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from trainer import atomic, checkpoint
+from trainer import checkpoint
+from trainer.run import atomic
 
 
 def state(step: int) -> dict[str, object]:

@@ -35,7 +35,7 @@ def test_overrides_win_over_the_profile_section() -> None:
         (["task=segment"], "unknown task 'segment'; choose one of classify, pix2pix"),
         (["steps=0"], "steps: must be >= 1"),
         (["data.image_size=30"], "multiple of 16"),
-        (["data.loader=threads"], "data.loader: must be shared or torch, got 'threads'"),
+        (["data.prefetch_factor=0"], "data.prefetch_factor: must be >= 1, e.g. 2"),
         (["dist.bucket_cap_mb=0"], "dist.bucket_cap_mb: must be > 0"),
         (["dist.static_graph=sometimes"], "expected bool"),
         (["optim.lr=inf"], "optim.lr=inf: must be a finite number"),

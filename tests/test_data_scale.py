@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import submit
-from trainer import filelist
 from trainer.config import build_config
+from trainer.data import filelist
 from trainer.errors import UserError
 from trainer.tasks.classify import TASK as CLASSIFY
 from trainer.tasks.pix2pix import TASK as PIX2PIX

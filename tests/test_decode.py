@@ -1,4 +1,4 @@
-"""trainer.decode: torchvision.io for PNG and JPEG, Pillow for the rest, the same pixels either way."""
+"""trainer.data.decode: torchvision.io for PNG and JPEG, Pillow for the rest, the same pixels either way."""
 
 from pathlib import Path
 
@@ -8,8 +8,8 @@ import torch
 from PIL import Image
 from torchvision.transforms.functional import pil_to_tensor
 
-from trainer import decode
-from trainer.images import BadImages
+from trainer.data import decode
+from trainer.data.checks import BadImages
 from trainer.tasks._pix2pix_nn import PairsDataset
 
 

@@ -1,6 +1,6 @@
 import pytest
 
-from trainer.distenv import PORT_BASE, PORT_SPAN, port_from_job_id, resolve, tasks_on_node
+from trainer.env.launcher import PORT_BASE, PORT_SPAN, port_from_job_id, resolve, tasks_on_node
 from trainer.errors import UserError
 
 TORCHRUN = {

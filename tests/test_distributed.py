@@ -7,8 +7,8 @@ import torch
 import torch.distributed as dist
 
 from trainer.config import DistConfig
-from trainer.distenv import DistEnv
 from trainer.distributed import wrap
+from trainer.env.launcher import DistEnv
 
 TWO_RANKS = DistEnv("torchrun", 0, 0, 2, 2, 0, 1, "127.0.0.1", 29500, None, 1)
 ONE_RANK = DistEnv("single", 0, 0, 1, 1, 0, 1, "127.0.0.1", 29500, None, 1)

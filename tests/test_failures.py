@@ -17,9 +17,9 @@ from torch.utils.data import DataLoader, Dataset
 
 from jobs.tracking import Target, failure_line, killed_tasks
 from tests.conftest import ROOT, poll, submit
-from trainer import failures
 from trainer.errors import UserError
-from trainer.failures import Failure, describe, root_cause
+from trainer.run import failures
+from trainer.run.failures import Failure, describe, root_cause
 
 ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
 GLOO_CLOSED = (

@@ -1,8 +1,8 @@
 import pytest
 
-from trainer.distenv import resolve
+from trainer.env.hostlist import expand_hostlist
+from trainer.env.launcher import resolve
 from trainer.errors import UserError
-from trainer.hostlist import expand_hostlist
 
 # Expected values are what `scontrol show hostnames` printed (Slurm 22.05); tests/slurm/test_slurm.py
 # compares every case with scontrol itself on the test cluster.

@@ -28,7 +28,7 @@ def classify(local_profile: Path, root: Path, *args: str) -> subprocess.Complete
 
 def test_the_submit_path_imports_no_torch() -> None:
     code = (
-        "import sys, trainer.tasks, trainer.config, trainer.runs;"
+        "import sys, trainer.tasks, trainer.config, trainer.run.prepare;"
         "[trainer.tasks.get(n) for n in trainer.tasks.available()];"
         "trainer.config.build_config(['task=classify', 'classify.model=vgg11']);"
         "assert 'torch' not in sys.modules, 'torch imported'"
@@ -58,11 +58,6 @@ def test_task_settings_live_under_the_tasks_name() -> None:
 def test_task_settings_are_validated_like_the_trainers(overrides: list[str], message: str) -> None:
     with pytest.raises(UserError, match=message.replace(".", r"\.")):
         build_config(overrides)
-
-
-def test_an_old_model_section_says_how_to_rename_it() -> None:
-    with pytest.raises(UserError, match="write model.name as classify.model"):
-        build_config(base={"task": "classify", "model": {"name": "resnet18"}})
 
 
 def empty_class(root: Path) -> None:

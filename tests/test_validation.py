@@ -17,7 +17,7 @@ from torch.utils.data import TensorDataset
 from tests import ranks
 from tests.conftest import ROOT, submit
 from trainer.config import build_config
-from trainer.distenv import DistEnv
+from trainer.env.launcher import DistEnv
 from trainer.tasks.classify import TASK as CLASSIFY
 from trainer.validation import evaluate, shard_loader
 

@@ -5,10 +5,10 @@ import os
 import sys
 from pathlib import Path
 
-from trainer.config import build_config
-from trainer.distenv import resolve
+from trainer.config import build_config, config_dict
+from trainer.env.launcher import resolve
 from trainer.errors import one_line_errors
-from trainer.runs import make_dirs, resolve_data, write_config
+from trainer.run.prepare import make_dirs, resolve_data, write_config
 
 
 @one_line_errors
@@ -24,7 +24,7 @@ def main(argv: list[str]) -> int:
         write_config(run_dir, config)
     from trainer.entry import run
 
-    run(config)
+    run(config_dict(config))
     return 0
 
 

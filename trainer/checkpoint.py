@@ -12,8 +12,10 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from trainer.atomic import write_bytes, write_text
-from trainer.checkpoint_names import (
+from trainer.config import CheckpointConfig
+from trainer.errors import UserError
+from trainer.run.atomic import write_bytes, write_text
+from trainer.run.checkpoint_names import (
     best_path,
     checkpoint_path,
     checksum_path,
@@ -21,8 +23,6 @@ from trainer.checkpoint_names import (
     stale_temporaries,
     to_prune,
 )
-from trainer.config import CheckpointConfig
-from trainer.errors import UserError
 from trainer.state import KEYS, PROGRESS, TrainState
 
 
@@ -177,8 +177,12 @@ class Checkpointer:
         self.folder, self.settings, self.is_main, self.warn = folder, settings, is_main, warn
         self.writer = Writer(settings.background)
 
-    def due(self, step: int, last: int) -> bool:
-        return step % self.settings.every == 0 or step == last
+    def save_if_due(self, state: TrainState, last: int) -> bool:
+        """Save every `every` steps and at the last step (a collective); whether it saved."""
+        if state.step % self.settings.every and state.step != last:
+            return False
+        self.save(state)
+        return True
 
     def save(self, state: TrainState) -> None:
         snapshot = state.state_dict()

@@ -10,7 +10,7 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from trainer.config import DistConfig
-from trainer.distenv import DistEnv
+from trainer.env.launcher import DistEnv
 
 
 @contextlib.contextmanager

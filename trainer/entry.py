@@ -8,12 +8,14 @@ import time
 from pathlib import Path
 from typing import Any
 
-from trainer import failures, provenance, relay, startup
-from trainer.config import JobSettings, TrainConfig
-from trainer.distenv import DistEnv, resolve
+from trainer.config import TrainConfig, from_dict
+from trainer.env.launcher import DistEnv, resolve
+from trainer.env.rendezvous import agree_port
 from trainer.errors import UserError
-from trainer.rendezvous import agree_port
-from trainer.stopflag import StopFlag
+from trainer.requeue import relay
+from trainer.requeue.flag import StopFlag
+from trainer.requeue.signals import JobSettings
+from trainer.run import failures, provenance, startup
 
 
 def record_error(run_dir: Path, env: DistEnv, exc: BaseException) -> None:
@@ -26,13 +28,15 @@ def record_error(run_dir: Path, env: DistEnv, exc: BaseException) -> None:
         print(f"warning: could not record {failure.line()!r} in {run_dir}: {write_error}", file=sys.stderr)
 
 
-def run(config: TrainConfig, settings: JobSettings | None = None) -> dict[str, Any] | None:
-    """Train with the resolved config in this task's distributed environment (submitit pickles both)."""
+def run(config: dict[str, Any], job: dict[str, Any] | None = None) -> dict[str, Any] | None:
+    """Train in this task's distributed environment. Both arguments are plain values (what submitit pickles):
+    the resolved config as config.yaml holds it, and the JobSettings."""
     startup.MARKS.clear()  # a debug run calls this again in the same process
     startup.mark("task_started")  # submitit has unpickled the call
-    settings = settings or JobSettings()
-    stop_flag = StopFlag(settings.signal)  # before the seconds spent importing torch
-    env = agree_port(resolve(os.environ), Path(config.run_dir))
+    settings = JobSettings(**(job or {}))
+    stop_flag = StopFlag(settings.signal)  # before the seconds spent importing torch, and your task's file
+    run_dir = Path(config["run_dir"])
+    env = agree_port(resolve(os.environ), run_dir)
     relay.watch(
         relay.signal_file(env.attempt), stop_flag.signum
     )  # on Slurm the batch shell, not this task, gets the signal
@@ -43,14 +47,16 @@ def run(config: TrainConfig, settings: JobSettings | None = None) -> dict[str, A
     startup.mark("torch_imported")
 
     print(env.describe(), flush=True)  # every rank, into its own log
-    provenance.record_start(Path(config.run_dir), env)  # after torch's import: its versions are read from it
+    provenance.record_start(run_dir, env)  # after torch's import: its versions are read from it
     if env.is_main:
-        failures.clear(Path(config.run_dir), failures.process_start_time())  # from an earlier, failed attempt
+        failures.clear(run_dir, failures.process_start_time())  # from an earlier, failed attempt
     try:
-        return train(config, env, settings, stop_flag)
+        # Built here, not unpickled: your task's file is imported now, with the handler above in place, and a
+        # settings error is recorded like any other failure.
+        return train(from_dict(TrainConfig, config), env, settings, stop_flag)
     except BaseException as exc:
         if not isinstance(exc, KeyboardInterrupt | SystemExit):
-            record_error(Path(config.run_dir), env, exc)
+            record_error(run_dir, env, exc)
         raise
     finally:
         # Done, one way or another: a requeue signal now (the local controller's, a late one) must not kill

@@ -11,13 +11,13 @@ import sys
 from pathlib import Path
 
 from trainer.config import build_config
-from trainer.distenv import resolve
+from trainer.env.launcher import resolve
 from trainer.errors import UserError, one_line_errors
-from trainer.rundir import RunDir
+from trainer.run.rundir import RunDir
 
 
 def checkpoint_of(target: Path) -> Path:
-    from trainer.checkpoint_names import has_checksum, list_checkpoints
+    from trainer.run.checkpoint_names import has_checksum, list_checkpoints
 
     if target.is_file():
         return target
@@ -38,7 +38,7 @@ def main(argv: list[str]) -> int:
     import torch
 
     from trainer import checkpoint, tasks, validation
-    from trainer.data import num_workers
+    from trainer.data.loader import num_workers
     from trainer.distributed import pick_device, process_group
     from trainer.train import AMP_DTYPES
 

@@ -9,10 +9,10 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from trainer.attempts import Attempts, leave, parse_time_left, record_stop, stop_reason
-from trainer.config import JobSettings
-from trainer.distenv import DistEnv
-from trainer.stopflag import StopFlag
+from trainer.env.launcher import DistEnv
+from trainer.requeue.flag import StopFlag
+from trainer.requeue.signals import JobSettings
+from trainer.run.attempts import Attempts, leave, parse_time_left, record_stop, stop_reason
 
 __all__ = ["Attempts", "decide", "leave", "parse_time_left", "stop_agreed", "stop_reason"]
 

@@ -3,10 +3,10 @@
 Torch-free: the task only starts your command, hands the requeue signal to it where it can take it, and acts
 on its exit code.
 - RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, GROUP_RANK, ROLE_RANK, ROLE_WORLD_SIZE, MASTER_ADDR,
-  MASTER_PORT from the same reading of the environment the trainer uses (trainer.distenv), RUN_DIR, and
+  MASTER_PORT from the same reading of the environment the trainer uses (trainer.env.launcher), RUN_DIR, and
   REQUEUE_SIGNAL: `torch.distributed.init_process_group("env://")` just works.
 - The requeue signal goes to the command's processes that handle it; a command with none is stopped
-  (trainer.relay). After the signal, any non-zero exit is a stop to requeue, not a failure.
+  (trainer.requeue.relay). After the signal, any non-zero exit is a stop to requeue, not a failure.
 - Exit 0: done. Exit 144 (trainer.requeue.REQUEUE_EXIT): saved, requeue me; rank 0 records the stop and
   requeues the job as the trainer does, and the command starts again in the same run directory. Any other
   exit: this rank failed; it is recorded (errors/, error.txt) with the last line of the traceback the command
@@ -26,15 +26,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from trainer import failures, provenance, relay
-from trainer.atomic import write_text
-from trainer.attempts import Attempts, leave, record_stop
-from trainer.config import JobSettings
-from trainer.distenv import DistEnv, resolve, torchrun_variables
+from trainer.env.launcher import DistEnv, resolve, torchrun_variables
+from trainer.env.rendezvous import agree_port
 from trainer.errors import UserError
-from trainer.rendezvous import agree_port
-from trainer.requeue import REQUEUE_EXIT
-from trainer.rundir import RunDir
+from trainer.requeue import REQUEUE_EXIT, relay, signals
+from trainer.requeue.signals import JobSettings
+from trainer.run import failures, provenance
+from trainer.run.atomic import write_text
+from trainer.run.attempts import Attempts, leave, record_stop
+from trainer.run.rundir import RunDir
 
 RANK_PREFIX = re.compile(r"^\[rank\d+\]: ?")
 PEER_WAIT_S = 30.0  # rank 0, after its command asked for a requeue: how long the others get to save and exit
@@ -45,10 +45,12 @@ def variables(env: DistEnv, run_dir: str, settings: JobSettings) -> dict[str, st
     given = torchrun_variables(env)
     if "OMP_NUM_THREADS" in os.environ:
         del given["OMP_NUM_THREADS"]
-    return given | {"RUN_DIR": run_dir, "REQUEUE_SIGNAL": settings.signal}
+    return given | {"RUN_DIR": run_dir, signals.ENV: settings.signal}
 
 
-def run(command: list[str], cwd: str, run_dir: str, settings: JobSettings, in_process: bool = False) -> None:
+def run(command: list[str], cwd: str, run_dir: str, job: dict[str, Any], in_process: bool = False) -> None:
+    """Run `command` as this task's rank; `job` is the JobSettings as a plain dict (what submitit sends)."""
+    settings = JobSettings(**job)
     folder = Path(run_dir)
     env = agree_port(resolve(os.environ), folder)
     print(env.describe(), flush=True)
@@ -181,7 +183,7 @@ class StderrTail:
 
 
 def _run(command: list[str], cwd: str, env: DistEnv, run_dir: str, settings: JobSettings) -> Ended:
-    requeue = getattr(signal, "SIG" + settings.signal)
+    requeue = settings.signum
     received: dict[int, float] = {}
 
     def note(signum: int, frame: Any) -> None:

@@ -1,66 +1,43 @@
-"""The training loop, top to bottom. Rank 0 alone writes logs, TensorBoard and checkpoints."""
+"""The training loop, top to bottom. Rank 0 alone writes logs, TensorBoard and checkpoints.
+
+`train` reads as the loop: set up, resume, then one step after another, each component deciding for itself
+whether this step is its turn (logging, images, evaluation, checkpoints, the requeue vote), then finish.
+"""
 
 import contextlib
 import json
 import math
 import random
-import sys
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
 
 import trainer.tasks
-from trainer import checkpoint, startup, validation
-from trainer.atomic import write_text
-from trainer.checkpoint_names import best_path
-from trainer.config import JobSettings, TrainConfig, config_dict
-from trainer.data import close, make_loader, num_workers, to_device
-from trainer.distenv import DistEnv
-from trainer.distributed import mean_over_ranks, pick_device, process_group, wrap
+from trainer import checkpoint, validation
+from trainer.config import TrainConfig, config_dict, flat
+from trainer.data.checks import count_bad_images
+from trainer.data.loader import batches, make_loader, num_workers, to_device
+from trainer.distributed import pick_device, process_group, wrap
+from trainer.env.launcher import DistEnv
 from trainer.errors import UserError
-from trainer.images import count_bad_images
+from trainer.meter import IntervalMeter, Progress
 from trainer.preemption import Attempts, decide, leave, stop_agreed
+from trainer.requeue.flag import StopFlag
+from trainer.requeue.signals import JobSettings
 from trainer.rng import isolated
-from trainer.rundir import RunDir
-from trainer.runs import write_config
+from trainer.run import startup
+from trainer.run.atomic import write_text
+from trainer.run.checkpoint_names import best_path
+from trainer.run.prepare import write_config
+from trainer.run.rundir import RunDir
 from trainer.schedule import lr_factor
 from trainer.state import TrainState
-from trainer.stopflag import StopFlag
 from trainer.tblog import NullLogger, TensorBoardLogger
 
 AMP_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
-
-
-class Progress:
-    """A live line on a terminal, plain periodic lines in batch logs: step, elapsed time, ETA, values."""
-
-    def __init__(self, total: int, first_step: int, enabled: bool) -> None:
-        self.total, self.enabled, self.tty = total, enabled, sys.stdout.isatty()
-        self.first_step, self.started = first_step, time.monotonic()  # this attempt's: the ETA is its pace
-
-    def update(self, step: int, values: dict[str, float]) -> None:
-        if not self.enabled:
-            return
-        elapsed = time.monotonic() - self.started
-        eta = elapsed / max(1, step - self.first_step) * (self.total - step)
-        head = f"step {step}/{self.total} elapsed {clock(elapsed)} eta {clock(eta)} "
-        text = head + " ".join(f"{k.split('/')[-1]}={v:.4g}" for k, v in values.items())
-        print(("\r" + text) if self.tty else text, end="" if self.tty else "\n", flush=True)
-
-    def line(self, text: str) -> None:
-        if self.enabled:
-            print(("\n" + text) if self.tty else text, flush=True)
-
-    def close(self) -> None:
-        if self.enabled and self.tty:
-            print(flush=True)
-
-
-def clock(seconds: float) -> str:
-    minutes, secs = divmod(int(seconds), 60)
-    return f"{minutes // 60}:{minutes % 60:02d}:{secs:02d}"
 
 
 def train(
@@ -72,228 +49,233 @@ def train(
     """
     settings = settings or JobSettings()
     stop_flag = stop_flag or StopFlag(settings.signal)
-    run_dir = Path(config.run_dir)
-    files = RunDir(run_dir)
     device = pick_device(env)
     torch.set_num_threads(env.cpus_per_task)
     with process_group(env, config.dist.timeout_s, device), contextlib.ExitStack() as cleanup:
         startup.mark("process_group_joined")
-        random.seed(config.seed)
-        torch.manual_seed(config.seed)  # the same initial weights on every rank
-        task = trainer.tasks.get(config.task)
-        data = validation.datasets(task, config)
-        dataset = data.train
-        loader, sampler = make_loader(dataset, config, env, device)
-        cleanup.callback(close, loader)  # its workers, on every way out
-        val_loader = validation.shard_loader(data.val, config, env, num_workers(config, env)) if data.val else None
-        batches_per_epoch = len(sampler) // config.batch_size
-        if batches_per_epoch == 0:
-            raise UserError(
-                f"{len(dataset)} samples give no full batch of {config.batch_size} on each of {env.world_size} "
-                f"processes; lower batch_size or add data"
-            )
-        startup.mark("data_ready")
-        model = task.model(config, data.full).to(device)
-        ddp = wrap(model, env, device, config.dist)
-        startup.mark("model_ready")
-        optimizer = torch.optim.AdamW(model.parameters(), lr=config.optim.lr, weight_decay=config.optim.weight_decay)
-        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: lr_factor(s, config.steps, config.optim))
-        scaler = torch.amp.GradScaler(device.type, enabled=config.amp == "fp16")
-        autocast = torch.autocast(device.type, dtype=AMP_DTYPES.get(config.amp), enabled=config.amp != "off")
-
-        # Rank 0's warnings: printed to the output --wait follows, and kept in attempts.json.
-        warned: list[str] = []
-
-        def warn(message: str) -> None:
-            if env.is_main:
-                warned.append(message)
-                print(f"warning: {message}", flush=True)
-
-        state = TrainState(model, optimizer, scheduler, scaler, env, device)
-        state.meta = {"task": config.task, "config": config_dict(config), "classes": getattr(data.full, "classes", [])}
-        checkpoints = checkpoint.Checkpointer(files.checkpoints, config.checkpoint, env.is_main, warn)
-        attempts = Attempts(run_dir) if env.is_main else None
-        resumed_from = checkpoints.restore(state)
-        startup.mark("checkpoint_restored")
-        if resumed_from is not None:  # every rank, in its own log: what resuming cost the shared filesystem
-            print(f"checkpoint bytes read by this rank: {checkpoint.BYTES_READ[0]}", flush=True)
-        if resumed_from is not None and env.is_main:
-            print(f"resumed from {resumed_from} at step {state.step}", flush=True)
-        elif resumed_from is None and attempts is not None and attempts.items:
-            warn(f"an earlier attempt ran, but {checkpoints.folder} holds no usable checkpoint: starting from step 0")
-        if env.is_main:  # only now: a --resume whose new settings fail before this point leaves config.yaml as it was
-            write_config(run_dir, config)
-
-        logger = TensorBoardLogger(files.tensorboard) if env.is_main else NullLogger()
-        if attempts is not None:
-            cost = attempts.start(state.step, env.restart_count, warned, startup.seconds(), env)
-            if len(attempts.items) > 1:
-                totals = attempts.totals()
-                logger.scalars(
-                    {f"restarts/{k}": v for k, v in totals.items()}
-                    | {"restarts/last_time_lost_s": cost["time_lost_s"]},
-                    state.step,
-                )
+        run = setup(config, env, device)
+        resume(run)
+        task, model, ddp, optimizer, state = run.task, run.model, run.ddp, run.optimizer, run.state
+        data = batches(run.loader, run.sampler, lambda: (state.epoch, state.batch_in_epoch), config.batch_size)
+        cleanup.callback(data.close)  # the loader's workers, on every way out
+        meter = IntervalMeter(device, config.batch_size * env.world_size)
         progress = Progress(config.steps, state.step, enabled=env.is_main)
-        interval_loss, interval_metrics, interval_steps = torch.zeros((), device=device), {}, 0
-        step_time = data_time = 0.0
-        final_loss: float | None = None  # stays None when this attempt had no step left to train
-        final_metrics: dict[str, float | None] = {}
-        final_val: dict[str, float | None] | None = None  # the last step's validation metrics
-        image_batch = None  # fixed validation samples: the same images compared across steps
-        eval_time = 0.0  # this attempt's, for summary.json: evaluation must not dominate
-        attempt_start = time.perf_counter()
 
+        tick = time.perf_counter()
         while state.step < config.steps:
-            sampler.set_epoch(state.epoch)
-            sampler.start = state.batch_in_epoch * config.batch_size
-            tick = time.perf_counter()
-            for batch in loader:
-                batch = to_device(batch, device)
-                loaded = time.perf_counter()
-                with autocast:
-                    loss, metrics = task.forward(ddp, batch)
-                optimizer.zero_grad(set_to_none=True)
-                scaler.scale(loss).backward()
-                if config.optim.grad_clip:
-                    scaler.unscale_(optimizer)
-                    torch.nn.utils.clip_grad_norm_(model.parameters(), config.optim.grad_clip)
-                scaler.step(optimizer)
-                scaler.update()
-                scheduler.step()
-                state.advance(batches_per_epoch)
-                step = state.step
+            batch = to_device(next(data), device)
+            loaded = time.perf_counter()
+            with run.autocast:
+                loss, metrics = task.forward(ddp, batch)
+            optimizer.zero_grad(set_to_none=True)
+            run.scaler.scale(loss).backward()
+            if config.optim.grad_clip:
+                run.scaler.unscale_(optimizer)
+                torch.nn.utils.clip_grad_norm_(model.parameters(), config.optim.grad_clip)
+            run.scaler.step(optimizer)
+            run.scaler.update()
+            run.scheduler.step()
+            state.advance(run.batches_per_epoch)
+            step = state.step
+            tick = meter.add(loss, metrics, tick, loaded)
 
-                done = time.perf_counter()
-                data_time += loaded - tick
-                step_time += done - tick
-                interval_loss += loss.detach()
-                for name, value in metrics.items():
-                    interval_metrics[name] = interval_metrics.get(name, 0.0) + value.detach()
-                interval_steps += 1
-                tick = done
-
-                # Every rank runs this block at the same steps: mean_over_ranks is a collective.
-                if step % config.log.every == 0 or step == config.steps:
-                    values = {"train/loss": mean_over_ranks(interval_loss / interval_steps, env)}
-                    values |= {
-                        f"train/{k}": mean_over_ranks(v / interval_steps, env) for k, v in interval_metrics.items()
-                    }
-                    values |= {
-                        "train/lr": scheduler.get_last_lr()[0],
-                        "train/epoch": state.epoch + state.batch_in_epoch / batches_per_epoch,
-                        "perf/samples_per_s": interval_steps * config.batch_size * env.world_size / step_time,
-                        "perf/step_time_s": step_time / interval_steps,
-                        "perf/data_wait_s": data_time / interval_steps,
-                    }
-                    logger.scalars(values, step)
-                    if not math.isfinite(loss_mean := values["train/loss"]):  # the same on every rank
-                        what = f"the training loss was {loss_mean} over steps {step - interval_steps + 1}-{step}"
-                        if config.log.nonfinite == "stop":
-                            raise UserError(
-                                f"{what}; lower optim.lr or set optim.grad_clip (log.nonfinite=warn trains on)"
-                            )
-                        warn(f"{what} (log.nonfinite=stop ends the run on it)")
-                    if env.is_main:  # for jobs.status
-                        write_text(
-                            files.progress, json.dumps({"step": step, "time": time.time(), "val": state.last_val})
-                        )
-                    progress.update(step, values)
-                    if step == config.steps:  # the summary's train metrics: this last interval's means
-                        final_loss = finite(values["train/loss"])
-                        final_metrics = {k[6:]: finite(v) for k, v in values.items() if is_task_metric(k, metrics)}
-                    interval_loss.zero_()
-                    interval_metrics, interval_steps, step_time, data_time = {}, 0, 0.0, 0.0
-                if config.log.image_every and (step % config.log.image_every == 0 or step == config.steps):
-                    with isolated(config.seed):  # what logging draws is not the task's stream to give
-                        if env.is_main and val_loader is not None and image_batch is None:
-                            image_batch = to_device(next(iter(val_loader)), device)
-                        grid = (
-                            task.images(model, image_batch if image_batch is not None else batch)
-                            if env.is_main
-                            else None
-                        )
-                    if grid is not None:
-                        logger.image("images/input_target_output", grid, step)
-                # A collective: every rank evaluates its shard at the same steps.
-                if val_loader is not None and (
-                    step == config.steps or (config.eval.every and step % config.eval.every == 0)
-                ):
-                    evaluating = time.perf_counter()
-                    with isolated(config.seed):  # evaluation draws from streams of its own, the same each time
-                        val = validation.evaluate(model, val_loader, task, env, device, autocast)
-                    eval_time += time.perf_counter() - evaluating
-                    logger.scalars({f"val/{k}": v for k, v in val.items()}, step)
-                    progress.line(f"validation at step {step}: " + " ".join(f"{k}={v:.4g}" for k, v in val.items()))
-                    state.last_val = val
-                    if validation.improves(state, val, config) and env.is_main:
-                        checkpoint.save_best(files.checkpoints, model.state_dict(), state.best_meta())
-                    if step == config.steps:
-                        final_val = {k: finite(v) for k, v in val.items()}
-                saved = checkpoints.due(step, config.steps)
-                if saved:
-                    checkpoints.save(state)  # a collective
-                # A collective too, every stop_check_every steps: all ranks stop at the same step.
-                if step < config.steps and stop_agreed(stop_flag, env, device, step, config.dist.stop_check_every):
-                    if not saved:
-                        checkpoints.save(state)
-                    checkpoints.wait()  # the checkpoint is on disk before anyone leaves
-                    requeued = decide(env, attempts, settings, step, run_dir, device, stop_flag.raised_at)
-                    progress.close()
-                    logger.close()
-                    raise leave(env, requeued)
-                if step >= config.steps or state.batch_in_epoch == 0:
-                    break  # a new epoch needs set_epoch and a fresh sampler start
+            # Every rank runs what follows at the same steps: each part holds a collective.
+            if step % config.log.every == 0 or step == config.steps:
+                log_interval(run, meter, step, progress)
+            log_images_if_due(run, step, batch)
+            evaluate_if_due(run, step, progress)
+            saved = run.checkpoints.save_if_due(state, config.steps)
+            # A collective too, every stop_check_every steps: all ranks stop at the same step.
+            if step < config.steps and stop_agreed(stop_flag, env, device, step, config.dist.stop_check_every):
+                if not saved:
+                    run.checkpoints.save(state)
+                run.checkpoints.wait()  # the checkpoint is on disk before anyone leaves
+                requeued = decide(env, run.attempts, settings, step, run.files.root, device, stop_flag.raised_at)
+                progress.close()
+                run.logger.close()
+                raise leave(env, requeued)
         progress.close()
-        checkpoints.wait()
-
-        summary = None
-        if env.is_main:
-            assert attempts is not None  # rank 0 keeps them
-            attempts.stop("finished", state.step)  # a later --resume must not count this attempt as a failure
-            summary = {
-                "task": config.task,
-                "final_step": state.step,
-                "final_loss": final_loss,
-                "final_metrics": final_metrics,
-                "val_metrics": final_val,  # of the final weights, on the whole validation set; null: none
-                "eval_share": round(eval_time / (time.perf_counter() - attempt_start), 4),  # of the last attempt
-                "best": state.best and {**state.best, "path": str(best_path(files.checkpoints))},
-                "world_size": env.world_size,
-                "torch_threads": torch.get_num_threads(),  # the hash below is reproducible for this count
-                # From the first attempt's start when the run was requeued: the time a user waited.
-                "wall_time_s": round(attempts.wall_time_s(), 3),
-                "weights_sha256": checkpoint.weights_sha256(model.state_dict()),
-                "bad_images_skipped": count_bad_images(files.bad_images),  # data.bad_images=skip
-            } | attempts.totals()
-            hparams = {k: v for k, v in _flat(config_dict(config)).items() if k != "run_dir"}
-            finals = {
-                "final_loss": final_loss,
-                **final_metrics,
-                **{f"val_{k}": v for k, v in (final_val or {}).items()},
-            }
-            logger.hparams(hparams, {k: v for k, v in finals.items() if v is not None})
-            logger.close()
-            write_text(files.summary, json.dumps(summary, indent=2, allow_nan=False) + "\n")
-            loss_text = f"{final_loss:.4f}" if final_loss is not None else "-"
-            print(f"done: step {state.step}, final loss {loss_text}, summary in {files.summary}", flush=True)
-        return summary
+        run.checkpoints.wait()
+        return finish(run)
 
 
-def is_task_metric(key: str, metrics: dict[str, Any]) -> bool:
-    return key.startswith("train/") and key[6:] in metrics
+@dataclass
+class Run:
+    """What the loop works with, built by `setup`: the parts, and what the attempt has gathered so far."""
+
+    config: TrainConfig
+    env: DistEnv
+    device: torch.device
+    files: RunDir
+    task: Any
+    data: validation.Datasets
+    loader: Any
+    sampler: Any
+    batches_per_epoch: int
+    val_loader: Any
+    model: torch.nn.Module
+    ddp: torch.nn.Module
+    optimizer: torch.optim.Optimizer
+    scheduler: Any
+    scaler: torch.amp.GradScaler
+    autocast: Any
+    state: TrainState
+    attempts: Attempts | None  # rank 0's
+    checkpoints: checkpoint.Checkpointer = field(init=False)  # its warnings go through warn()
+    logger: NullLogger = field(default_factory=NullLogger)
+    warned: list[str] = field(default_factory=list)  # rank 0's warnings: printed, and kept in attempts.json
+    final: dict[str, Any] = field(default_factory=dict)  # the last step's train and validation values
+    image_batch: Any = None  # fixed validation samples: the same images compared across steps
+    eval_s: float = 0.0  # this attempt's time in evaluation, for summary.json: it must not dominate
+    started: float = field(default_factory=time.perf_counter)
+
+    def warn(self, message: str) -> None:
+        if self.env.is_main:
+            self.warned.append(message)
+            print(f"warning: {message}", flush=True)
+
+
+def setup(config: TrainConfig, env: DistEnv, device: torch.device) -> Run:
+    """Data, model, optimizer and state, the same on every rank: seeded, so the initial weights agree."""
+    random.seed(config.seed)
+    torch.manual_seed(config.seed)
+    task = trainer.tasks.get(config.task)
+    data = validation.datasets(task, config)
+    loader, sampler = make_loader(data.train, config, env, device, task)
+    val_loader = validation.shard_loader(data.val, config, env, num_workers(config, env)) if data.val else None
+    batches_per_epoch = len(sampler) // config.batch_size
+    if batches_per_epoch == 0:
+        raise UserError(
+            f"{len(data.train)} samples give no full batch of {config.batch_size} on each of {env.world_size} "  # type: ignore[arg-type]
+            f"processes; lower batch_size or add data"
+        )
+    startup.mark("data_ready")
+    model = task.model(config, data.full).to(device)
+    ddp = wrap(model, env, device, config.dist)
+    startup.mark("model_ready")
+    optimizer = torch.optim.AdamW(model.parameters(), lr=config.optim.lr, weight_decay=config.optim.weight_decay)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: lr_factor(s, config.steps, config.optim))
+    scaler = torch.amp.GradScaler(device.type, enabled=config.amp == "fp16")
+    autocast = torch.autocast(device.type, dtype=AMP_DTYPES.get(config.amp), enabled=config.amp != "off")
+    state = TrainState(model, optimizer, scheduler, scaler, env, device)
+    state.meta = {"task": config.task, "config": config_dict(config), "classes": getattr(data.full, "classes", [])}
+    files = RunDir(Path(config.run_dir))
+    run = Run(
+        config, env, device, files, task, data, loader, sampler, batches_per_epoch, val_loader,
+        model, ddp, optimizer, scheduler, scaler, autocast, state,
+        attempts=Attempts(files.root) if env.is_main else None,
+    )  # fmt: skip
+    run.checkpoints = checkpoint.Checkpointer(files.checkpoints, config.checkpoint, env.is_main, run.warn)
+    return run
+
+
+def resume(run: Run) -> None:
+    """The newest valid checkpoint into the state (none: step 0), and this attempt recorded."""
+    env, state = run.env, run.state
+    resumed_from = run.checkpoints.restore(state)
+    startup.mark("checkpoint_restored")
+    if resumed_from is not None:  # every rank, in its own log: what resuming cost the shared filesystem
+        print(f"checkpoint bytes read by this rank: {checkpoint.BYTES_READ[0]}", flush=True)
+    if resumed_from is not None and env.is_main:
+        print(f"resumed from {resumed_from} at step {state.step}", flush=True)
+    elif resumed_from is None and run.attempts is not None and run.attempts.items:
+        run.warn(
+            f"an earlier attempt ran, but {run.checkpoints.folder} holds no usable checkpoint: starting from step 0"
+        )
+    if not env.is_main or run.attempts is None:
+        return
+    write_config(run.files.root, run.config)  # only now: a --resume whose new settings failed left the old one
+    run.logger = TensorBoardLogger(run.files.tensorboard)
+    cost = run.attempts.start(state.step, env.restart_count, run.warned, startup.seconds(), env)
+    if len(run.attempts.items) > 1:
+        restarts = {f"restarts/{k}": v for k, v in run.attempts.totals().items()}
+        run.logger.scalars(restarts | {"restarts/last_time_lost_s": cost["time_lost_s"]}, state.step)
+
+
+def log_interval(run: Run, meter: IntervalMeter, step: int, progress: Progress) -> None:
+    """The interval's means to TensorBoard, progress.json and the progress line; a non-finite loss warned of
+    or stopped at (the same on every rank: the means are)."""
+    config, state, first, names = run.config, run.state, step - meter.steps + 1, list(meter.metrics)
+    values = meter.means(run.env) | {
+        "train/lr": run.scheduler.get_last_lr()[0],
+        "train/epoch": state.epoch + state.batch_in_epoch / run.batches_per_epoch,
+    }
+    run.logger.scalars(values, step)
+    if not math.isfinite(loss := values["train/loss"]):
+        what = f"the training loss was {loss} over steps {first}-{step}"
+        if config.log.nonfinite == "stop":
+            raise UserError(f"{what}; lower optim.lr or set optim.grad_clip (log.nonfinite=warn trains on)")
+        run.warn(f"{what} (log.nonfinite=stop ends the run on it)")
+    if run.env.is_main:  # for jobs.status
+        write_text(run.files.progress, json.dumps({"step": step, "time": time.time(), "val": state.last_val}))
+    progress.update(step, values)
+    if step == config.steps:  # the summary's train values: this last interval's means
+        run.final |= {"loss": finite(loss), "metrics": {k: finite(values[f"train/{k}"]) for k in names}}
+
+
+def log_images_if_due(run: Run, step: int, batch: Any) -> None:
+    """Rank 0's image grid (inputs, targets, outputs) of fixed validation samples, else of this batch."""
+    every = run.config.log.image_every
+    if not every or not run.env.is_main or (step % every and step != run.config.steps):
+        return
+    with isolated(run.config.seed):  # what logging draws is not the task's stream to give
+        if run.val_loader is not None and run.image_batch is None:
+            run.image_batch = to_device(next(iter(run.val_loader)), run.device)
+        grid = run.task.images(run.model, run.image_batch if run.image_batch is not None else batch)
+    if grid is not None:
+        run.logger.image("images/input_target_output", grid, step)
+
+
+def evaluate_if_due(run: Run, step: int, progress: Progress) -> None:
+    """A collective: every rank evaluates its shard at the same steps; the best weights kept apart."""
+    config = run.config
+    if run.val_loader is None or not (step == config.steps or (config.eval.every and step % config.eval.every == 0)):
+        return
+    evaluating = time.perf_counter()
+    with isolated(config.seed):  # evaluation draws from streams of its own, the same each time
+        val = validation.evaluate(run.model, run.val_loader, run.task, run.env, run.device, run.autocast)
+    run.eval_s += time.perf_counter() - evaluating
+    run.logger.scalars({f"val/{k}": v for k, v in val.items()}, step)
+    progress.line(f"validation at step {step}: " + " ".join(f"{k}={v:.4g}" for k, v in val.items()))
+    run.state.last_val = val
+    if validation.improves(run.state, val, config) and run.env.is_main:
+        checkpoint.save_best(run.files.checkpoints, run.model.state_dict(), run.state.best_meta())
+    if step == config.steps:
+        run.final["val"] = {k: finite(v) for k, v in val.items()}
+
+
+def finish(run: Run) -> dict[str, Any] | None:
+    """Rank 0: the attempt recorded as finished, summary.json, the hyperparameters with their results."""
+    if not run.env.is_main or run.attempts is None:
+        return None
+    config, state, files = run.config, run.state, run.files
+    run.attempts.stop("finished", state.step)  # a later --resume must not count this attempt as a failure
+    final_loss, final_metrics, final_val = run.final.get("loss"), run.final.get("metrics", {}), run.final.get("val")
+    summary = {
+        "task": config.task,
+        "final_step": state.step,
+        "final_loss": final_loss,  # None when this attempt had no step left to train
+        "final_metrics": final_metrics,
+        "val_metrics": final_val,  # of the final weights, on the whole validation set; null: none
+        "eval_share": round(run.eval_s / (time.perf_counter() - run.started), 4),  # of the last attempt
+        "best": state.best and {**state.best, "path": str(best_path(files.checkpoints))},
+        "world_size": run.env.world_size,
+        "torch_threads": torch.get_num_threads(),  # the hash below is reproducible for this count
+        # From the first attempt's start when the run was requeued: the time a user waited.
+        "wall_time_s": round(run.attempts.wall_time_s(), 3),
+        "weights_sha256": checkpoint.weights_sha256(run.model.state_dict()),
+        "bad_images_skipped": count_bad_images(files.bad_images),  # data.bad_images=skip
+    } | run.attempts.totals()
+    hparams = {k: v for k, v in flat(config_dict(config)).items() if k != "run_dir"}
+    finals = {"final_loss": final_loss, **final_metrics, **{f"val_{k}": v for k, v in (final_val or {}).items()}}
+    run.logger.hparams(hparams, {k: v for k, v in finals.items() if v is not None})
+    run.logger.close()
+    write_text(files.summary, json.dumps(summary, indent=2, allow_nan=False) + "\n")
+    loss_text = f"{final_loss:.4f}" if final_loss is not None else "-"
+    print(f"done: step {state.step}, final loss {loss_text}, summary in {files.summary}", flush=True)
+    return summary
 
 
 def finite(value: float) -> float | None:
     """None for NaN and infinities: summary.json stays valid JSON."""
     return value if math.isfinite(value) else None
-
-
-def _flat(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, value in tree.items():
-        if isinstance(value, dict):
-            out |= _flat(value, f"{prefix}{key}.")
-        else:
-            out[prefix + key] = value
-    return out

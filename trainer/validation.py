@@ -15,11 +15,11 @@ import torch
 import torch.distributed as dist
 from torch.utils.data import DataLoader, Dataset, Subset
 
-from trainer.config import TrainConfig
-from trainer.data import to_device
-from trainer.distenv import DistEnv
+from trainer.config import TrainConfig, best_metric
+from trainer.data.loader import to_device
+from trainer.env.launcher import DistEnv
 from trainer.errors import UserError
-from trainer.runs import validation_config
+from trainer.run.prepare import validation_config
 from trainer.tasks import Task
 
 
@@ -70,7 +70,7 @@ def shard_loader(val: Dataset[Any], config: TrainConfig, env: DistEnv, workers: 
 
 def improves(state: Any, val: dict[str, float], config: TrainConfig) -> bool:
     """Do these metrics beat the best so far (by eval.metric and eval.mode)? If so they become the best."""
-    name, mode = config.best_metric()
+    name, mode = best_metric(config)
     if name not in val:  # classify's top5 needs more than 5 classes
         raise UserError(f"eval.metric={name} is not reported here (only {', '.join(val)}); pick one of those")
     value, best = val[name], state.best

@@ -11,7 +11,6 @@ TINY = [
     ["submit_speed.py", "--repeats", "1"],
     ["checkpoint_cost.py", "--repeats", "1", "--width", "4"],
     ["trainer_overhead.py", "--steps", "20", "--rounds", "1"],
-    ["data_pipeline.py", "--count", "24", "--epochs", "1", "--rounds", "1", "--sizes", "32", "--batch-sizes", "8"],
     ["eval_share.py", "--steps", "4"],
     ["snapshot_cost.py", "--files", "200", "--repeats", "1"],
     ["script_overhead.py", "--steps", "10", "--rounds", "1"],

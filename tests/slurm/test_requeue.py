@@ -14,12 +14,12 @@ import pytest
 import yaml
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from jobs.submit import flat
 from tests import ranks
 from tests.conftest import ROOT, run_dirs, submit
 from tests.slurm import cluster
 from tests.slurm.cluster import preempt_normal_jobs, release_when_requeued, squeue_state
 from tests.slurm.test_slurm import cli, poll, run_dir_of
+from trainer.config import flat
 
 # 2 nodes x 1 task; long enough to be preempted twice, short enough for CI.
 ARGS = ["--nodes", "2", "--gpus-per-node", "1", "steps=240", "log.every=5", "checkpoint.every=100", "log.image_every=0"]

@@ -17,8 +17,8 @@ from tests.conftest import ROOT, T, run_dirs, submit, write_profile
 from tests.jobs.test_script import PLAIN
 from tests.slurm import cluster
 from tests.test_hostlist import CASES, REFUSED
-from trainer.distenv import port_from_job_id
-from trainer.hostlist import expand_hostlist
+from trainer.env.hostlist import expand_hostlist
+from trainer.env.launcher import port_from_job_id
 
 
 def cli(module: str, *args: str) -> subprocess.CompletedProcess[str]:

@@ -1,4 +1,4 @@
-"""classify's ImageFolder built from the stored file list (trainer.filelist) instead of a scan of the root.
+"""classify's ImageFolder built from the stored file list (trainer.data.filelist) instead of a scan of the root.
 
 A module of its own: it imports torchvision, which the classify module imports inside its methods only.
 """
@@ -8,9 +8,9 @@ from typing import Any
 
 from torchvision.datasets import ImageFolder
 
-from trainer.decode import load_rgb
+from trainer.data.checks import BadImages
+from trainer.data.decode import load_rgb
 from trainer.errors import UserError
-from trainer.images import BadImages
 
 
 class ListedImageFolder(ImageFolder):  # type: ignore[misc]

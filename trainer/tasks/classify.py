@@ -8,8 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from trainer.errors import UserError
-from trainer.images import (
+from trainer.data.checks import (
     IMAGE_SUFFIXES,
     BadImages,
     bad_images_folder,
@@ -18,6 +17,7 @@ from trainer.images import (
     sample_rows,
     sampled_line,
 )
+from trainer.errors import UserError
 
 if TYPE_CHECKING:
     import torch
@@ -102,7 +102,7 @@ class Classify:
 
     def sample_data(self, folder: Path, count: int) -> None:
         """An ImageFolder of circles, squares and triangles, `count` images in all."""
-        from trainer.sample_data import SHAPES, scene
+        from trainer.data.sample import SHAPES, scene
 
         rng = random.Random(1)
         for kind in SHAPES:
@@ -115,11 +115,11 @@ class Classify:
         import torchvision
         from torchvision.transforms import v2
 
-        from trainer import filelist
-        from trainer.decode import load_rgb
+        from trainer.data import filelist
+        from trainer.data.decode import load_rgb
 
         size = config.data.image_size
-        # On the uint8 tensors that trainer.decode gives (torchvision.io, Pillow for other formats).
+        # On the uint8 tensors that trainer.data.decode gives (torchvision.io, Pillow for other formats).
         transform = v2.Compose(
             [
                 v2.Resize((size, size), antialias=True),

@@ -9,8 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from trainer.errors import UserError
-from trainer.images import (
+from trainer.data.checks import (
     BadImages,
     bad_images_folder,
     check_batches,
@@ -19,6 +18,7 @@ from trainer.images import (
     sample_rows,
     sampled_line,
 )
+from trainer.errors import UserError
 
 if TYPE_CHECKING:
     import torch
@@ -157,7 +157,7 @@ class Pix2Pix:
 
     def sample_data(self, folder: Path, count: int) -> None:
         """`count` edge maps (input) and the filled, coloured shapes (target), listed in pairs.csv."""
-        from trainer.sample_data import SHAPES, edges, scene
+        from trainer.data.sample import SHAPES, edges, scene
 
         rng = random.Random(0)
         (folder / "inputs").mkdir(parents=True)
@@ -173,7 +173,7 @@ class Pix2Pix:
     def dataset(self, config: TrainConfig) -> PairsDataset:
         import numpy
 
-        from trainer import filelist
+        from trainer.data import filelist
         from trainer.tasks._pix2pix_nn import PairsDataset
 
         raw = filelist.read_bytes(config.data)

@@ -88,7 +88,7 @@ class BadImages:
 
 
 def bad_images_folder(config: "TrainConfig") -> str:
-    from trainer.rundir import RunDir
+    from trainer.run.rundir import RunDir
 
     return str(RunDir(Path(config.run_dir)).bad_images) if config.run_dir else ""
 

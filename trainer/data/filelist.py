@@ -12,8 +12,8 @@ import hashlib
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from trainer.atomic import write_text
 from trainer.errors import UserError
+from trainer.run.atomic import write_text
 
 if TYPE_CHECKING:
     from trainer.config import DataConfig

@@ -20,9 +20,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from trainer.atomic import write_text
-from trainer.distenv import DistEnv
-from trainer.rundir import RunDir
+from trainer.env.launcher import DistEnv
+from trainer.run.atomic import write_text
+from trainer.run.rundir import RunDir
 
 
 def _write(path: Path, text: str) -> None:

@@ -13,9 +13,9 @@ import socket
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from trainer.env.hostlist import expand_hostlist
 from trainer.errors import UserError
-from trainer.hostlist import expand_hostlist
-from trainer.relay import ATTEMPT
+from trainer.requeue.relay import ATTEMPT
 
 # Ports derived from the job id stay in [10000, 30000): clear of well-known ports and of
 # Linux's default ephemeral range (32768-60999), where a derived port could already be taken.
@@ -41,7 +41,9 @@ class DistEnv:
     node_name: str = ""
     restart_count: int = 0  # SLURM_RESTART_COUNT: times Slurm has requeued this job
     slurm_job_id: str | None = None  # the Slurm job this process runs in: time-left queries and requeue
-    attempt: str | None = None  # this Slurm attempt's file prefix in the logs (trainer.relay): $SLURM_DDP_ATTEMPT
+    attempt: str | None = (
+        None  # this Slurm attempt's file prefix in the logs (trainer.requeue.relay): $SLURM_DDP_ATTEMPT
+    )
     note: str = ""  # why the environment was read the way it was, when that could surprise
     port_derived: bool = False  # master_port comes from the job id, not from MASTER_PORT: it may be taken
 

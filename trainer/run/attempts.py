@@ -11,12 +11,12 @@ from typing import Any
 
 from submitit.local.local import LOCAL_REQUEUE_RETURN_CODE  # the local controller restarts tasks exiting with it
 
-from trainer import failures
-from trainer.atomic import read_json, write_text
-from trainer.config import JobSettings
-from trainer.distenv import DistEnv
-from trainer.relay import earlier_attempt
-from trainer.rundir import RunDir
+from trainer.env.launcher import DistEnv
+from trainer.requeue.relay import earlier_attempt
+from trainer.requeue.signals import JobSettings
+from trainer.run import failures
+from trainer.run.atomic import read_json, write_text
+from trainer.run.rundir import RunDir
 
 TIMEOUT_SLACK_S = 30  # Slurm checks time limits periodically: the signal can come a little late
 
@@ -77,7 +77,7 @@ class Attempts:
         startup: dict[str, float] | None = None,
         env: DistEnv | None = None,
     ) -> dict[str, float]:
-        """Record this attempt, its warnings and where its start-up went (trainer.startup); returns what the
+        """Record this attempt, its warnings and where its start-up went (trainer.run.startup); returns what the
         previous attempt cost (time lost, steps recomputed). `env` tells why a previous attempt that recorded
         no stop ended (unrecorded_stop)."""
         cost = {"time_lost_s": 0.0, "steps_recomputed": 0.0}

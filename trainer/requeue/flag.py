@@ -4,6 +4,8 @@ import signal
 import time
 from typing import Any
 
+from trainer.requeue import signals
+
 
 class StopFlag:
     """Set asynchronously by the requeue signal, read by the training loop at step boundaries.
@@ -11,10 +13,10 @@ class StopFlag:
     The handler only sets a flag: no I/O, no collectives, nothing that can block.
     """
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str = signals.DEFAULT) -> None:
         self.raised = False
         self.raised_at: float | None = None  # wall time of the first signal, for attempts.json
-        self.signum = getattr(signal, "SIG" + name)  # the profile gives it without "SIG"
+        self.signum = signals.number(name)
         # Replaces submitit's handler, which would requeue from inside the handler on rank 0 alone.
         signal.signal(self.signum, self._handle)
 

@@ -10,10 +10,10 @@ from pathlib import Path
 import yaml
 
 import trainer.tasks
-from trainer.atomic import write_text
 from trainer.config import TrainConfig, config_dict
 from trainer.errors import UserError
-from trainer.rundir import RunDir
+from trainer.run.atomic import write_text
+from trainer.run.rundir import RunDir
 
 
 def resolve_data(config: TrainConfig, sample_root: Path, world_size: int) -> TrainConfig:
@@ -28,7 +28,7 @@ def resolve_data(config: TrainConfig, sample_root: Path, world_size: int) -> Tra
             raise UserError(f"task {config.task} has no built-in sample data; set data.root=PATH")
         # A task of yours without check(): its dataset() may make its data in code; data.root stays empty.
     else:
-        from trainer.sample_data import ensure_sample_data  # Pillow: only when the sample data is used
+        from trainer.data.sample import ensure_sample_data  # Pillow: only when the sample data is used
 
         try:
             root = ensure_sample_data(sample_root).resolve() / config.task

@@ -10,12 +10,17 @@
             requeue.exit_for_requeue()     # exit code 144: the job is requeued and the script starts again
 
 Torch-free and a few lines on purpose: copy it if you would rather not import the project.
+
+The package also holds the rest of the requeue signal's way (torch-free, every module): its one spelling
+(signals), the flag the trainer's handler sets (flag), and its relay from the batch shell to the tasks (relay).
 """
 
 import os
 import signal
 import sys
 from typing import Any, NoReturn
+
+from trainer.requeue import signals
 
 REQUEUE_EXIT = 144  # submitit's local requeue code, used for Slurm too: one number everywhere
 _raised = False
@@ -28,7 +33,7 @@ def _handle(signum: int, frame: Any) -> None:
 
 def install() -> None:
     """Set the flag on the requeue signal the submitter names in REQUEUE_SIGNAL (the profile's, e.g. USR2)."""
-    signal.signal(getattr(signal, "SIG" + os.environ.get("REQUEUE_SIGNAL", "USR2")), _handle)
+    signal.signal(signals.from_environ(os.environ), _handle)
 
 
 def requested() -> bool:

@@ -15,9 +15,9 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from trainer.atomic import write_text
 from trainer.errors import UserError
-from trainer.rundir import RunDir
+from trainer.run.atomic import write_text
+from trainer.run.rundir import RunDir
 
 # What a rank sees when another rank died or hangs: gloo's and NCCL's transport errors and timeouts.
 PEER_TYPES = {"DistBackendError", "DistNetworkError", "DistStoreError"}

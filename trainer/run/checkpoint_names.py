@@ -31,7 +31,7 @@ def list_checkpoints(folder: Path) -> list[tuple[int, Path]]:
 
 
 def stale_temporaries(folder: Path) -> list[Path]:
-    """Temporary files of checkpoint writes (trainer.atomic names them `.<name>.XXXX.tmp`) that were killed."""
+    """Temporary files of checkpoint writes (trainer.run.atomic names them `.<name>.XXXX.tmp`) that were killed."""
     return sorted(folder.glob(".step_*.pt*.tmp"))
 
 

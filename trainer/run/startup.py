@@ -6,7 +6,7 @@ an attempt was slow to start (a torch import from a slow filesystem, a process g
 
 import time
 
-from trainer.failures import process_start_time
+from trainer.run.failures import process_start_time
 
 MARKS: dict[str, float] = {}
 

@@ -1,7 +1,7 @@
 """Images to uint8 tensors for the datasets: torchvision.io for PNG and JPEG, Pillow for everything else.
 
 torchvision.io decodes straight into a tensor (libpng, libjpeg-turbo): no PIL image in between, no copy out
-of it. benchmarks/data_pipeline.py measures both decoders side by side. Pillow stays the fallback for the
+of it (both decoders were measured side by side: benchmarks/RESULTS.md, section 2). Pillow stays the fallback for the
 formats torchvision.io lacks (BMP, TIFF, PPM, ...) and for any file it refuses, so that what Pillow could read
 before is still read. An unreadable image raises OSError, which the datasets hand to data.bad_images.
 """

@@ -43,7 +43,7 @@ class RunDir:
 
     @property
     def error(self) -> Path:
-        """One line: the first failure (trainer.failures writes it)."""
+        """One line: the first failure (trainer.run.failures writes it)."""
         return self.path / "error.txt"
 
     @property
@@ -58,7 +58,7 @@ class RunDir:
 
     @property
     def rendezvous(self) -> Path:
-        """The master port rank 0 chose for each Slurm attempt (trainer.rendezvous): port_<job>_<restart>."""
+        """The master port rank 0 chose for each Slurm attempt (trainer.env.rendezvous): port_<job>_<restart>."""
         return self.path / "rendezvous"
 
     @property
@@ -81,7 +81,7 @@ class RunDir:
 
     @property
     def file_lists(self) -> Path:
-        """The resolved file lists of the run's data (trainer.filelist), one per data root; a sweep's are shared."""
+        """The resolved file lists of the run's data (trainer.data.filelist), one per data root; a sweep's are shared."""
         return self.path / "file_lists"
 
     @property

@@ -1,0 +1,45 @@
+"""The trainer's configuration: the schema (validated frozen dataclasses) and how a config is built from YAML,
+a plain dict and `key=value` overrides.
+
+Torch-free: the submitter imports this to validate before anything is queued.
+"""
+
+from trainer.config.build import (
+    best_metric,
+    build_config,
+    config_dict,
+    flat,
+    from_dict,
+    merge,
+    parse_overrides,
+    section,
+    valid_keys,
+)
+from trainer.config.schema import (
+    CheckpointConfig,
+    DataConfig,
+    DistConfig,
+    EvalConfig,
+    LogConfig,
+    OptimConfig,
+    TrainConfig,
+)
+
+__all__ = [
+    "CheckpointConfig",
+    "DataConfig",
+    "DistConfig",
+    "EvalConfig",
+    "LogConfig",
+    "OptimConfig",
+    "TrainConfig",
+    "best_metric",
+    "build_config",
+    "config_dict",
+    "flat",
+    "from_dict",
+    "merge",
+    "parse_overrides",
+    "section",
+    "valid_keys",
+]

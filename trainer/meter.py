@@ -1,0 +1,78 @@
+"""What a log interval adds up to, and the progress line a user watches."""
+
+import sys
+import time
+from typing import Any
+
+import torch
+
+from trainer.distributed import mean_over_ranks
+from trainer.env.launcher import DistEnv
+
+
+class IntervalMeter:
+    """The steps since the last log: loss and the task's metrics summed on the device (no sync per step),
+    and where the time went (waiting for data, the whole step)."""
+
+    def __init__(self, device: torch.device, samples_per_step: int) -> None:
+        self.device, self.samples_per_step = device, samples_per_step
+        self.reset()
+
+    def reset(self) -> None:
+        self.loss, self.metrics = torch.zeros((), device=self.device), {}
+        self.steps, self.step_s, self.data_s = 0, 0.0, 0.0
+
+    def add(self, loss: torch.Tensor, metrics: dict[str, torch.Tensor], started: float, loaded: float) -> float:
+        """One step that began at `started` and had its batch at `loaded`; returns now, the next step's start."""
+        done = time.perf_counter()
+        self.loss += loss.detach()
+        for name, value in metrics.items():
+            self.metrics[name] = self.metrics.get(name, 0.0) + value.detach()
+        self.steps, self.step_s, self.data_s = (
+            self.steps + 1,
+            self.step_s + done - started,
+            self.data_s + loaded - started,
+        )
+        return done
+
+    def means(self, env: DistEnv) -> dict[str, float]:
+        """The interval's means over its steps and every rank (a collective), then a fresh interval."""
+        values = {"train/loss": mean_over_ranks(self.loss / self.steps, env)}
+        values |= {f"train/{k}": mean_over_ranks(v / self.steps, env) for k, v in self.metrics.items()}
+        values |= {
+            "perf/samples_per_s": self.steps * self.samples_per_step / self.step_s,
+            "perf/step_time_s": self.step_s / self.steps,
+            "perf/data_wait_s": self.data_s / self.steps,
+        }
+        self.reset()
+        return values
+
+
+class Progress:
+    """A live line on a terminal, plain periodic lines in batch logs: step, elapsed time, ETA, values."""
+
+    def __init__(self, total: int, first_step: int, enabled: bool) -> None:
+        self.total, self.enabled, self.tty = total, enabled, sys.stdout.isatty()
+        self.first_step, self.started = first_step, time.monotonic()  # this attempt's: the ETA is its pace
+
+    def update(self, step: int, values: dict[str, Any]) -> None:
+        if not self.enabled:
+            return
+        elapsed = time.monotonic() - self.started
+        eta = elapsed / max(1, step - self.first_step) * (self.total - step)
+        head = f"step {step}/{self.total} elapsed {clock(elapsed)} eta {clock(eta)} "
+        text = head + " ".join(f"{k.split('/')[-1]}={v:.4g}" for k, v in values.items())
+        print(("\r" + text) if self.tty else text, end="" if self.tty else "\n", flush=True)
+
+    def line(self, text: str) -> None:
+        if self.enabled:
+            print(("\n" + text) if self.tty else text, flush=True)
+
+    def close(self) -> None:
+        if self.enabled and self.tty:
+            print(flush=True)
+
+
+def clock(seconds: float) -> str:
+    minutes, secs = divmod(int(seconds), 60)
+    return f"{minutes // 60}:{minutes % 60:02d}:{secs:02d}"

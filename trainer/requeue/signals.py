@@ -1,0 +1,52 @@
+"""The requeue signal, spelled in one place: its name, its default, and every form it takes on the way.
+
+The profile names it without "SIG" (USR2). From that name come sbatch's `--signal=B:USR2@120`, the batch
+shell's `trap ... USR2`, submitit's SUBMITIT_PREEMPT_SIGNAL, the REQUEUE_SIGNAL a script's task reads, and the
+number a handler is installed for.
+"""
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from signal import Signals
+
+NAMES = ("USR1", "USR2", "TERM", "INT", "HUP", "URG")  # the ones a job can be given and a script can catch
+DEFAULT = "USR2"
+DEFAULT_DELAY_S = 120
+DEFAULT_MAX_NUM_TIMEOUT = 3
+ENV = "REQUEUE_SIGNAL"  # what a task tells your command (and what trainer.requeue reads)
+SUBMITIT_ENV = "SUBMITIT_PREEMPT_SIGNAL"  # what submitit and the local controller read
+
+
+def normalise(name: str) -> str:
+    """The profile's spelling (USR2, or SIGUSR2) as the name every other form is made from; a ValueError
+    naming the choices for any other."""
+    short = name.removeprefix("SIG")
+    if short not in NAMES:
+        raise ValueError(f"signal {name!r} is unknown; use one of {', '.join(NAMES)}")
+    return short
+
+
+def number(name: str) -> Signals:
+    return Signals["SIG" + normalise(name)]
+
+
+def from_environ(environ: Mapping[str, str], key: str = ENV) -> Signals:
+    """The requeue signal a task was told about in its environment (the default when it was told nothing)."""
+    return number(environ.get(key, DEFAULT))
+
+
+@dataclass(frozen=True)
+class JobSettings:
+    """What the submitter tells every task about requeueing, from the profile: plain values, sent as a dict."""
+
+    signal: str = DEFAULT  # without "SIG"
+    signal_delay_s: int = DEFAULT_DELAY_S  # sent this long before the time limit
+    max_num_timeout: int = DEFAULT_MAX_NUM_TIMEOUT  # requeues after a time limit before the job is left to end
+
+    @property
+    def signum(self) -> Signals:
+        return number(self.signal)
+
+    def sbatch(self) -> str:
+        """sbatch's --signal: to the batch shell alone (B:), signal_delay_s before the time limit."""
+        return f"B:{self.signal}@{self.signal_delay_s}"
