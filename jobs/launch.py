@@ -12,14 +12,23 @@ from typing import Any
 
 import submitit
 
-from jobs.local_controller import LocalExecutor, exit_codes_path
+from jobs.local_controller import LocalExecutor
 from jobs.plan import Plan, in_background, submit_command
+from jobs.tracking import (
+    TERMINAL,
+    Target,
+    failed_tasks,
+    failure_line,
+    first_failure,
+    full_disk_line,
+    local_exit_record,
+    slurm_info,
+    tail,
+)
 from trainer.config import config_dict
 from trainer.errors import UserError
 from trainer.run import failures
 from trainer.run.rundir import RunDir
-
-__all__ = ["exit_codes_path", "make_executor", "submit", "task_logs"]
 
 
 class SlurmExecutor(submitit.SlurmExecutor):  # type: ignore[misc]
@@ -47,12 +56,6 @@ def make_executor(plan: Plan) -> submitit.Executor:
         executor = SlurmExecutor(plan.log_dir, max_num_timeout=plan.settings.max_num_timeout, python=plan.python)
     executor.update_parameters(**plan.parameters)
     return executor
-
-
-def task_logs(log_dir: Path, job_id: str, rank: int) -> tuple[Path, Path]:
-    """Where submitit writes a task's stdout and stderr (on Slurm, stderr goes to stdout's file)."""
-    paths = submitit.core.utils.JobPaths(log_dir, job_id, rank)
-    return Path(paths.stdout), Path(paths.stderr)
 
 
 def refusal(text: str) -> str:
@@ -111,7 +114,6 @@ def rank0_log(job: submitit.Job[Any]) -> Path:
 
 def follow(job: submitit.Job[Any], poll_s: float = 0.5) -> None:
     """Copy rank 0's output to our stdout until the job ends."""
-    from jobs.tracking import TERMINAL, slurm_info, tail
 
     if isinstance(job, submitit.SlurmJob):
         # Asked of Slurm at each poll: submitit's job.done() refreshes ever more rarely (after half the job's
@@ -123,7 +125,6 @@ def follow(job: submitit.Job[Any], poll_s: float = 0.5) -> None:
 
 def settle(job: submitit.Job[Any], timeout_s: float = 120) -> None:
     """Wait until Slurm itself calls the job ended: results are written a moment before the epilog ends."""
-    from jobs.tracking import TERMINAL, slurm_info
 
     deadline = time.monotonic() + timeout_s
     while slurm_info(job.job_id).state not in TERMINAL and time.monotonic() < deadline:
@@ -133,7 +134,6 @@ def settle(job: submitit.Job[Any], timeout_s: float = 120) -> None:
 def ended_well(job: submitit.Job[Any], target: Any, executor: str) -> bool | None:
     """Whether every task of an ended job exited 0, from Slurm's state or the local controller's exit codes,
     without submitit's wait for result files a failed task never writes (15 s); None where neither tells."""
-    from jobs.tracking import TERMINAL, local_exit_record, slurm_info
 
     if executor == "slurm":
         state = slurm_info(job.job_id).state
@@ -146,7 +146,6 @@ def ended_well(job: submitit.Job[Any], target: Any, executor: str) -> bool | Non
 
 def outcome(job: submitit.Job[Any], run_dir: Path, executor: str) -> str | None:
     """None when the job succeeded, else one line saying why it did not."""
-    from jobs.tracking import Target, failed_tasks, failure_line, first_failure, full_disk_line
 
     target = Target(job.job_id, executor, run_dir, rank0_log(job).parent)
     well = ended_well(job, target, executor)

@@ -14,7 +14,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
-from jobs import launch
+import submitit
+
+from jobs.local_controller import exit_codes_path
 from trainer.errors import UserError
 from trainer.run import failures
 from trainer.run.atomic import read_json
@@ -46,7 +48,7 @@ class Target:
         """The task's stdout and stderr files."""
         if self.log_dir is None:
             raise UserError(f"the log folder of job {self.job_id} is unknown; pass its run directory instead")
-        return launch.task_logs(self.log_dir, self.job_id, rank)
+        return task_logs(self.log_dir, self.job_id, rank)
 
     @property
     def log0(self) -> Path | None:
@@ -81,7 +83,7 @@ def find_all(target: str) -> list[tuple[str, Target]]:
     named after the point's folder)."""
     path = Path(target)
     if path.is_dir() and not RunDir(path).job.exists():
-        points = sweep_points(path)
+        points = point_dirs(path)
         if points:
             return [(point.name, find(str(point))) for point in points]
     return [("", find(target))]
@@ -92,7 +94,7 @@ def find(target: str) -> Target:
     path = Path(target)
     if path.is_dir():
         record_file = RunDir(path).job
-        points = sweep_points(path)
+        points = point_dirs(path)
         if not record_file.exists() and points:
             raise UserError(f"{path} is a sweep; pass one of its points, e.g. {points[0]}")
         if not record_file.exists():
@@ -227,7 +229,7 @@ def local_info(target: Target) -> JobInfo:
 
 def local_exit_record(target: Target) -> dict[str, Any]:
     """What the local controller wrote when its tasks ended: {"codes": [...], "cancelled": bool}."""
-    path = launch.exit_codes_path(target.log_dir, target.job_id) if target.log_dir else None
+    path = exit_codes_path(target.log_dir, target.job_id) if target.log_dir else None
     if path is None or not path.exists():
         return {}
     fix = "delete it; jobs.status then reads the run directory alone"
@@ -380,8 +382,15 @@ def full_disk_line(run_dir: Path) -> str | None:
     )
 
 
-def sweep_points(folder: Path) -> list[Path]:
+def point_dirs(folder: Path) -> list[Path]:
+    """A sweep folder's points: the run directories in it that name their job."""
     return sorted(d for d in folder.iterdir() if RunDir(d).job.is_file())
+
+
+def task_logs(log_dir: Path, job_id: str, rank: int) -> tuple[Path, Path]:
+    """Where submitit writes a task's stdout and stderr (on Slurm, stderr goes to stdout's file)."""
+    paths = submitit.core.utils.JobPaths(log_dir, job_id, rank)
+    return Path(paths.stdout), Path(paths.stderr)
 
 
 def tail(path: Path, done: Callable[[], bool], poll_s: float, sink: TextIO | None = None) -> None:

@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     import torch
     from torch.utils.data import Dataset
 
-    from trainer.config import TrainConfig
+    from trainer.config.schema import TrainConfig
 
 REQUIRED = ("dataset", "model", "forward")
 

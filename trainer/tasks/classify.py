@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     import torchvision
     from torch import nn
 
-    from trainer.config import TrainConfig
+    from trainer.config.schema import TrainConfig
 
 
 @dataclass(frozen=True, eq=False)

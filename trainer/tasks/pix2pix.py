@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     import torch
     from torch import nn
 
-    from trainer.config import TrainConfig
+    from trainer.config.schema import TrainConfig
     from trainer.tasks._pix2pix_nn import PairsDataset
 
 COLUMNS = ("image_name", "target_name")
