@@ -87,3 +87,18 @@ def test_submitting_does_not_import_torch() -> None:
     result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
     assert "#SBATCH --nodes=2" in result.stdout
+
+
+TORCH_FREE = ["trainer.config", "trainer.env", "trainer.requeue", "trainer.run"]
+
+
+@pytest.mark.parametrize("package", TORCH_FREE)
+def test_a_torch_free_package_says_so_and_imports_no_torch(package: str) -> None:
+    """Every module of a package that declares itself torch-free, imported in a fresh interpreter: no torch."""
+    folder = ROOT / package.replace(".", "/")
+    assert "Torch-free" in (folder / "__init__.py").read_text(), f"{package}/__init__.py does not say it is torch-free"
+    modules = [package] + [f"{package}.{p.stem}" for p in sorted(folder.glob("*.py")) if p.stem != "__init__"]
+    code = f"import importlib, sys\nfor m in {modules!r}:\n    importlib.import_module(m)\n"
+    code += "assert 'torch' not in sys.modules, 'torch was imported'\n"
+    result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr

@@ -1,1 +1,2 @@
-"""The shared DDP trainer. Importing the package does not import torch."""
+"""The shared DDP trainer. Importing the package does not import torch; its torch-free packages (config,
+env, requeue, run) say so in their own __init__, and tests/test_packaging.py holds them to it."""
