@@ -176,8 +176,9 @@ def prepare(argv: list[str] | None) -> Request:
         if args.sweep:
             raise UserError("--resume continues one run; drop --sweep")
         folder = Path(args.resume).resolve()
-        if (code := code_for(args, profile, folder, run_root)[1]) is not None:
-            sys.path.insert(0, str(code))  # your task module as the job imports it: from the run's snapshot
+        snapshot, code_dir = code_for(args, profile, folder, run_root)  # once: it reads job.json
+        if code_dir is not None:
+            sys.path.insert(0, str(code_dir))  # your task module as the job imports it: from the run's snapshot
         base = load_config_file(folder)
         refuse_task_change(base, args.overrides)
     else:
@@ -186,6 +187,7 @@ def prepare(argv: list[str] | None) -> Request:
     finished = check_resume(folder, build_config(base=base), configs[0]) if args.resume else ""
     if not args.resume:
         folder = run_root / args.name if args.name else new_run_dir(run_root, section(configs[0].task))
+        snapshot, code_dir = code_for(args, profile, folder, run_root)
     if len(configs) == 1:
         run_dirs = [folder]
     else:
@@ -196,7 +198,6 @@ def prepare(argv: list[str] | None) -> Request:
         world_size = profile.nodes * profile.gpus_per_node  # one process per GPU (per local process)
         configs = resolve_all(configs, run_root / "sample_data", world_size)
         lists, configs = file_lists(configs, RunDir(folder).file_lists)
-    snapshot, code_dir = code_for(args, profile, folder, run_root)
     if snapshot is not None:
         snapshot = with_task_files(snapshot, configs)
     gpus = visible_gpus(os.environ.get("CUDA_VISIBLE_DEVICES")) if profile.executor == "local" else ()

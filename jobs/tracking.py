@@ -233,8 +233,7 @@ def local_exit_record(target: Target) -> dict[str, Any]:
     if path is None or not path.exists():
         return {}
     fix = "delete it; jobs.status then reads the run directory alone"
-    record = read_json(path, fix, lambda r: isinstance(r, dict | list))
-    return {"codes": record} if isinstance(record, list) else record  # a list: written by an older version
+    return read_json(path, fix, lambda r: isinstance(r, dict))  # type: ignore[no-any-return]
 
 
 def is_local_job(target: Target) -> bool:
@@ -358,7 +357,7 @@ def failure_line(target: Target) -> str | None:
     """Why a job failed, in one line."""
     if (first := first_failure(target)) is not None:
         return first.line()
-    # No rank named: a run from before errors/ existed.
+    # No rank record to read (damaged, or removed by hand): error.txt, written beside them, names the first.
     error = RunDir(target.run_dir).error if target.run_dir else None
     return (error.read_text().strip() or None) if error and error.exists() else None
 

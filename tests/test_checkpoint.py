@@ -21,6 +21,8 @@ def state(step: int) -> dict[str, object]:
         "scaler": {},
         "progress": {"step": step, "epoch": 0, "batch_in_epoch": step},
         "rng": {},
+        "meta": {},
+        "best": {},
     }
 
 

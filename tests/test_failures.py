@@ -77,7 +77,7 @@ def test_srun_names_killed_tasks(tmp_path: Path, log: str, named: list[tuple[int
 
 def test_local_exit_codes_name_killed_tasks(tmp_path: Path) -> None:
     (tmp_path / "77_0_log.out").write_text("")
-    (tmp_path / "77_exit_codes.json").write_text(json.dumps([1, -9]))
+    (tmp_path / "77_exit_codes.json").write_text(json.dumps({"codes": [1, -9]}))
     run_dir = tmp_path / "run"
     (run_dir / "errors").mkdir(parents=True)
     (run_dir / "errors" / "rank_0.json").write_text(

@@ -11,7 +11,7 @@ from trainer.distributed import gather_rng, restore_rng
 from trainer.env.launcher import DistEnv
 
 # What a checkpoint must hold; one lacking any of them is not one of ours (trainer.checkpoint checks it).
-KEYS = ("model", "optimizer", "scheduler", "scaler", "progress", "rng")
+KEYS = ("model", "optimizer", "scheduler", "scaler", "progress", "rng", "meta", "best")
 PROGRESS = ("step", "epoch", "batch_in_epoch")
 
 
@@ -63,8 +63,8 @@ class TrainState:
         self.scheduler.load_state_dict(state["scheduler"])
         self.scaler.load_state_dict(state["scaler"])
         self.step, self.epoch, self.batch_in_epoch = (int(state["progress"][k]) for k in PROGRESS)
-        self.best = state.get("best") or None  # absent from checkpoints of earlier versions
-        self.last_val = (state.get("meta") or {}).get("val_metrics")
+        self.best = state["best"] or None
+        self.last_val = state["meta"].get("val_metrics")
         if len(state["rng"]) != self.env.world_size:
             warn(
                 f"{source} was saved by {len(state['rng'])} processes, this attempt has {self.env.world_size}: the "

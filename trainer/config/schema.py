@@ -4,7 +4,7 @@ What depends on the task (its settings, its metrics) is checked where a config i
 so this module imports no task and the tasks can name these types.
 """
 
-from dataclasses import dataclass, field
+from dataclasses import MISSING, dataclass, field
 from typing import Any
 
 from trainer.errors import UserError
@@ -19,6 +19,11 @@ SCHEDULES = ("constant", "cosine", "linear")
 WEEK_S = 7 * 24 * 3600
 
 
+def setting(default: Any = MISSING, help: str = "", **kw: Any) -> Any:
+    """A config field with its description, the one source of `python -m trainer --help-settings`."""
+    return field(default=default, metadata={"help": help}, **kw)
+
+
 def _check(ok: bool, key: str, message: str) -> None:
     if not ok:
         raise UserError(f"{key}: {message}")
@@ -28,22 +33,31 @@ def _check(ok: bool, key: str, message: str) -> None:
 class DataConfig:
     """Where the data is and how it is loaded."""
 
-    root: str = ""  # empty: the built-in sample data, generated on first use
-    csv: str = "pairs.csv"  # pix2pix only, relative to root
-    image_size: int = 64
-    num_workers: int = -1  # -1: derived from the CPUs available to each task
-    prefetch_factor: int = 2  # batches each loader worker prepares ahead (torch's DataLoader)
-    pin_memory: bool = True  # on CUDA, batches in pinned host memory: the copy to the GPU overlaps the step
-    persistent_workers: bool = True  # loader workers live from one epoch to the next instead of starting anew
-    verify_images: bool = True  # open images at submit, before anything is queued
-    verify_sample: int = 1000  # how many samples' images (drawn at random, seed 0); 0: every one
-    bad_images: str = "fail"  # an image that cannot be read in training: fail (naming it) or skip (counted)
-    file_lists: str = ""  # set by the submitter: the folder of the resolved file lists every rank reads
-    # Validation: a separate data root (its CSV: val_csv, default the same name as csv), or a fraction of the
-    # training data held out by seed. Neither: no validation.
-    val_root: str = ""
-    val_csv: str = ""
-    val_fraction: float = 0.0
+    root: str = setting("", "the data folder; empty: the built-in sample data, generated on first use")
+    csv: str = setting("pairs.csv", "pix2pix: the CSV of image pairs, relative to data.root")
+    image_size: int = setting(64, "images are resized to this square size (a multiple of 16)")
+    num_workers: int = setting(-1, "loader worker processes per rank; -1: one per CPU of the task but one, at most 8")
+    prefetch_factor: int = setting(2, "batches each loader worker prepares ahead (torch's DataLoader)")
+    pin_memory: bool = setting(
+        True, "on CUDA, batches in pinned host memory: the copy to the GPU overlaps the step (ignored on CPU)"
+    )
+    persistent_workers: bool = setting(True, "loader workers live from one epoch to the next instead of starting anew")
+    verify_images: bool = setting(True, "open the data's images at submit, before anything is queued")
+    verify_sample: int = setting(
+        1000, "how many samples' images the submit check opens, drawn at random (seed 0); 0: every one"
+    )
+    bad_images: str = setting(
+        "fail",
+        "an image that cannot be read in training: fail (the run ends naming it) or skip (the next sample takes "
+        "its place; counted in summary.json, the paths in bad_images/)",
+    )
+    file_lists: str = setting("", "set by the submitter: the folder of the resolved file lists every rank reads")
+    # Validation: a separate data root or a fraction of the training data held out by seed; neither: none.
+    val_root: str = setting("", "validate on this separate data root, checked at submit like the training data")
+    val_csv: str = setting("", "pix2pix: the validation root's CSV; empty: the same name as data.csv")
+    val_fraction: float = setting(
+        0.0, "hold out this fraction of the training data (chosen by seed) for validation; 0: none"
+    )
 
     def __post_init__(self) -> None:
         _check(0 <= self.val_fraction < 1, "data.val_fraction", "must be >= 0 and < 1, e.g. 0.1")
@@ -72,12 +86,16 @@ class DataConfig:
 class OptimConfig:
     """AdamW and its schedule."""
 
-    lr: float = 2e-3
-    weight_decay: float = 0.0
-    warmup_steps: int = 0
-    grad_clip: float = 0.0  # 0: off
-    schedule: str = "constant"  # after warm-up: constant, cosine or linear decay to min_lr at the last step
-    min_lr: float = 0.0
+    lr: float = setting(2e-3, "AdamW's learning rate (the peak, after warm-up)")
+    weight_decay: float = setting(0.0, "AdamW's weight decay")
+    warmup_steps: int = setting(0, "steps of linear warm-up from 0 to optim.lr")
+    grad_clip: float = setting(0.0, "clip the gradients' total norm to this; 0: no clipping")
+    schedule: str = setting(
+        "constant",
+        "after warm-up: constant, or cosine or linear decay reaching optim.min_lr at the last step (a function "
+        "of the step: resumed exactly)",
+    )
+    min_lr: float = setting(0.0, "the learning rate a cosine or linear schedule ends at")
 
     def __post_init__(self) -> None:
         _check(self.lr > 0, "optim.lr", "must be > 0")
@@ -96,9 +114,11 @@ class OptimConfig:
 class EvalConfig:
     """When the validation set is evaluated (with one: see data.val_root and data.val_fraction)."""
 
-    every: int = 100  # steps between evaluations; the last step is always evaluated; 0: the last step only
-    metric: str = ""  # the validation metric that picks the best checkpoint; empty: the task's choice
-    mode: str = ""  # min or max; empty: the metric's own direction (the task knows it)
+    every: int = setting(
+        100, "steps between evaluations of the validation set; the last step is always evaluated; 0: only the last"
+    )
+    metric: str = setting("", "the validation metric that picks checkpoints/best.pt; empty: the task's first metric")
+    mode: str = setting("", "min or max: which way eval.metric improves; empty: the metric's own direction")
 
     def __post_init__(self) -> None:
         _check(self.every >= 0, "eval.every", "must be >= 0 (0: only at the end)")
@@ -109,9 +129,13 @@ class EvalConfig:
 class LogConfig:
     """How often scalars and image grids are logged."""
 
-    every: int = 10  # steps between scalar logs and progress lines
-    image_every: int = 50  # steps between TensorBoard image grids; 0: never
-    nonfinite: str = "warn"  # a loss that is NaN or infinite over a whole log interval: warn, or stop the run
+    every: int = setting(10, "steps between scalar logs (TensorBoard, progress.json) and progress lines")
+    image_every: int = setting(50, "steps between TensorBoard image grids; 0: none")
+    nonfinite: str = setting(
+        "warn",
+        "a training loss that is NaN or infinite over a whole log interval: warn (a warning line) or stop "
+        "(the run ends with that line in error.txt)",
+    )
 
     def __post_init__(self) -> None:
         _check(self.every >= 1, "log.every", "must be >= 1")
@@ -123,10 +147,13 @@ class LogConfig:
 class CheckpointConfig:
     """How often checkpoints are written and how many are kept."""
 
-    every: int = 50  # steps between checkpoints; the last step is always saved
-    keep: int = 3  # newest checkpoints kept
-    background: bool = False  # write in a thread while training goes on (only serialising blocks)
-    broadcast: bool = True  # on resume rank 0 reads the checkpoint and sends it to the others (false: all read)
+    every: int = setting(50, "steps between checkpoints; the last step is always saved")
+    keep: int = setting(3, "how many of the newest checkpoints are kept (best.pt apart)")
+    background: bool = setting(False, "write checkpoints in a thread while training goes on; only serialising blocks")
+    broadcast: bool = setting(
+        True,
+        "on resume rank 0 alone reads the checkpoint and sends it over the process group (false: every rank reads it)",
+    )
 
     def __post_init__(self) -> None:
         _check(self.every >= 1, "checkpoint.every", "must be >= 1")
@@ -137,12 +164,15 @@ class CheckpointConfig:
 class DistConfig:
     """The process group, the requeue vote, and DDP's gradient communication."""
 
-    timeout_s: int = 300  # process-group init and collective timeout
-    stop_check_every: int = 5  # steps between the ranks' votes on a requeue signal (an all-reduce each)
+    timeout_s: int = setting(300, "seconds for the process group to form and for any collective")
+    # Voting every step cost about 2% of a step here; the signal comes long enough before the limit to wait.
+    stop_check_every: int = setting(5, "steps between the ranks' votes on a requeue signal (an all-reduce each)")
     # DDP's gradient communication (benchmarks/communication.py measures their effect); defaults are DDP's.
-    bucket_cap_mb: float = 25.0  # gradient bytes per all-reduce
-    gradient_as_bucket_view: bool = False  # .grad as views into the buckets: one copy less per step
-    static_graph: bool = False  # the same parameters get gradients every step
+    bucket_cap_mb: float = setting(
+        25.0, "gradient megabytes per DDP all-reduce (larger: fewer messages, later overlap)"
+    )
+    gradient_as_bucket_view: bool = setting(False, "gradients as views into DDP's buckets: one copy less per step")
+    static_graph: bool = setting(False, "DDP may assume the same parameters get gradients every step")
 
     def __post_init__(self) -> None:
         _check(1 <= self.timeout_s <= WEEK_S, "dist.timeout_s", f"must be between 1 and {WEEK_S} (a week)")
@@ -154,21 +184,26 @@ class DistConfig:
 class TrainConfig:
     """Everything a training run needs; built from the profile's trainer section and overrides."""
 
-    task: str = "pix2pix"
-    run_dir: str = ""  # set by the submitter; with torchrun, defaults to runs/<task>
-    seed: int = 0
-    steps: int = 300
-    batch_size: int = 8  # per process
-    amp: str = "off"
-    data: DataConfig = field(default_factory=DataConfig)
-    optim: OptimConfig = field(default_factory=OptimConfig)
-    log: LogConfig = field(default_factory=LogConfig)
-    eval: EvalConfig = field(default_factory=EvalConfig)
-    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
-    dist: DistConfig = field(default_factory=DistConfig)
-    # The task's own settings (an instance of its `settings` class), under the task's name in YAML and
-    # overrides: `pix2pix.width=32`. None: the task's defaults.
-    task_settings: Any = None
+    task: str = setting(
+        "pix2pix",
+        "pix2pix (paired image-to-image, U-Net, L1), classify (ImageFolder, a torchvision model), or your own: "
+        "my_pkg.my_module:MyTask or path/to/tasks.py:MyTask",
+    )
+    run_dir: str = setting("", "the run directory; set by the submitter (under plain torchrun: runs/<task>)")
+    seed: int = setting(0, "seeds the initial weights, the data order, the held-out split and augmentations")
+    steps: int = setting(300, "optimizer steps in total")
+    batch_size: int = setting(8, "samples per process per step")
+    amp: str = setting("off", "mixed precision: off, bf16 or fp16 (fp16 with a GradScaler)")
+    data: DataConfig = setting(default_factory=DataConfig, help="the data and its loading")
+    optim: OptimConfig = setting(default_factory=OptimConfig, help="AdamW and its schedule")
+    log: LogConfig = setting(default_factory=LogConfig, help="scalars and image grids")
+    eval: EvalConfig = setting(default_factory=EvalConfig, help="evaluation of the validation set")
+    checkpoint: CheckpointConfig = setting(default_factory=CheckpointConfig, help="checkpoints")
+    dist: DistConfig = setting(default_factory=DistConfig, help="the process group and DDP")
+    # None until a config is built: then the task's `settings` instance (trainer.config.build fills it).
+    task_settings: Any = setting(
+        None, "the task's own settings, set as <task name>.<key>=value (e.g. pix2pix.width=32)"
+    )
 
     def __post_init__(self) -> None:
         _check(self.amp in AMP_MODES, "amp", f"must be one of {', '.join(AMP_MODES)}, got {self.amp!r}")

@@ -95,7 +95,7 @@ def read(run_dir: Path) -> list[Failure]:
         try:
             failures.append(Failure(**json.loads(path.read_text())))
         except (ValueError, TypeError):
-            continue  # not ours, or from an older version: the other records still name the cause
+            continue  # not a record (a stray or damaged file): the other records still name the cause
     return failures
 
 

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from trainer.config.schema import setting
 from trainer.data.checks import (
     IMAGE_SUFFIXES,
     BadImages,
@@ -31,9 +32,12 @@ if TYPE_CHECKING:
 class ClassifySettings:
     """`classify.<key>=value`."""
 
-    # A torchvision classification model that takes num_classes and returns logits; built without weights
-    # (nothing is downloaded), checked on a probe batch of the configured image size when the job starts.
-    model: str = "resnet18"
+    # Checked when the job starts, on a probe batch of data.image_size: the submitter does not import torch.
+    model: str = setting(
+        "resnet18",
+        "a torchvision classification model that takes num_classes and returns logits at data.image_size, built "
+        "without weights (nothing is downloaded); googlenet and inception_v3 are refused, vit_* need 224 px",
+    )
 
     def __post_init__(self) -> None:
         if not self.model:

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from trainer.config.schema import setting
 from trainer.data.checks import (
     BadImages,
     bad_images_folder,
@@ -34,8 +35,8 @@ COLUMNS = ("image_name", "target_name")
 class Pix2PixSettings:
     """`pix2pix.<key>=value`: the U-Net's size."""
 
-    width: int = 16  # base channels
-    depth: int = 3  # down/up levels: the image size must be divisible by 2**depth
+    width: int = setting(16, "the U-Net's base channels")
+    depth: int = setting(3, "the U-Net's down/up levels (1 to 6): data.image_size must be divisible by 2**depth")
 
     def __post_init__(self) -> None:
         if self.width < 1:
