@@ -1,8 +1,12 @@
+import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
-from trainer.config import TrainConfig, build_config, from_dict, parse_overrides
+from tests.conftest import ROOT
+from trainer.config import TrainConfig, build_config, from_dict, parse_overrides, valid_keys
 from trainer.errors import UserError
 
 
@@ -86,3 +90,42 @@ def test_the_callers_visible_gpus_reach_the_local_executor(tmp_path: Path) -> No
     assert visible_gpus(None) == () and visible_gpus("") == ()
     with pytest.raises(UserError, match="takes GPU indices"):
         visible_gpus("GPU-5d2e")
+
+
+def help_settings(*args: str) -> str:
+    """`python -m trainer [args] --help-settings`, as a user runs it: exit 0, the table on stdout."""
+    cmd = [sys.executable, "-m", "trainer", *args, "--help-settings"]
+    result = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert (result.returncode, result.stderr) == (0, ""), result.stderr
+    return result.stdout
+
+
+def table_rows(table: str) -> dict[str, list[str]]:
+    """A Markdown settings table's rows by key: its cells (default, description), pipes escaped as \\|."""
+    lines = table.strip().splitlines()
+    assert lines[:2] == ["| key | default | description |", "|---|---|---|"]
+    cells = [[c.strip() for c in re.split(r"(?<!\\)\|", line)[1:-1]] for line in lines[2:]]
+    return {key.strip("`"): rest for key, *rest in cells}
+
+
+def readme_table(marker: str) -> str:
+    """The table trainer/README.md holds between `<!-- {marker} -->` and `<!-- end {marker} -->`."""
+    text = (ROOT / "trainer" / "README.md").read_text()
+    found = re.search(rf"<!-- {re.escape(marker)} -->\n(.*?)<!-- end {re.escape(marker)} -->", text, re.DOTALL)
+    assert found, f"trainer/README.md lacks the <!-- {marker} --> block"
+    return found.group(1).strip("\n") + "\n"
+
+
+def test_help_settings_describes_every_key_and_is_the_table_in_the_trainer_readme() -> None:
+    table = help_settings()
+    rows = table_rows(table)
+    assert list(rows) == valid_keys()
+    assert all(description for _, description in rows.values()), [k for k, (_, d) in rows.items() if not d]
+    assert rows["steps"][0] == "`300`" and rows["data.pin_memory"][0] == "`true`"
+    # The task's own settings come from its settings dataclass: classify's when task=classify is given.
+    classify = table_rows(help_settings("task=classify"))
+    assert list(classify) == valid_keys(task="classify") and all(d for _, d in classify.values())
+    # The doc is the command's output, verbatim: regenerate it when a setting changes.
+    assert readme_table("settings") == table
+    own = [line for line in help_settings("task=classify").splitlines() if line.startswith("| `classify.")]
+    assert readme_table("classify settings") == "\n".join([*table.splitlines()[:2], *own]) + "\n"

@@ -90,7 +90,7 @@ def train(
                 if not saved:
                     run.checkpoints.save(state)
                 run.checkpoints.wait()  # the checkpoint is on disk before anyone leaves
-                requeued = decide(env, run.attempts, settings, step, run.files.root, device, stop_flag.raised_at)
+                requeued = decide(env, run.attempts, settings, step, run.files.path, device, stop_flag.raised_at)
                 progress.close()
                 run.logger.close()
                 raise leave(env, requeued)
@@ -163,7 +163,7 @@ def setup(config: TrainConfig, env: DistEnv, device: torch.device) -> Run:
     run = Run(
         config, env, device, files, task, data, loader, sampler, batches_per_epoch, val_loader,
         model, ddp, optimizer, scheduler, scaler, autocast, state,
-        attempts=Attempts(files.root) if env.is_main else None,
+        attempts=Attempts(files.path) if env.is_main else None,
     )  # fmt: skip
     run.checkpoints = checkpoint.Checkpointer(files.checkpoints, config.checkpoint, env.is_main, run.warn)
     return run
@@ -184,7 +184,7 @@ def resume(run: Run) -> None:
         )
     if not env.is_main or run.attempts is None:
         return
-    write_config(run.files.root, run.config)  # only now: a --resume whose new settings failed left the old one
+    write_config(run.files.path, run.config)  # only now: a --resume whose new settings failed left the old one
     run.logger = TensorBoardLogger(run.files.tensorboard)
     cost = run.attempts.start(state.step, env.restart_count, run.warned, startup.seconds(), env)
     if len(run.attempts.items) > 1:

@@ -166,16 +166,17 @@ def killed_after_checkpoint(run_dir: Path, step: int, *args: str) -> None:
 
 
 def test_a_dropout_task_with_random_augmentations_resumes_exactly_whatever_the_settings(tmp_path: Path) -> None:
-    """One hash for: the run uninterrupted; killed twice mid-epoch and resumed (torch's DataLoader, a worker);
-    and other logging, evaluation and checkpoint intervals with two workers of the shared loader. Nothing the
+    """One hash for: the run uninterrupted; killed twice mid-epoch and resumed (one loader worker); and other
+    logging, evaluation and checkpoint intervals with two workers that start anew each epoch. Nothing the
     trainer does for itself draws from the task's random streams. (The ranks are forked: tests/ranks.py.)"""
     (tmp_path / "augmented.py").write_text(AUGMENTED)
     exact = [f"task={tmp_path / 'augmented.py'}:Augmented", *EXACT[1:]]
     reference = ranks.train(tmp_path / "reference", *exact).run_dir
     other = ["log.every=3", "log.image_every=7", "eval.every=4", "checkpoint.every=6"]
-    varied = ranks.train(tmp_path / "varied", *exact, *other, "data.num_workers=2").run_dir
+    loader = ["data.num_workers=2", "data.persistent_workers=false", "data.prefetch_factor=1"]
+    varied = ranks.train(tmp_path / "varied", *exact, *other, *loader).run_dir
     run_dir = tmp_path / "killed"
-    workers = ["data.loader=torch", "data.num_workers=1", "checkpoint.every=5"]
+    workers = ["data.num_workers=1", "checkpoint.every=5"]
     killed_after_checkpoint(run_dir, 5, *exact, *workers)
     killed_after_checkpoint(run_dir, 15, *exact, *workers)
     ranks.train(run_dir, *exact, *workers)
@@ -208,3 +209,69 @@ def test_a_loss_that_is_not_finite_for_a_log_interval_is_said(tmp_path: Path, mo
         assert result.stderr.strip().endswith(
             f"{said}; lower optim.lr or set optim.grad_clip (log.nonfinite=warn trains on)"
         )
+
+
+SEQUENCES = """
+import os
+
+import torch
+from torch import nn
+from torch.nn.utils.rnn import pad_sequence
+
+
+class Tokens(torch.utils.data.Dataset):
+    # Token sequences of different lengths, read through a handle each process opens on first use, as h5py and
+    # LMDB datasets do: it must be opened in the loader's workers, never inherited from the training process.
+    def __init__(self, folder):
+        self.folder, self.handle = folder, None
+
+    def __len__(self):
+        return 64
+
+    def __getitem__(self, i):
+        if self.handle is None:
+            info = torch.utils.data.get_worker_info()
+            where = "main" if info is None else f"worker{info.id}"
+            self.handle = open(os.path.join(self.folder, f"opened-{os.getpid()}-{where}"), "w")
+        return torch.randint(1, 16, (3 + i % 5,))
+
+
+class Sequences:
+    def dataset(self, config):
+        return Tokens(config.run_dir)
+
+    def collate(self, samples):
+        return pad_sequence(samples, batch_first=True)
+
+    def worker_init(self, worker_id):
+        folder = torch.utils.data.get_worker_info().dataset.dataset.folder
+        open(os.path.join(folder, f"init-{worker_id}"), "w").close()
+
+    def model(self, config, dataset):
+        return Model()
+
+    def forward(self, model, batch):
+        return (model(batch) - (batch > 0).sum(1).float()).pow(2).mean(), {}
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.embed, self.out = nn.Embedding(16, 8), nn.Linear(8, 1)
+
+    def forward(self, tokens):
+        return self.out(self.embed(tokens).mean(1)).squeeze(1)
+"""
+
+
+def test_a_task_collates_its_own_samples_and_its_workers_open_their_own_handles(tmp_path: Path) -> None:
+    """Samples of different lengths batched by the task's collate; the dataset's handle opened in each worker
+    (get_worker_info set), never in the training process; the task's worker_init run in every worker."""
+    (tmp_path / "sequences.py").write_text(SEQUENCES)
+    run_dir = tmp_path / "run"
+    args = [f"task={tmp_path / 'sequences.py'}:Sequences", "steps=6", "batch_size=4", "data.num_workers=2"]
+    ranks.train(run_dir, *args, "log.every=3", "log.image_every=0", world=1)
+    assert json.loads((run_dir / "summary.json").read_text())["final_step"] == 6
+    opened = sorted(p.name.rsplit("-", 1)[1] for p in run_dir.glob("opened-*"))
+    assert opened == ["worker0", "worker1"], opened
+    assert sorted(p.name for p in run_dir.glob("init-*")) == ["init-0", "init-1"]

@@ -34,7 +34,7 @@ class DataConfig:
     """Where the data is and how it is loaded."""
 
     root: str = setting("", "the data folder; empty: the built-in sample data, generated on first use")
-    csv: str = setting("pairs.csv", "pix2pix: the CSV of image pairs, relative to data.root")
+    csv: str = setting("pairs.csv", "pix2pix: the CSV of image pairs, relative to `data.root`")
     image_size: int = setting(64, "images are resized to this square size (a multiple of 16)")
     num_workers: int = setting(-1, "loader worker processes per rank; -1: one per CPU of the task but one, at most 8")
     prefetch_factor: int = setting(2, "batches each loader worker prepares ahead (torch's DataLoader)")
@@ -48,15 +48,15 @@ class DataConfig:
     )
     bad_images: str = setting(
         "fail",
-        "an image that cannot be read in training: fail (the run ends naming it) or skip (the next sample takes "
-        "its place; counted in summary.json, the paths in bad_images/)",
+        "an image that cannot be read in training: `fail` (the run ends naming it) or `skip` (the next sample takes "
+        "its place; counted in `summary.json`, the paths in `bad_images/`)",
     )
     file_lists: str = setting("", "set by the submitter: the folder of the resolved file lists every rank reads")
     # Validation: a separate data root or a fraction of the training data held out by seed; neither: none.
     val_root: str = setting("", "validate on this separate data root, checked at submit like the training data")
-    val_csv: str = setting("", "pix2pix: the validation root's CSV; empty: the same name as data.csv")
+    val_csv: str = setting("", "pix2pix: the validation root's CSV; empty: the same name as `data.csv`")
     val_fraction: float = setting(
-        0.0, "hold out this fraction of the training data (chosen by seed) for validation; 0: none"
+        0.0, "hold out this fraction of the training data (chosen by `seed`) for validation; 0: none"
     )
 
     def __post_init__(self) -> None:
@@ -88,11 +88,11 @@ class OptimConfig:
 
     lr: float = setting(2e-3, "AdamW's learning rate (the peak, after warm-up)")
     weight_decay: float = setting(0.0, "AdamW's weight decay")
-    warmup_steps: int = setting(0, "steps of linear warm-up from 0 to optim.lr")
+    warmup_steps: int = setting(0, "steps of linear warm-up to `optim.lr`")
     grad_clip: float = setting(0.0, "clip the gradients' total norm to this; 0: no clipping")
     schedule: str = setting(
         "constant",
-        "after warm-up: constant, or cosine or linear decay reaching optim.min_lr at the last step (a function "
+        "after warm-up: `constant`, or `cosine` or `linear` decay reaching `optim.min_lr` at the last step (a function "
         "of the step: resumed exactly)",
     )
     min_lr: float = setting(0.0, "the learning rate a cosine or linear schedule ends at")
@@ -117,8 +117,8 @@ class EvalConfig:
     every: int = setting(
         100, "steps between evaluations of the validation set; the last step is always evaluated; 0: only the last"
     )
-    metric: str = setting("", "the validation metric that picks checkpoints/best.pt; empty: the task's first metric")
-    mode: str = setting("", "min or max: which way eval.metric improves; empty: the metric's own direction")
+    metric: str = setting("", "the validation metric that picks `checkpoints/best.pt`; empty: the task's first metric")
+    mode: str = setting("", "`min` or `max`: which way `eval.metric` improves; empty: the metric's own direction")
 
     def __post_init__(self) -> None:
         _check(self.every >= 0, "eval.every", "must be >= 0 (0: only at the end)")
@@ -129,12 +129,12 @@ class EvalConfig:
 class LogConfig:
     """How often scalars and image grids are logged."""
 
-    every: int = setting(10, "steps between scalar logs (TensorBoard, progress.json) and progress lines")
+    every: int = setting(10, "steps between scalar logs (TensorBoard, `progress.json`) and progress lines")
     image_every: int = setting(50, "steps between TensorBoard image grids; 0: none")
     nonfinite: str = setting(
         "warn",
-        "a training loss that is NaN or infinite over a whole log interval: warn (a warning line) or stop "
-        "(the run ends with that line in error.txt)",
+        "a training loss that is NaN or infinite over a whole log interval: `warn` (a `warning:` line) or `stop` "
+        "(the run ends with that line in `error.txt`)",
     )
 
     def __post_init__(self) -> None:
@@ -148,7 +148,7 @@ class CheckpointConfig:
     """How often checkpoints are written and how many are kept."""
 
     every: int = setting(50, "steps between checkpoints; the last step is always saved")
-    keep: int = setting(3, "how many of the newest checkpoints are kept (best.pt apart)")
+    keep: int = setting(3, "how many of the newest checkpoints are kept (`best.pt` apart)")
     background: bool = setting(False, "write checkpoints in a thread while training goes on; only serialising blocks")
     broadcast: bool = setting(
         True,
@@ -186,14 +186,14 @@ class TrainConfig:
 
     task: str = setting(
         "pix2pix",
-        "pix2pix (paired image-to-image, U-Net, L1), classify (ImageFolder, a torchvision model), or your own: "
-        "my_pkg.my_module:MyTask or path/to/tasks.py:MyTask",
+        "`pix2pix` (paired image-to-image, U-Net, L1), `classify` (ImageFolder, a torchvision model), or your "
+        "own: `my_pkg.my_module:MyTask` or `path/to/tasks.py:MyTask`",
     )
-    run_dir: str = setting("", "the run directory; set by the submitter (under plain torchrun: runs/<task>)")
+    run_dir: str = setting("", "the run directory; set by the submitter (under plain torchrun: `runs/<task>`)")
     seed: int = setting(0, "seeds the initial weights, the data order, the held-out split and augmentations")
     steps: int = setting(300, "optimizer steps in total")
     batch_size: int = setting(8, "samples per process per step")
-    amp: str = setting("off", "mixed precision: off, bf16 or fp16 (fp16 with a GradScaler)")
+    amp: str = setting("off", "mixed precision: `off`, `bf16` or `fp16` (fp16 with a GradScaler)")
     data: DataConfig = setting(default_factory=DataConfig, help="the data and its loading")
     optim: OptimConfig = setting(default_factory=OptimConfig, help="AdamW and its schedule")
     log: LogConfig = setting(default_factory=LogConfig, help="scalars and image grids")
@@ -202,7 +202,7 @@ class TrainConfig:
     dist: DistConfig = setting(default_factory=DistConfig, help="the process group and DDP")
     # None until a config is built: then the task's `settings` instance (trainer.config.build fills it).
     task_settings: Any = setting(
-        None, "the task's own settings, set as <task name>.<key>=value (e.g. pix2pix.width=32)"
+        None, "the task's own settings, set as `<task name>.<key>=value` (e.g. `pix2pix.width=32`)"
     )
 
     def __post_init__(self) -> None:

@@ -78,7 +78,7 @@ class UserTask:
         self.settings = getattr(obj, "settings", NoSettings)
         self.metrics = dict(getattr(obj, "metrics", {}))
         self.checks_data = hasattr(obj, "check")  # without check(), data.root may stay empty (data made in code)
-        for method in (*REQUIRED, "evaluate"):
+        for method in (*REQUIRED, "evaluate", "collate", "worker_init"):
             if hasattr(obj, method):
                 setattr(self, method, getattr(obj, method))
 

@@ -35,8 +35,9 @@ class ClassifySettings:
     # Checked when the job starts, on a probe batch of data.image_size: the submitter does not import torch.
     model: str = setting(
         "resnet18",
-        "a torchvision classification model that takes num_classes and returns logits at data.image_size, built "
-        "without weights (nothing is downloaded); googlenet and inception_v3 are refused, vit_* need 224 px",
+        "a torchvision classification model that takes num_classes and returns logits at `data.image_size`, "
+        "built without weights (nothing is downloaded); `googlenet` and `inception_v3` (auxiliary outputs) are "
+        "refused when the job starts, `vit_*` need 224 px",
     )
 
     def __post_init__(self) -> None:

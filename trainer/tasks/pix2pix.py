@@ -36,7 +36,7 @@ class Pix2PixSettings:
     """`pix2pix.<key>=value`: the U-Net's size."""
 
     width: int = setting(16, "the U-Net's base channels")
-    depth: int = setting(3, "the U-Net's down/up levels (1 to 6): data.image_size must be divisible by 2**depth")
+    depth: int = setting(3, "the U-Net's down/up levels (1 to 6): `data.image_size` must be divisible by `2**depth`")
 
     def __post_init__(self) -> None:
         if self.width < 1:
