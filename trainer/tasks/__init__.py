@@ -64,6 +64,15 @@ class Task(Protocol):
         """An image grid (C, H, W in [0, 1]) for TensorBoard, or None (optional)."""
         ...
 
+    def collate(self, samples: list[Any]) -> Any:
+        """A batch from a list of samples: DataLoader's collate_fn, e.g. padding sequences of different lengths
+        (optional: torch's default_collate stacks them)."""
+        ...
+
+    def worker_init(self, worker_id: int) -> None:
+        """Run in each loader worker as it starts: DataLoader's worker_init_fn (optional)."""
+        ...
+
 
 @dataclasses.dataclass(frozen=True)
 class NoSettings:
