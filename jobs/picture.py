@@ -1,0 +1,183 @@
+"""`python -m jobs.picture RUN_DIR [-o FILE.png]`: one PNG of a run, drawn from its own TensorBoard event files.
+
+The curves of `train/loss`, `val/*` (with a validation set) and `train/lr`, each a small line chart, and the
+newest `images/input_target_output` grid. Pillow draws it (no plotting library); torch is not imported.
+"""
+
+import argparse
+import io
+import math
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from PIL import Image, ImageDraw, ImageFont
+
+from trainer.errors import UserError, one_line_errors
+from trainer.run.rundir import RunDir
+
+IMAGE_TAG = "images/input_target_output"
+COLUMNS = 2
+PANEL = (480, 280)  # one chart, its title and axes included
+HEADER = 40
+IMAGE_BAND = 420  # the image grid's height below the charts, its caption included
+MARGIN = {"left": 78, "right": 20, "top": 34, "bottom": 46}  # a chart's plot area inside its panel
+BACKGROUND, INK, GRID, LINE = (255, 255, 255), (40, 40, 40), (225, 225, 225), (31, 119, 180)
+
+Font = ImageFont.ImageFont | ImageFont.FreeTypeFont
+
+
+@dataclass(frozen=True)
+class Picture:
+    """What is drawn: each curve as (step, value) pairs by tag, and the newest image grid with its step."""
+
+    name: str
+    curves: dict[str, list[tuple[int, float]]]
+    image: Image.Image | None
+    image_step: int | None
+
+
+def chart_tags(tags: list[str]) -> list[str]:
+    """The curves drawn, in order: the training loss, every validation metric, the learning rate."""
+    val = sorted(t for t in tags if t.startswith("val/"))
+    return [t for t in ["train/loss", *val, "train/lr"] if t in tags]
+
+
+def load(run_dir: Path) -> Picture:
+    """Read the run's event files (every attempt's) into curves and its newest image grid."""
+    from tensorboard.backend.event_processing import event_accumulator as ea
+
+    if not run_dir.is_dir():
+        raise UserError(f"{run_dir} is not a directory; give a run directory printed by python -m jobs.submit")
+    folder = RunDir(run_dir).tensorboard
+    if not any(folder.glob("events.out.tfevents.*")):
+        raise UserError(
+            f"{run_dir} holds no TensorBoard event files ({folder}/events.out.tfevents.*); give a run directory "
+            "of the trainer that has logged at least one step (log.every)"
+        )
+    accumulator = ea.EventAccumulator(str(folder), size_guidance={ea.SCALARS: 0, ea.IMAGES: 1})
+    accumulator.Reload()
+    tags = accumulator.Tags()
+    curves = {}
+    for tag in chart_tags(tags.get(ea.SCALARS, [])):
+        by_step = {e.step: e.value for e in accumulator.Scalars(tag)}  # a step logged twice: the later attempt's
+        curves[tag] = sorted(by_step.items())
+    image, image_step = None, None
+    if IMAGE_TAG in tags.get(ea.IMAGES, []):
+        newest = max(accumulator.Images(IMAGE_TAG), key=lambda e: e.step)
+        image, image_step = Image.open(io.BytesIO(newest.encoded_image_string)).convert("RGB"), newest.step
+    if not curves and image is None:
+        raise UserError(
+            f"the event files in {folder} hold neither train/loss, val/*, train/lr nor {IMAGE_TAG}; "
+            "give a run directory of the trainer"
+        )
+    return Picture(run_dir.resolve().name, curves, image, image_step)
+
+
+def size(charts: int, image: bool) -> tuple[int, int]:
+    """The picture's width and height for this many charts, with or without the image grid."""
+    rows = math.ceil(charts / COLUMNS)
+    return COLUMNS * PANEL[0], HEADER + rows * PANEL[1] + (IMAGE_BAND if image else 0)
+
+
+def font(points: int) -> Font:
+    try:
+        return ImageFont.load_default(size=points)
+    except TypeError:  # Pillow before 10.1: the bitmap font, one size
+        return ImageFont.load_default()
+
+
+def number(value: float) -> str:
+    return f"{value:.3g}"
+
+
+def draw_chart(canvas: Image.Image, origin: tuple[int, int], tag: str, points: list[tuple[int, float]]) -> None:
+    """One line chart in the panel at `origin`: title, frame, grid, ticks, axis labels, the curve."""
+    draw, small, label = ImageDraw.Draw(canvas), font(11), font(13)
+    x0, y0 = origin[0] + MARGIN["left"], origin[1] + MARGIN["top"]
+    x1, y1 = origin[0] + PANEL[0] - MARGIN["right"], origin[1] + PANEL[1] - MARGIN["bottom"]
+    finite = [(s, v) for s, v in points if math.isfinite(v)]
+    last = f" (last {number(points[-1][1])} at step {points[-1][0]})" if points else ""
+    draw.text((x0, origin[1] + 8), tag + last, fill=INK, font=label)
+    draw.rectangle((x0, y0, x1, y1), outline=INK)
+    if not finite:
+        draw.text((x0 + 10, y0 + 10), "no finite values", fill=INK, font=small)
+        return
+    steps, values = [s for s, _ in finite], [v for _, v in finite]
+    s_lo, s_hi = min(steps), max(steps)
+    v_lo, v_hi = min(values), max(values)
+    pad = (v_hi - v_lo) * 0.05 or abs(v_hi) * 0.05 or 1.0
+    v_lo, v_hi = v_lo - pad, v_hi + pad
+    s_span = (s_hi - s_lo) or 1
+
+    def at(step: float, value: float) -> tuple[float, float]:
+        return x0 + (step - s_lo) / s_span * (x1 - x0), y1 - (value - v_lo) / (v_hi - v_lo) * (y1 - y0)
+
+    for i in range(5):  # value grid lines and their ticks
+        value = v_lo + (v_hi - v_lo) * i / 4
+        y = at(s_lo, value)[1]
+        if 0 < i < 4:  # the frame's own edges stay ink
+            draw.line((x0 + 1, y, x1 - 1, y), fill=GRID)
+        draw.text((x0 - 6, y), number(value), fill=INK, font=small, anchor="rm")
+    for i in range(5):  # step ticks
+        step = s_lo + (s_hi - s_lo) * i / 4
+        x = at(step, v_lo)[0]
+        draw.line((x, y1, x, y1 + 4), fill=INK)
+        draw.text((x, y1 + 6), str(round(step)), fill=INK, font=small, anchor="ma")
+    draw.text(((x0 + x1) / 2, y1 + 24), "step", fill=INK, font=label, anchor="ma")
+    vertical(canvas, tag.rpartition("/")[2], (origin[0] + 4, (y0 + y1) // 2), label)
+    xy = [at(s, v) for s, v in finite]
+    if len(xy) == 1:
+        draw.ellipse((xy[0][0] - 3, xy[0][1] - 3, xy[0][0] + 3, xy[0][1] + 3), fill=LINE)
+    else:
+        draw.line(xy, fill=LINE, width=2)
+
+
+def vertical(canvas: Image.Image, text: str, left_middle: tuple[int, int], face: Font) -> None:
+    """The y axis's label, written bottom to top."""
+    box = ImageDraw.Draw(canvas).textbbox((0, 0), text, font=face)
+    strip = Image.new("RGB", (box[2] + 2, box[3] + 2), BACKGROUND)
+    ImageDraw.Draw(strip).text((0, 0), text, fill=INK, font=face)
+    strip = strip.rotate(90, expand=True)
+    canvas.paste(strip, (left_middle[0], left_middle[1] - strip.height // 2))
+
+
+def draw(picture: Picture) -> Image.Image:
+    """The whole picture: a header, the charts two to a row, the image grid below them."""
+    width, height = size(len(picture.curves), picture.image is not None)
+    canvas = Image.new("RGB", (width, height), BACKGROUND)
+    ImageDraw.Draw(canvas).text((16, 12), f"run {picture.name}", fill=INK, font=font(16))
+    for i, (tag, points) in enumerate(picture.curves.items()):
+        row, column = divmod(i, COLUMNS)
+        draw_chart(canvas, (column * PANEL[0], HEADER + row * PANEL[1]), tag, points)
+    if picture.image is not None:
+        top = height - IMAGE_BAND
+        caption = f"{IMAGE_TAG} at step {picture.image_step}: each row input, target, output"
+        ImageDraw.Draw(canvas).text((width // 2, top + 8), caption, fill=INK, font=font(13), anchor="ma")
+        room = (width - 32, IMAGE_BAND - 44)
+        grid = picture.image
+        scale = min(room[0] / grid.width, room[1] / grid.height)
+        scale = math.floor(scale) if scale >= 1 else scale  # whole pixels when enlarging: a sharp grid
+        grid = grid.resize((max(1, round(grid.width * scale)), max(1, round(grid.height * scale))), Image.NEAREST)
+        canvas.paste(grid, ((width - grid.width) // 2, top + 32))
+    return canvas
+
+
+@one_line_errors
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m jobs.picture", description=__doc__.splitlines()[0])
+    parser.add_argument("run_dir", metavar="RUN_DIR", type=Path, help="a run directory printed by jobs.submit")
+    parser.add_argument("-o", "--output", type=Path, help="the PNG to write (default: RUN_DIR/picture.png)")
+    args = parser.parse_args(argv)
+    output = args.output or args.run_dir / "picture.png"
+    image = draw(load(args.run_dir))
+    try:
+        image.save(output, format="PNG", optimize=True)
+    except OSError as exc:
+        raise UserError(f"cannot write {output} ({exc.strerror or exc}); pass -o with a writable path") from None
+    print(output)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,56 @@
+"""`python -m jobs.picture`: a run's curves and newest image grid in one PNG, from its own event files."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from PIL import Image
+from torch.utils.tensorboard import SummaryWriter
+
+from jobs import picture
+from tests.conftest import ROOT
+
+
+def fake_run(folder: Path, val: bool = True) -> Path:
+    """A run directory whose event file holds a few scalars and one image grid, as the trainer logs them."""
+    writer = SummaryWriter(str(folder / "tensorboard"))
+    for step in (10, 20, 30):
+        writer.add_scalar("train/loss", 1.0 / step, step)
+        writer.add_scalar("train/lr", 2e-3, step)
+        if val:
+            writer.add_scalar("val/l1", 0.5 / step, step)
+    writer.add_image("images/input_target_output", torch.rand(3, 40, 30), 30)
+    writer.close()
+    return folder
+
+
+@pytest.mark.parametrize(("val", "charts"), [(True, 3), (False, 2)])
+def test_a_picture_of_a_run_has_a_chart_per_curve_and_the_image_grid(tmp_path: Path, val: bool, charts: int) -> None:
+    run = fake_run(tmp_path / "run", val)
+    loaded = picture.load(run)
+    assert list(loaded.curves) == ["train/loss", *(["val/l1"] if val else []), "train/lr"]
+    assert loaded.curves["train/loss"] == [
+        (10, pytest.approx(0.1)),
+        (20, pytest.approx(0.05)),
+        (30, pytest.approx(1 / 30)),
+    ]
+    assert (loaded.image.size, loaded.image_step) == ((30, 40), 30)  # type: ignore[union-attr]
+    output = tmp_path / "out.png"
+    assert picture.main([str(run), "-o", str(output)]) == 0
+    with Image.open(output) as image:
+        rows = -(-charts // picture.COLUMNS)
+        assert (image.format, image.size) == ("PNG", (960, 40 + rows * 280 + 420))
+        assert image.convert("L").getextrema()[0] < 100  # drawn on, not a blank canvas
+
+
+def test_bad_input_is_one_line_and_exit_2(tmp_path: Path) -> None:
+    (tmp_path / "empty").mkdir()
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    for target, said in ((tmp_path / "nowhere", "is not a directory"), (tmp_path / "empty", "no TensorBoard event")):
+        cmd = [sys.executable, "-m", "jobs.picture", str(target)]
+        result = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
+        assert result.returncode == 2 and result.stderr.startswith("error: ") and said in result.stderr
+        assert result.stderr.count("\n") == 1 and not (target / "picture.png").exists()
