@@ -91,6 +91,17 @@ def number(value: float) -> str:
     return f"{value:.3g}"
 
 
+def ticks(lo: float, hi: float, count: int = 5) -> list[float]:
+    """About `count` round values (1, 2 or 5 times a power of ten apart) from lo to hi."""
+    if hi <= lo:
+        return [lo]
+    raw = (hi - lo) / (count - 1)
+    power = 10 ** math.floor(math.log10(raw))
+    spacing = next(m * power for m in (1, 2, 5, 10) if m * power >= raw * (1 - 1e-9))
+    first = math.ceil(lo / spacing - 1e-6) * spacing  # tolerances: floating point must not drop an end tick
+    return [first + i * spacing for i in range(int((hi - first) / spacing + 1e-6) + 1)]
+
+
 def draw_chart(canvas: Image.Image, origin: tuple[int, int], tag: str, points: list[tuple[int, float]]) -> None:
     """One line chart in the panel at `origin`: title, frame, grid, ticks, axis labels, the curve."""
     draw, small, label = ImageDraw.Draw(canvas), font(11), font(13)
@@ -113,17 +124,15 @@ def draw_chart(canvas: Image.Image, origin: tuple[int, int], tag: str, points: l
     def at(step: float, value: float) -> tuple[float, float]:
         return x0 + (step - s_lo) / s_span * (x1 - x0), y1 - (value - v_lo) / (v_hi - v_lo) * (y1 - y0)
 
-    for i in range(5):  # value grid lines and their ticks
-        value = v_lo + (v_hi - v_lo) * i / 4
+    for value in ticks(v_lo, v_hi):  # value grid lines and their labels
         y = at(s_lo, value)[1]
-        if 0 < i < 4:  # the frame's own edges stay ink
-            draw.line((x0 + 1, y, x1 - 1, y), fill=GRID)
+        draw.line((x0 + 1, y, x1 - 1, y), fill=GRID)
+        draw.line((x0 - 4, y, x0, y), fill=INK)
         draw.text((x0 - 6, y), number(value), fill=INK, font=small, anchor="rm")
-    for i in range(5):  # step ticks
-        step = s_lo + (s_hi - s_lo) * i / 4
+    for step in ticks(s_lo, s_hi):
         x = at(step, v_lo)[0]
         draw.line((x, y1, x, y1 + 4), fill=INK)
-        draw.text((x, y1 + 6), str(round(step)), fill=INK, font=small, anchor="ma")
+        draw.text((x, y1 + 6), number(step) if step < 1e5 else f"{step:.2g}", fill=INK, font=small, anchor="ma")
     draw.text(((x0 + x1) / 2, y1 + 24), "step", fill=INK, font=label, anchor="ma")
     vertical(canvas, tag.rpartition("/")[2], (origin[0] + 4, (y0 + y1) // 2), label)
     xy = [at(s, v) for s, v in finite]
@@ -157,8 +166,11 @@ def draw(picture: Picture) -> Image.Image:
         room = (width - 32, IMAGE_BAND - 44)
         grid = picture.image
         scale = min(room[0] / grid.width, room[1] / grid.height)
-        scale = math.floor(scale) if scale >= 1 else scale  # whole pixels when enlarging: a sharp grid
-        grid = grid.resize((max(1, round(grid.width * scale)), max(1, round(grid.height * scale))), Image.NEAREST)
+        # Enlarged by whole pixels where it can be (a sharp grid), else smoothly to fill the band.
+        whole = scale >= 2
+        scale = math.floor(scale) if whole else scale
+        new_size = (max(1, round(grid.width * scale)), max(1, round(grid.height * scale)))
+        grid = grid.resize(new_size, Image.Resampling.NEAREST if whole else Image.Resampling.LANCZOS)
         canvas.paste(grid, ((width - grid.width) // 2, top + 32))
     return canvas
 
