@@ -68,7 +68,7 @@ def record_rank(run_dir: Path, env: DistEnv) -> None:
         "pid": os.getpid(),
         "time": time.time(),
         "cwd": os.getcwd(),  # the code snapshot, when the run has one
-        "trainer": str(Path(__file__).resolve().parent),  # where this process imported the trainer from
+        "trainer": str(Path(__file__).resolve().parents[1]),  # where this process imported the trainer from
     }
     _write(RunDir(run_dir).provenance / "ranks" / f"rank_{env.rank}.json", _json(record))
 
