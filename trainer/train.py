@@ -79,7 +79,8 @@ def train(
             step = state.step
             tick = meter.add(loss, metrics, tick, loaded)
 
-            # Every rank runs what follows at the same steps: each part holds a collective.
+            # Every rank runs what follows at the same steps: the log's means, evaluation and saving are
+            # collectives (the image grid alone is rank 0's).
             if step % config.log.every == 0 or step == config.steps:
                 log_interval(run, meter, step, progress)
             log_images_if_due(run, step, batch)
