@@ -122,17 +122,25 @@ class Run:
     autocast: Any
     state: TrainState
     attempts: Attempts | None  # rank 0's
-    checkpoints: checkpoint.Checkpointer = field(init=False)  # its warnings go through warn()
+    warn: "Warnings"
+    checkpoints: checkpoint.Checkpointer = field(init=False)
     logger: NullLogger = field(default_factory=NullLogger)
-    warned: list[str] = field(default_factory=list)  # rank 0's warnings: printed, and kept in attempts.json
     final: dict[str, Any] = field(default_factory=dict)  # the last step's train and validation values
     image_batch: Any = None  # fixed validation samples: the same images compared across steps
     eval_s: float = 0.0  # this attempt's time in evaluation, for summary.json: it must not dominate
     started: float = field(default_factory=time.perf_counter)
 
-    def warn(self, message: str) -> None:
-        if self.env.is_main:
-            self.warned.append(message)
+
+@dataclass
+class Warnings:
+    """Rank 0's warnings: printed to the output --wait follows, and kept in attempts.json."""
+
+    is_main: bool
+    said: list[str] = field(default_factory=list)
+
+    def __call__(self, message: str) -> None:
+        if self.is_main:
+            self.said.append(message)
             print(f"warning: {message}", flush=True)
 
 
@@ -165,7 +173,10 @@ def setup(config: TrainConfig, env: DistEnv, device: torch.device) -> Run:
         config, env, device, files, task, data, loader, sampler, batches_per_epoch, val_loader,
         model, ddp, optimizer, scheduler, scaler, autocast, state,
         attempts=Attempts(files.path) if env.is_main else None,
+        warn=Warnings(env.is_main),
     )  # fmt: skip
+    # Not a bound method of run: a cycle through it would leave the loader's workers to the garbage collector,
+    # whose order of finalizers made their shutdown wait out DataLoader's 5 s timeout at every run's end.
     run.checkpoints = checkpoint.Checkpointer(files.checkpoints, config.checkpoint, env.is_main, run.warn)
     return run
 
@@ -187,7 +198,7 @@ def resume(run: Run) -> None:
         return
     write_config(run.files.path, run.config)  # only now: a --resume whose new settings failed left the old one
     run.logger = TensorBoardLogger(run.files.tensorboard)
-    cost = run.attempts.start(state.step, env.restart_count, run.warned, startup.seconds(), env)
+    cost = run.attempts.start(state.step, env.restart_count, run.warn.said, startup.seconds(), env)
     if len(run.attempts.items) > 1:
         restarts = {f"restarts/{k}": v for k, v in run.attempts.totals().items()}
         run.logger.scalars(restarts | {"restarts/last_time_lost_s": cost["time_lost_s"]}, state.step)
