@@ -67,8 +67,8 @@ def test_a_two_process_run_writes_scalars_images_checkpoints_validation_and_summ
 def test_same_seed_same_weights(reference_run: Path, tmp_path: Path, sample_root: Path) -> None:
     """The ranks forked here train what the submitted job trained, bit for bit."""
     data = f"data.root={sample_root / 'pix2pix'}"
-    # DDP's bucket settings change how gradients travel, not their values; a loader worker (trainer/loader.py's
-    # shared buffers) changes how batches arrive, not what they hold: the reference loads in-process.
+    # DDP's bucket settings change how gradients travel, not their values; a loader worker (torch's DataLoader)
+    # changes how batches arrive, not what they hold: the reference loads in-process.
     buckets = ["dist.bucket_cap_mb=0.05", "dist.gradient_as_bucket_view=true", "dist.static_graph=true"]
     second = ranks.train(tmp_path / "second", data, *REFERENCE, *buckets, "data.num_workers=1").run_dir
     assert summary(reference_run)["weights_sha256"] == summary(second)["weights_sha256"]
