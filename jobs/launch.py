@@ -67,7 +67,6 @@ def refusal(text: str) -> str:
 
 def submit(plan: Plan) -> list[submitit.Job[Any]]:
     """Queue the plan's jobs: one job, or one array job in a single sbatch call for a sweep."""
-
     captured = io.StringIO()
     # Local tasks get no variables of an enclosing launcher (an salloc shell, a torchrun worker): they
     # would make each task believe it is another job's rank. Slurm jobs keep them (SLURM_CONF among them).
@@ -114,7 +113,6 @@ def rank0_log(job: submitit.Job[Any]) -> Path:
 
 def follow(job: submitit.Job[Any], poll_s: float = 0.5) -> None:
     """Copy rank 0's output to our stdout until the job ends."""
-
     if isinstance(job, submitit.SlurmJob):
         # Asked of Slurm at each poll: submitit's job.done() refreshes ever more rarely (after half the job's
         # age), which printed a failure 16 s after the job had ended.
@@ -125,7 +123,6 @@ def follow(job: submitit.Job[Any], poll_s: float = 0.5) -> None:
 
 def settle(job: submitit.Job[Any], timeout_s: float = 120) -> None:
     """Wait until Slurm itself calls the job ended: results are written a moment before the epilog ends."""
-
     deadline = time.monotonic() + timeout_s
     while slurm_info(job.job_id).state not in TERMINAL and time.monotonic() < deadline:
         time.sleep(0.5)
@@ -134,7 +131,6 @@ def settle(job: submitit.Job[Any], timeout_s: float = 120) -> None:
 def ended_well(job: submitit.Job[Any], target: Any, executor: str) -> bool | None:
     """Whether every task of an ended job exited 0, from Slurm's state or the local controller's exit codes,
     without submitit's wait for result files a failed task never writes (15 s); None where neither tells."""
-
     if executor == "slurm":
         state = slurm_info(job.job_id).state
         return state == "COMPLETED" if state in TERMINAL else None
@@ -146,7 +142,6 @@ def ended_well(job: submitit.Job[Any], target: Any, executor: str) -> bool | Non
 
 def outcome(job: submitit.Job[Any], run_dir: Path, executor: str) -> str | None:
     """None when the job succeeded, else one line saying why it did not."""
-
     target = Target(job.job_id, executor, run_dir, rank0_log(job).parent)
     well = ended_well(job, target, executor)
     problem = "failed" if well is False else None

@@ -185,7 +185,7 @@ class LocalExecutor(submitit.LocalExecutor):  # type: ignore[misc]
             SUBMITIT_LOCAL_NTASKS=str(ntasks),
             SUBMITIT_LOCAL_COMMAND=command,
             SUBMITIT_LOCAL_TIMEOUT_S=str(int(60 * params.get("timeout_min", 2.0))),
-            SUBMITIT_LOCAL_SIGNAL_DELAY_S=str(int(params.get("signal_delay_s", 30))),
+            SUBMITIT_LOCAL_SIGNAL_DELAY_S=str(self.settings.signal_delay_s),
             SUBMITIT_LOCAL_NODEID="0",
             SUBMITIT_LOCAL_JOB_NUM_NODES="1",
             SUBMITIT_STDERR_TO_STDOUT="1" if params.get("stderr_to_stdout", False) else "",

@@ -246,7 +246,8 @@ def make_plan(
             params["additional_parameters"]["chdir"] = str(code_dir)
         python = profile.python or python
         return Plan("slurm", log_dir, params, configs, python, settings, code_dir=code_dir)
-    parameters: dict[str, Any] = {"timeout_min": profile.timeout_min, "signal_delay_s": profile.signal_delay_s}
+    # The requeue signal and its delay travel in plan.settings (the local controller reads them there).
+    parameters: dict[str, Any] = {"timeout_min": profile.timeout_min}
     if profile.executor == "local":
         # One process per GPU; on a machine without GPUs, gpus_per_node is the process count.
         parameters |= {"nodes": 1, "tasks_per_node": profile.gpus_per_node}

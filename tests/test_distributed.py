@@ -39,3 +39,12 @@ def test_wrap_passes_the_bucket_settings_to_ddp(group: None) -> None:
 def test_one_process_gets_the_bare_model() -> None:
     model = torch.nn.Linear(4, 4)
     assert wrap(model, ONE_RANK, torch.device("cpu"), DistConfig()) is model
+
+
+def test_nccl_diagnostics_are_set_where_the_user_has_not(tmp_path: Path) -> None:
+    from trainer.distributed import nccl_diagnostics
+
+    set_here = nccl_diagnostics({"TORCH_NCCL_TRACE_BUFFER_SIZE": "50"}, tmp_path)
+    assert "TORCH_NCCL_TRACE_BUFFER_SIZE" not in set_here  # the user's own value stays
+    assert set_here["TORCH_NCCL_DUMP_ON_TIMEOUT"] == "1"
+    assert set_here["TORCH_NCCL_DEBUG_INFO_TEMP_FILE"] == str(tmp_path / "nccl_trace" / "rank_")

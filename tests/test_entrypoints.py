@@ -10,6 +10,7 @@ import pytest
 
 from tests import ranks
 from tests.conftest import ROOT, submit, write_profile
+from trainer.errors import UserError
 
 
 @pytest.mark.job
@@ -102,3 +103,38 @@ def test_a_torch_free_package_says_so_and_imports_no_torch(package: str) -> None
     code += "assert 'torch' not in sys.modules, 'torch was imported'\n"
     result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
+
+
+def test_the_torch_free_modules_of_other_packages_import_no_torch() -> None:
+    """What the submitter and the watchdog use of the data package and the trainer's top level."""
+    modules = ["trainer.data.checks", "trainer.data.filelist", "trainer.data.sample", "trainer.watchdog"]
+    code = f"import importlib, sys\nfor m in {modules!r}:\n    importlib.import_module(m)\n"
+    code += "assert 'torch' not in sys.modules, 'torch was imported'\n"
+    result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+
+
+def test_the_entry_builds_the_config_from_plain_values_and_records_a_bad_one(tmp_path: Path) -> None:
+    """A task is sent plain values; a config the entry cannot build is this rank's recorded failure."""
+    from trainer.entry import run
+
+    with pytest.raises(UserError, match="eval.metric: task pix2pix reports"):
+        run({"run_dir": str(tmp_path), "eval": {"metric": "nope"}}, {"signal": "USR1"})
+    assert "eval.metric: task pix2pix reports" in (tmp_path / "error.txt").read_text()
+    assert (tmp_path / "errors" / "rank_0.json").exists()
+
+
+def test_a_job_is_sent_plain_values_only(tmp_path: Path) -> None:
+    """What submitit pickles for each task names no class of this project's config: unpickling it imports
+    nothing of yours (your task's file is imported by the entry, after its signal handler is in place)."""
+    import pickle
+
+    from jobs.launch import calls_of
+    from jobs.plan import make_plan
+    from jobs.profiles import Profile
+    from trainer.config import build_config
+
+    plan = make_plan(Profile(name="p", executor="local"), [build_config([f"run_dir={tmp_path}"])], tmp_path, False, "")
+    [(function, config, job)] = calls_of(plan)
+    assert function.__module__ == "trainer.entry" and type(config) is dict and type(job) is dict
+    assert b"trainer.config" not in pickle.dumps((config, job)) and job["signal"] == "USR2"

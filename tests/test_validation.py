@@ -47,8 +47,8 @@ def worker(rank: int, world: int, store: str, out: str) -> None:
     dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world)
     env = DistEnv("env", rank, rank, world, world, 0, 1, "127.0.0.1", 0, None, 1)
     dataset, model = data_and_model()
-    config = build_config(["task=classify", "batch_size=4"])
-    loader = shard_loader(dataset, config, env, workers=0)
+    config = build_config(["task=classify", "batch_size=4", "data.num_workers=0"])
+    loader = shard_loader(dataset, config, env, torch.device("cpu"))
     result = evaluate(model, loader, CLASSIFY, env, torch.device("cpu"), contextlib.nullcontext())
     if rank == 0:
         Path(out).write_text(json.dumps(result))

@@ -1,8 +1,10 @@
 """The process group and what the ranks do together: join, wrap the model in DDP, average, share RNG state."""
 
 import contextlib
-from collections.abc import Iterator
+import os
+from collections.abc import Iterator, Mapping
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -11,15 +13,33 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 from trainer.config import DistConfig
 from trainer.env.launcher import DistEnv
+from trainer.run.rundir import RunDir
+
+
+def nccl_diagnostics(environ: Mapping[str, str], run_dir: Path) -> dict[str, str]:
+    """torch's own NCCL hang diagnostics, where the user has not set them: the flight recorder (the last 2,000
+    collectives of each rank) dumped on a collective timeout into the run's nccl_trace/ folder, and errors that
+    end the process instead of leaving it hung (torch's default since 2.2, set here for older ones too)."""
+    wanted = {
+        "TORCH_NCCL_TRACE_BUFFER_SIZE": "2000",
+        "TORCH_NCCL_DUMP_ON_TIMEOUT": "1",
+        "TORCH_NCCL_DEBUG_INFO_TEMP_FILE": str(RunDir(run_dir).nccl_trace / "rank_"),
+        "TORCH_NCCL_ASYNC_ERROR_HANDLING": "3",
+    }
+    return {key: value for key, value in wanted.items() if key not in environ}
 
 
 @contextlib.contextmanager
-def process_group(env: DistEnv, timeout_s: int, device: torch.device) -> Iterator[None]:
-    """Join the process group for the duration of the block, and always leave it."""
+def process_group(env: DistEnv, timeout_s: int, device: torch.device, run_dir: Path | None = None) -> Iterator[None]:
+    """Join the process group for the duration of the block, and always leave it. Its timeout is every
+    collective's: a peer that never answers fails the job after timeout_s (the watchdog usually first)."""
     if not env.distributed:
         yield
         return
     backend = "nccl" if device.type == "cuda" else "gloo"
+    if backend == "nccl" and run_dir is not None:
+        RunDir(run_dir).nccl_trace.mkdir(exist_ok=True)
+        os.environ.update(nccl_diagnostics(os.environ, run_dir))
     dist.init_process_group(
         backend,
         init_method=f"tcp://{env.master_addr}:{env.master_port}",

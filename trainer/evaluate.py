@@ -38,7 +38,6 @@ def main(argv: list[str]) -> int:
     import torch
 
     from trainer import checkpoint, tasks, validation
-    from trainer.data.loader import num_workers
     from trainer.distributed import pick_device, process_group
     from trainer.train import AMP_DTYPES
 
@@ -58,7 +57,7 @@ def main(argv: list[str]) -> int:
         model = task.model(config, data.full)
         model.load_state_dict(state["model"])
         model.to(device)
-        loader = validation.shard_loader(data.val, config, env, num_workers(config, env))
+        loader = validation.shard_loader(data.val, config, env, device, task)
         amp = AMP_DTYPES.get(config.amp)
         autocast = torch.autocast(device.type, dtype=amp, enabled=amp is not None)
         metrics = validation.evaluate(model, loader, task, env, device, autocast)

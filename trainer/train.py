@@ -5,6 +5,7 @@ whether this step is its turn (logging, images, evaluation, checkpoints, the req
 """
 
 import contextlib
+import dataclasses
 import json
 import math
 import random
@@ -19,7 +20,7 @@ import trainer.tasks
 from trainer import checkpoint, validation
 from trainer.config import TrainConfig, config_dict, flat
 from trainer.data.checks import count_bad_images
-from trainer.data.loader import batches, make_loader, num_workers, to_device
+from trainer.data.loader import batches, make_loader, shutdown, to_device
 from trainer.distributed import pick_device, process_group, wrap
 from trainer.env.launcher import DistEnv
 from trainer.errors import UserError
@@ -36,6 +37,7 @@ from trainer.run.rundir import RunDir
 from trainer.schedule import lr_factor
 from trainer.state import TrainState
 from trainer.tblog import NullLogger, TensorBoardLogger
+from trainer.watchdog import Watchdog
 
 AMP_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
@@ -51,20 +53,29 @@ def train(
     stop_flag = stop_flag or StopFlag(settings.signal)
     device = pick_device(env)
     torch.set_num_threads(env.cpus_per_task)
-    with process_group(env, config.dist.timeout_s, device), contextlib.ExitStack() as cleanup:
+    with process_group(env, config.dist.timeout_s, device, Path(config.run_dir)), contextlib.ExitStack() as cleanup:
         startup.mark("process_group_joined")
-        run = setup(config, env, device)
+        # Not in the debug executor's process: a pdb session there is no hang.
+        hang = dataclasses.replace(config.hang, enabled=config.hang.enabled and not env.interactive)
+        watchdog = Watchdog(hang, Path(config.run_dir), env.rank, env.node_name).start()
+        cleanup.callback(watchdog.stop)
+        run = setup(config, env, device, watchdog)
         resume(run)
         task, model, ddp, optimizer, state = run.task, run.model, run.ddp, run.optimizer, run.state
+        for loader in (run.loader, run.val_loader):
+            if loader is not None:
+                cleanup.callback(shutdown, loader)  # their workers, on every way out
         data = batches(run.loader, run.sampler, lambda: (state.epoch, state.batch_in_epoch), config.batch_size)
-        cleanup.callback(data.close)  # the loader's workers, on every way out
+        cleanup.callback(data.close)
         meter = IntervalMeter(device, config.batch_size * env.world_size)
         progress = Progress(config.steps, state.step, enabled=env.is_main)
 
-        tick = time.perf_counter()
+        tick = run.started = time.perf_counter()
         while state.step < config.steps:
+            watchdog.enter("data", state.step)  # the watchdog's view: where this rank is (no I/O)
             batch = to_device(next(data), device)
             loaded = time.perf_counter()
+            watchdog.enter("step")
             with run.autocast:
                 loss, metrics = task.forward(ddp, batch)
             optimizer.zero_grad(set_to_none=True)
@@ -85,9 +96,11 @@ def train(
                 log_interval(run, meter, step, progress)
             log_images_if_due(run, step, batch)
             evaluate_if_due(run, step, progress)
-            saved = run.checkpoints.save_if_due(state, config.steps)
+            with watchdog.section("checkpoint"):
+                saved = run.checkpoints.save_if_due(state, config.steps)
             # A collective too, every stop_check_every steps: all ranks stop at the same step.
             if step < config.steps and stop_agreed(stop_flag, env, device, step, config.dist.stop_check_every):
+                watchdog.enter("requeue")
                 if not saved:
                     run.checkpoints.save(state)
                 run.checkpoints.wait()  # the checkpoint is on disk before anyone leaves
@@ -95,6 +108,7 @@ def train(
                 progress.close()
                 run.logger.close()
                 raise leave(env, requeued)
+        watchdog.enter("finish")
         progress.close()
         run.checkpoints.wait()
         return finish(run)
@@ -122,13 +136,14 @@ class Run:
     autocast: Any
     state: TrainState
     attempts: Attempts | None  # rank 0's
+    watchdog: Watchdog
     warn: "Warnings"
     checkpoints: checkpoint.Checkpointer = field(init=False)
     logger: NullLogger = field(default_factory=NullLogger)
     final: dict[str, Any] = field(default_factory=dict)  # the last step's train and validation values
     image_batch: Any = None  # fixed validation samples: the same images compared across steps
     eval_s: float = 0.0  # this attempt's time in evaluation, for summary.json: it must not dominate
-    started: float = field(default_factory=time.perf_counter)
+    started: float = 0.0  # when this attempt's first step began
 
 
 @dataclass
@@ -144,19 +159,20 @@ class Warnings:
             print(f"warning: {message}", flush=True)
 
 
-def setup(config: TrainConfig, env: DistEnv, device: torch.device) -> Run:
+def setup(config: TrainConfig, env: DistEnv, device: torch.device, watchdog: Watchdog) -> Run:
     """Data, model, optimizer and state, the same on every rank: seeded, so the initial weights agree."""
     random.seed(config.seed)
     torch.manual_seed(config.seed)
     task = trainer.tasks.get(config.task)
     data = validation.datasets(task, config)
     loader, sampler = make_loader(data.train, config, env, device, task)
-    val_loader = validation.shard_loader(data.val, config, env, num_workers(config, env)) if data.val else None
+    val_loader = validation.shard_loader(data.val, config, env, device, task) if data.val else None
     batches_per_epoch = len(sampler) // config.batch_size
     if batches_per_epoch == 0:
+        samples = len(sampler.dataset)  # type: ignore[arg-type]
         raise UserError(
-            f"{len(data.train)} samples give no full batch of {config.batch_size} on each of {env.world_size} "  # type: ignore[arg-type]
-            f"processes; lower batch_size or add data"
+            f"{samples} samples give no full batch of {config.batch_size} on each of {env.world_size} processes; "
+            "lower batch_size or add data"
         )
     startup.mark("data_ready")
     model = task.model(config, data.full).to(device)
@@ -173,6 +189,7 @@ def setup(config: TrainConfig, env: DistEnv, device: torch.device) -> Run:
         config, env, device, files, task, data, loader, sampler, batches_per_epoch, val_loader,
         model, ddp, optimizer, scheduler, scaler, autocast, state,
         attempts=Attempts(files.path) if env.is_main else None,
+        watchdog=watchdog,
         warn=Warnings(env.is_main),
     )  # fmt: skip
     # Not a bound method of run: a cycle through it would leave the loader's workers to the garbage collector,
@@ -208,10 +225,12 @@ def log_interval(run: Run, meter: IntervalMeter, step: int, progress: Progress) 
     """The interval's means to TensorBoard, progress.json and the progress line; a non-finite loss warned of
     or stopped at (the same on every rank: the means are)."""
     config, state, first, names = run.config, run.state, step - meter.steps + 1, list(meter.metrics)
-    values = meter.means(run.env) | {
+    means = meter.means(run.env)
+    values = {k: v for k, v in means.items() if k.startswith("train/")} | {
         "train/lr": run.scheduler.get_last_lr()[0],
         "train/epoch": state.epoch + state.batch_in_epoch / run.batches_per_epoch,
     }
+    values |= {k: v for k, v in means.items() if not k.startswith("train/")}  # perf/*, after: as the line read
     run.logger.scalars(values, step)
     if not math.isfinite(loss := values["train/loss"]):
         what = f"the training loss was {loss} over steps {first}-{step}"
@@ -244,7 +263,8 @@ def evaluate_if_due(run: Run, step: int, progress: Progress) -> None:
     if run.val_loader is None or not (step == config.steps or (config.eval.every and step % config.eval.every == 0)):
         return
     evaluating = time.perf_counter()
-    with isolated(config.seed):  # evaluation draws from streams of its own, the same each time
+    # Evaluation draws from streams of its own, the same each time; its budget is its own.
+    with isolated(config.seed), run.watchdog.section("eval"):
         val = validation.evaluate(run.model, run.val_loader, run.task, run.env, run.device, run.autocast)
     run.eval_s += time.perf_counter() - evaluating
     run.logger.scalars({f"val/{k}": v for k, v in val.items()}, step)

@@ -16,7 +16,7 @@ import torch.distributed as dist
 from torch.utils.data import DataLoader, Dataset, Subset
 
 from trainer.config import TrainConfig, best_metric
-from trainer.data.loader import to_device
+from trainer.data.loader import loader_options, num_workers, to_device
 from trainer.env.launcher import DistEnv
 from trainer.errors import UserError
 from trainer.run.prepare import validation_config
@@ -49,8 +49,11 @@ def datasets(task: Task, config: TrainConfig) -> Datasets:
     return Datasets(full, full, None)
 
 
-def shard_loader(val: Dataset[Any], config: TrainConfig, env: DistEnv, workers: int) -> DataLoader[Any]:
-    """This rank's share of the validation set: samples rank, rank + world_size, ... in order."""
+def shard_loader(
+    val: Dataset[Any], config: TrainConfig, env: DistEnv, device: torch.device, task: Any = None
+) -> DataLoader[Any]:
+    """This rank's share of the validation set: samples rank, rank + world_size, ... in order, loaded as the
+    training batches are (the task's collate and worker_init, the data section's loader settings)."""
     size = len(val)  # type: ignore[arg-type]
     if size < env.world_size:
         raise UserError(
@@ -62,9 +65,8 @@ def shard_loader(val: Dataset[Any], config: TrainConfig, env: DistEnv, workers: 
         shard,
         batch_size=config.batch_size,
         shuffle=False,
-        num_workers=workers,
-        persistent_workers=workers > 0,
         generator=torch.Generator(),  # its base seed is not the task's to give (trainer.rng)
+        **loader_options(config, num_workers(config, env), device, task),
     )
 
 

@@ -7,6 +7,7 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -344,3 +345,85 @@ def test_a_local_sweep_runs_as_many_points_at_once_as_the_machine_allows(tmp_pat
     spans = sorted(tuple(map(float, f.read_text().split())) for f in (tmp_path / "runs").glob("*/*/span0"))
     assert len(spans) == 3
     assert all(later[0] >= earlier[1] for earlier, later in zip(spans, spans[1:], strict=False)), spans  # one at a time
+
+
+HANG = ["hang.timeout_s=15", "hang.beat_s=2"]
+
+
+def test_a_stopped_rank_is_named_by_its_peers_watchdog_within_the_budget(
+    local_profile: Path, sample_root: Path, tmp_path: Path
+) -> None:
+    """Rank 1 is stopped (SIGSTOP, as a dead NIC or a frozen node leaves it): rank 0 waits in the all-reduce, and
+    within its budget its watchdog names rank 1 from the heartbeats (rank 1's stopped), writes every thread's
+    stack into its log and exits; the controller stops the rest. Long before gloo's own timeout (300 s)."""
+    out = tmp_path / "submit.out"
+    with out.open("w") as f:
+        args = ["--profile", str(local_profile), "--wait", f"data.root={sample_root / 'pix2pix'}", *LONG, *HANG]
+        proc = subprocess.Popen([sys.executable, "-m", "jobs.submit", *args], cwd=ROOT, stdout=f, stderr=f)
+    run_dir = poll("the run directory", lambda: (found := run_dirs(tmp_path / "runs")) and found[0])
+    tasks = started(run_dir)
+    beat = run_dir / "heartbeats" / "rank_1.json"
+    poll("rank 1 training", lambda: beat.exists() and json.loads(beat.read_text() or "{}").get("step", 0) >= 2)
+    stopped = time.monotonic()
+    os.kill(tasks[1][0], signal.SIGSTOP)
+    assert proc.wait(timeout=90) == 1, out.read_text()
+    assert time.monotonic() - stopped < 15 + 15
+    line = (run_dir / "error.txt").read_text()
+    assert line.startswith(f"rank 1 on {socket.gethostname()}: hung: its heartbeat stopped "), line
+    assert "in the step (forward, backward and its all-reduce, logging) (stopped or frozen); seen by rank 0" in line
+    log0 = "".join(p.read_text() for p in (run_dir / "logs").glob("*_0_log.*"))  # stderr holds the stacks
+    assert "hang: rank 0 made no progress for" in log0 and 'File "' in log0 and "Thread 0x" in log0
+    assert not any(alive(*p) for p in tasks.values())
+    assert line.strip() in cli("jobs.status", str(run_dir)).stdout
+
+
+STALLS = """
+import time
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+
+class Stalling(torch.utils.data.Dataset):
+    # Rank 1's loader worker stops delivering after a few batches: a deadlocked worker, as a lock held across fork
+    # or a stuck read on a network filesystem leaves it.
+    def __init__(self):
+        self.rank = dist.get_rank()
+
+    def __len__(self):
+        return 4096
+
+    def __getitem__(self, i):
+        if self.rank == 1 and torch.utils.data.get_worker_info() is not None:
+            self.served = getattr(self, "served", 0) + 1
+            if self.served > 24:
+                time.sleep(3600)
+        return torch.randn(4)
+
+
+class Regress:
+    def dataset(self, config):
+        return Stalling()
+
+    def model(self, config, dataset):
+        return nn.Linear(4, 1)
+
+    def forward(self, model, batch):
+        return model(batch).pow(2).mean(), {}
+"""
+
+
+def test_a_deadlocked_loader_worker_is_named_by_every_rank(local_profile: Path, tmp_path: Path) -> None:
+    """Rank 1 waits for its batch from a worker that never answers, rank 0 waits for rank 1 in the all-reduce:
+    both watchdogs name rank 1 (waiting on its own loader, not on a peer); rank 1's log holds its stacks."""
+    (tmp_path / "stalls.py").write_text(STALLS)
+    args = [f"task={tmp_path / 'stalls.py'}:Regress", "data.num_workers=1", *LONG, *HANG]
+    result = submit("--profile", str(local_profile), "--wait", *args, cwd=tmp_path, timeout=120)
+    assert result.returncode == 1, result.stdout + result.stderr
+    [run_dir] = run_dirs(tmp_path / "runs")
+    line = (run_dir / "error.txt").read_text()
+    assert line.startswith(f"rank 1 on {socket.gethostname()}: hung: no progress for "), line
+    assert ", waiting for its batch from the loader; seen by rank " in line
+    log1 = "".join(p.read_text() for p in (run_dir / "logs").glob("*_1_log.*"))
+    assert "hang: rank 1 made no progress for" in log1 and "waiting for its batch from the loader" in log1

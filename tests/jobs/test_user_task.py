@@ -238,20 +238,25 @@ class Tokens(torch.utils.data.Dataset):
 
 class Sequences:
     def dataset(self, config):
+        self.folder = config.run_dir
         return Tokens(config.run_dir)
 
     def collate(self, samples):
         return pad_sequence(samples, batch_first=True)
 
     def worker_init(self, worker_id):
-        folder = torch.utils.data.get_worker_info().dataset.dataset.folder
-        open(os.path.join(folder, f"init-{worker_id}"), "w").close()
+        open(os.path.join(self.folder, f"init-{worker_id}"), "w").close()
 
     def model(self, config, dataset):
         return Model()
 
     def forward(self, model, batch):
         return (model(batch) - (batch > 0).sum(1).float()).pow(2).mean(), {}
+
+    metrics = {"error": "min"}
+
+    def evaluate(self, model, batch):
+        return {"error": (model(batch) - (batch > 0).sum(1).float()).abs()}
 
 
 class Model(nn.Module):
@@ -270,8 +275,9 @@ def test_a_task_collates_its_own_samples_and_its_workers_open_their_own_handles(
     (tmp_path / "sequences.py").write_text(SEQUENCES)
     run_dir = tmp_path / "run"
     args = [f"task={tmp_path / 'sequences.py'}:Sequences", "steps=6", "batch_size=4", "data.num_workers=2"]
-    ranks.train(run_dir, *args, "log.every=3", "log.image_every=0", world=1)
-    assert json.loads((run_dir / "summary.json").read_text())["final_step"] == 6
+    ranks.train(run_dir, *args, "log.every=3", "log.image_every=0", "data.val_fraction=0.25", "eval.every=3", world=1)
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["final_step"] == 6 and summary["val_metrics"]["error"] >= 0  # validation batches collated too
     opened = sorted(p.name.rsplit("-", 1)[1] for p in run_dir.glob("opened-*"))
-    assert opened == ["worker0", "worker1"], opened
+    assert opened == ["worker0", "worker0", "worker1", "worker1"], opened  # training's and validation's workers
     assert sorted(p.name for p in run_dir.glob("init-*")) == ["init-0", "init-1"]

@@ -181,6 +181,32 @@ class DistConfig:
 
 
 @dataclass(frozen=True, eq=False)
+class HangConfig:
+    """Hang detection: a watchdog thread per rank (trainer/watchdog.py) and its budgets."""
+
+    enabled: bool = setting(
+        True, "a rank that makes no progress for its section's budget names the stuck rank and exits"
+    )
+    timeout_s: float = setting(0.0, "every budget at once, in seconds; 0: each derived from the run's own intervals")
+    first_s: float = setting(900.0, "the budget of start-up to the first step, and of any section's first time")
+    factor: float = setting(5.0, "a derived budget: the longest time the section took so far in this attempt x this")
+    floor_s: float = setting(120.0, "a derived budget is never below this many seconds")
+    beat_s: float = setting(5.0, "seconds between a rank's heartbeat files, which tell a stopped rank from a slow one")
+
+    def __post_init__(self) -> None:
+        _check(1 <= self.beat_s <= 60, "hang.beat_s", "must be between 1 and 60 seconds, e.g. 5")
+        least = 3 * self.beat_s
+        _check(
+            self.timeout_s == 0 or least <= self.timeout_s <= WEEK_S,
+            "hang.timeout_s",
+            f"must be 0 (derived budgets) or between 3 x hang.beat_s ({least:g}) and {WEEK_S} seconds",
+        )
+        _check(least <= self.first_s <= WEEK_S, "hang.first_s", f"must be between {least:g} and {WEEK_S} seconds")
+        _check(1.5 <= self.factor <= 100, "hang.factor", "must be between 1.5 and 100, e.g. 5")
+        _check(least <= self.floor_s <= WEEK_S, "hang.floor_s", f"must be between {least:g} and {WEEK_S} seconds")
+
+
+@dataclass(frozen=True, eq=False)
 class TrainConfig:
     """Everything a training run needs; built from the profile's trainer section and overrides."""
 
@@ -200,12 +226,18 @@ class TrainConfig:
     eval: EvalConfig = setting(default_factory=EvalConfig, help="evaluation of the validation set")
     checkpoint: CheckpointConfig = setting(default_factory=CheckpointConfig, help="checkpoints")
     dist: DistConfig = setting(default_factory=DistConfig, help="the process group and DDP")
+    hang: HangConfig = setting(default_factory=HangConfig, help="hang detection")
     # None until a config is built: then the task's `settings` instance (trainer.config.build fills it).
     task_settings: Any = setting(
         None, "the task's own settings, set as `<task name>.<key>=value` (e.g. `pix2pix.width=32`)"
     )
 
     def __post_init__(self) -> None:
+        _check(
+            self.task_settings is not None,
+            "task_settings",
+            "missing; build a config with trainer.config.build_config or from_dict, which resolve the task",
+        )
         _check(self.amp in AMP_MODES, "amp", f"must be one of {', '.join(AMP_MODES)}, got {self.amp!r}")
         _check(self.steps >= 1, "steps", "must be >= 1")
         # The sampler seeds torch with seed + epoch: room left below 2**63 for any number of epochs.

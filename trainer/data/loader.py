@@ -64,6 +64,7 @@ def loader_options(config: TrainConfig, workers: int, device: torch.device, task
 def make_loader(
     dataset: Dataset[Any], config: TrainConfig, env: DistEnv, device: torch.device, task: Any = None
 ) -> tuple[DataLoader[Any], ResumableSampler]:
+    """This rank's training batches: full ones only, in the sampler's order, each sample seeded by itself."""
     sampler = ResumableSampler(dataset, num_replicas=env.world_size, rank=env.rank, shuffle=True, seed=config.seed)
     loader = DataLoader(
         SeededSamples(dataset),
@@ -74,6 +75,15 @@ def make_loader(
         **loader_options(config, num_workers(config, env), device, task),
     )
     return loader, sampler
+
+
+def shutdown(loader: DataLoader[Any]) -> None:
+    """Stop a loader's persistent workers now, on every way out of training, not whenever the garbage collector
+    reaches them. DataLoader has no public call for it; this is what its iterator's own __del__ does."""
+    iterator = getattr(loader, "_iterator", None)
+    if iterator is not None and hasattr(iterator, "_shutdown_workers"):
+        iterator._shutdown_workers()
+    loader._iterator = None
 
 
 def batches(
@@ -88,7 +98,4 @@ def batches(
         epoch, batch_in_epoch = position()
         sampler.set_epoch(epoch)
         sampler.start = batch_in_epoch * batch_size
-        for batch in loader:
-            yield batch
-            if position()[1] == 0:  # the loop finished the epoch: the next needs set_epoch and a fresh start
-                break
+        yield from loader  # the rest of this epoch: exactly the batches the state has not trained on

@@ -46,6 +46,7 @@ class DistEnv:
     )
     note: str = ""  # why the environment was read the way it was, when that could surprise
     port_derived: bool = False  # master_port comes from the job id, not from MASTER_PORT: it may be taken
+    interactive: bool = False  # submitit's debug executor: in the submitting process, where pdb may stop it
 
     def describe(self) -> str:
         return (
@@ -123,6 +124,7 @@ def resolve(env: Mapping[str, str]) -> DistEnv:
         restart_count=_int(env, "SLURM_RESTART_COUNT") if env.get("SLURM_RESTART_COUNT") else 0,
         slurm_job_id=env.get("SLURM_JOB_ID") or None,
         attempt=env.get(ATTEMPT) or None,
+        interactive="SUBMITIT_DEBUG_JOB_ID" in env,
     )
 
 

@@ -95,6 +95,19 @@ class RunDir:
         return self.path / "provenance"
 
     @property
+    def heartbeats(self) -> Path:
+        """Each rank's heartbeat (trainer.watchdog): where its training thread is, every few seconds."""
+        return self.path / "heartbeats"
+
+    @property
+    def nccl_trace(self) -> Path:
+        """torch's NCCL flight recorder dumps, one per rank, written on a collective timeout."""
+        return self.path / "nccl_trace"
+
+    def heartbeat(self, rank: int) -> Path:
+        return self.heartbeats / f"rank_{rank}.json"
+
+    @property
     def logs(self) -> Path:
         """submitit's folder: each task's output, the pickled function and its result."""
         return self.path / "logs"

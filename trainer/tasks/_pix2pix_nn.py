@@ -60,12 +60,6 @@ class PairsDataset(Dataset[torch.Tensor]):
     def __getitem__(self, index: int) -> torch.Tensor:
         return torch.stack(self._pair(index))
 
-    def fill(self, out: torch.Tensor, index: int) -> None:
-        """self[index] written into `out`, for trainer.loader: one copy of the pair rather than two."""
-        source, target = self._pair(index)
-        out[0].copy_(source)
-        out[1].copy_(target)
-
 
 def to_unit(images: torch.Tensor) -> torch.Tensor:
     """A batch of pairs (B, 2, H, W, 3) uint8 [0, 255] -> (B, 2, 3, H, W) float [-1, 1], contiguous."""

@@ -1,0 +1,50 @@
+"""The watchdog's pure parts: which rank a hang is blamed on, the budgets, and their settings."""
+
+import pytest
+
+from trainer.config import HangConfig, build_config
+from trainer.errors import UserError
+from trainer.watchdog import Beat, Watchdog, culprit
+
+
+def beat(rank: int, step: int, section: str = "step", since: float = 100.0, written: float = 120.0) -> Beat:
+    return Beat(rank, f"node{rank}", step, section, since, written)
+
+
+def test_a_rank_whose_heartbeat_stopped_is_blamed_first() -> None:
+    beats = [beat(0, 40, since=90), beat(1, 40, written=100.0), beat(2, 41)]
+    stuck, why = culprit(beats, now=121.0, stale_s=11.0)  # type: ignore[misc]
+    assert stuck.rank == 1 and why.startswith("its heartbeat stopped 21 s ago at step 40, in the step")
+
+
+def test_else_the_rank_behind_and_among_equals_the_one_waiting_on_its_own_loader() -> None:
+    assert culprit([beat(0, 41), beat(1, 40), beat(2, 41)], now=121.0, stale_s=11.0)[0].rank == 1  # type: ignore[index]
+    waiting = [beat(0, 40, since=95.0), beat(1, 40, "data", since=99.0), beat(2, 40, since=96.0)]
+    stuck, why = culprit(waiting, now=121.0, stale_s=11.0)  # type: ignore[misc]
+    assert stuck.rank == 1 and why == "no progress for 22 s at step 40, waiting for its batch from the loader"
+    assert culprit([], now=1.0, stale_s=1.0) is None
+
+
+def test_budgets_follow_the_longest_interval_seen_with_a_floor_or_one_setting() -> None:
+    dog = Watchdog(HangConfig(factor=5, floor_s=30, first_s=600), run_dir=None, rank=0, host="h")  # type: ignore[arg-type]
+    assert dog.budget("step") == 600  # never seen: the first-time budget
+    dog.longest["step"] = 2.0
+    assert dog.budget("step") == 30  # 2 s x 5 is below the floor
+    dog.longest["step"] = 10.0
+    assert dog.budget("step") == 50
+    assert Watchdog(HangConfig(timeout_s=20), None, 0, "h").budget("startup") == 20  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("hang.timeout_s=5", "hang.timeout_s: must be 0 (derived budgets) or between 3 x hang.beat_s (15) and"),
+        ("hang.beat_s=0.5", "hang.beat_s: must be between 1 and 60 seconds, e.g. 5"),
+        ("hang.factor=1", "hang.factor: must be between 1.5 and 100, e.g. 5"),
+        ("hang.floor_s=-1", "hang.floor_s: must be between 15 and"),
+        ("hang.first_s=nan", "hang.first_s=nan: must be a finite number"),
+    ],
+)
+def test_bad_budgets_are_one_line(override: str, message: str) -> None:
+    with pytest.raises(UserError, match="^" + message.replace("(", r"\(").replace(")", r"\)")):
+        build_config([override])

@@ -1,0 +1,187 @@
+"""Hang detection: a thread per rank that notices when the training thread makes no progress, and says which
+rank is stuck (torch-free).
+
+The training thread only records where it is: a section name, when it began, the step (one tuple assignment,
+no lock, no I/O). The watchdog thread checks that every second against the section's budget, and every
+`hang.beat_s` seconds writes this rank's heartbeat file (the run directory is on a filesystem every node sees:
+one small file per rank every few seconds, never one per step). A budget is `hang.timeout_s` when set, else
+the longest time this section took so far in this attempt times `hang.factor`, never below `hang.floor_s`;
+a section's first time, and start-up, get `hang.first_s`. NVIDIA's resiliency extension derives its timeouts
+the same way.
+
+On a hang the rank writes every thread's Python stack into its log (faulthandler), reads the heartbeats to
+name the rank that is stuck (one whose heartbeat stopped, a stopped or frozen process; else the one furthest
+behind: a lower step, or waiting on its own data while the others wait on it in a collective), records that
+in errors/ (error.txt names it), and exits: srun's --kill-on-bad-exit, or the local controller, stops the
+others. The stuck rank itself, when its process still runs (a deadlocked loader worker), does the same.
+"""
+
+import contextlib
+import faulthandler
+import json
+import os
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TextIO
+
+from trainer.config.schema import HangConfig
+from trainer.run import failures
+from trainer.run.atomic import write_text
+from trainer.run.rundir import RunDir
+
+HANG_EXIT = 75  # what a rank that detected a hang exits with
+CHECK_S = 1.0
+# Sections in which a rank waits on its own work, not on its peers: when no heartbeat stopped and the steps
+# agree, the rank in one of these is the one the others wait for.
+OWN_WORK = ("data",)
+SECTIONS = {  # what a rank is doing in each section, as a message says it
+    "startup": "starting up (imports, data, model, checkpoint)",
+    "data": "waiting for its batch from the loader",
+    "step": "in the step (forward, backward and its all-reduce, logging)",
+    "eval": "evaluating",
+    "checkpoint": "saving a checkpoint",
+    "requeue": "saving for a requeue",
+    "finish": "finishing",
+}
+
+
+@dataclass(frozen=True)
+class Beat:
+    """A rank's heartbeat: where its training thread is, and when that was written."""
+
+    rank: int
+    host: str
+    step: int
+    section: str
+    since: float  # wall time the section began
+    written: float  # wall time of this beat
+
+    def where(self) -> str:
+        return f"at step {self.step}, {SECTIONS.get(self.section, self.section)}"
+
+
+def culprit(beats: list[Beat], now: float, stale_s: float) -> tuple[Beat, str] | None:
+    """The rank the job waits for, and why it is named; None without heartbeats."""
+    if not beats:
+        return None
+    stopped = sorted((b for b in beats if now - b.written > stale_s), key=lambda b: b.written)
+    if stopped:
+        first = stopped[0]
+        return (
+            first,
+            f"its heartbeat stopped {now - first.written:.0f} s ago {first.where()} (stopped or frozen)",
+        )
+    behind = min(b.step for b in beats)
+    candidates = [b for b in beats if b.step == behind]
+    own = [b for b in candidates if b.section in OWN_WORK]
+    first = min(own or candidates, key=lambda b: b.since)
+    return first, f"no progress for {now - first.since:.0f} s {first.where()}"
+
+
+@dataclass
+class Watchdog:
+    """One per rank: `section(name)` around each phase, `stepped(step)` after each step, `stop()` at the end."""
+
+    settings: HangConfig
+    run_dir: Path
+    rank: int
+    host: str
+    log: TextIO = field(default_factory=lambda: sys.stderr)
+    current: tuple[str, float, float, int] = ("startup", 0.0, 0.0, 0)  # name, monotonic and wall start, step
+    longest: dict[str, float] = field(default_factory=dict)
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _thread: threading.Thread | None = None
+
+    def start(self, step: int = 0) -> "Watchdog":
+        self.current = ("startup", time.monotonic(), time.time(), step)
+        if self.settings.enabled:
+            self._thread = threading.Thread(target=self._watch, name="hang-watchdog", daemon=True)
+            self._thread.start()
+        return self
+
+    def enter(self, name: str, step: int | None = None) -> None:
+        """The training thread begins section `name`; the time since the last one began counts for that one."""
+        last, began, _, at = self.current
+        now = time.monotonic()
+        if last != "startup":
+            self.longest[last] = max(self.longest.get(last, 0.0), now - began)
+        self.current = (name, now, time.time(), at if step is None else step)
+
+    @contextmanager
+    def section(self, name: str) -> Iterator[None]:
+        """A phase of its own budget (a checkpoint, an evaluation); the step's clock starts again after it."""
+        step = self.current[3]
+        self.enter(name)
+        try:
+            yield
+        finally:
+            self.enter("step", step)
+
+    def budget(self, name: str) -> float:
+        if self.settings.timeout_s:
+            return self.settings.timeout_s
+        if name not in self.longest:
+            return self.settings.first_s
+        return max(self.settings.floor_s, self.longest[name] * self.settings.factor)
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+        files = RunDir(self.run_dir)
+        files.heartbeat(self.rank).unlink(missing_ok=True)
+        with contextlib.suppress(OSError):  # the last rank out removes the folder
+            files.heartbeats.rmdir()
+
+    def _watch(self) -> None:
+        last_beat = 0.0
+        while not self._stop.wait(CHECK_S):
+            name, began, since, step = self.current
+            waited = time.monotonic() - began
+            if time.monotonic() - last_beat >= self.settings.beat_s:
+                self._beat(name, since, step)
+                last_beat = time.monotonic()
+            if waited > self.budget(name):
+                self._hung(name, waited, step)
+
+    def _beat(self, name: str, since: float, step: int) -> None:
+        beat = Beat(self.rank, self.host, step, name, since, time.time())
+        try:
+            write_text(RunDir(self.run_dir).heartbeat(self.rank), json.dumps(beat.__dict__) + "\n")
+        except OSError:
+            pass  # a full or lost disk: the budget still holds
+
+    def _hung(self, name: str, waited: float, step: int) -> None:
+        me = Beat(self.rank, self.host, step, name, time.time() - waited, time.time())
+        print(
+            f"hang: rank {self.rank} made no progress for {waited:.0f} s {me.where()} "
+            f"(budget {self.budget(name):.0f} s); every thread's stack follows",
+            file=self.log,
+            flush=True,
+        )
+        faulthandler.dump_traceback(file=self.log, all_threads=True)
+        now = time.time()
+        found = culprit(read_beats(self.run_dir), now, stale_s=2 * self.settings.beat_s + CHECK_S)
+        stuck, why = found if found else (me, f"no progress for {waited:.0f} s {me.where()}")
+        message = f"hung: {why}; seen by rank {self.rank} after {waited:.0f} s (budgets: hang.timeout_s, hang.factor)"
+        try:
+            failures.record(self.run_dir, failures.Failure(now, stuck.rank, stuck.host, "", message, False))
+        except (OSError, ValueError) as exc:
+            print(f"warning: could not record the hang: {exc}", file=self.log, flush=True)
+        self.log.flush()
+        os._exit(HANG_EXIT)
+
+
+def read_beats(run_dir: Path) -> list[Beat]:
+    beats = []
+    for path in sorted(RunDir(run_dir).heartbeats.glob("rank_*.json")):
+        try:
+            beats.append(Beat(**json.loads(path.read_text())))
+        except (OSError, ValueError, TypeError):
+            continue  # being replaced, or damaged: the others still tell
+    return beats
