@@ -23,13 +23,14 @@ from typing import Any
 import submitit
 from submitit.local import local
 
-from trainer.env.launcher import LOCAL_PORT
+from trainer.env.launcher import IN_JOB_RESTART, LOCAL_PORT
 from trainer.env.rendezvous import any_free_port
 from trainer.requeue import signals
 from trainer.requeue.relay import die_with_parent
 from trainer.requeue.signals import JobSettings
 from trainer.run.atomic import try_lock, write_text
 
+RESTARTS_IN_JOB = "SLURM_DDP_RESTARTS_IN_JOB"  # the profile's restarts_in_job, for the controller
 GRACE_S = 3.0  # between SIGTERM and SIGKILL when stopping tasks (Slurm's KillWait, shortened)
 # After a task failed, how long its peers may take to notice (a closed connection) and record that they failed
 # as a consequence before they are stopped: error.txt then shows both, and still names the first.
@@ -54,6 +55,7 @@ class Controller(local.Controller):  # type: ignore[misc]
         super().__init__(folder)
         self.requeue_signal = signals.from_environ(os.environ, signals.SUBMITIT_ENV)
         self.cancelled = False
+        self.signalled = False  # this start's tasks were sent the requeue signal
         signal.signal(signal.SIGTERM, self._cancel)  # replaces submitit's forwarding to tasks that ignore it
 
     def _cancel(self, signum: int, frame: Any) -> None:
@@ -84,7 +86,7 @@ class Controller(local.Controller):  # type: ignore[misc]
         """
         start = time.monotonic()
         signal_at, deadline = start + self.timeout_s - self.signal_delay_s, start + self.timeout_s
-        signalled = False
+        self.signalled = False
         while True:
             codes = [t.poll() for t in self.tasks]
             failed = any(c not in (None, 0, local.LOCAL_REQUEUE_RETURN_CODE) for c in codes)
@@ -94,9 +96,9 @@ class Controller(local.Controller):  # type: ignore[misc]
                 running = [t for t, c in zip(self.tasks, codes, strict=True) if c is None]
                 self._stop(running, PEER_NOTICE_S if failed and not self.cancelled else 0.0)
                 break
-            if not signalled and time.monotonic() >= signal_at:
+            if not self.signalled and time.monotonic() >= signal_at:
                 self._forward_signal(self.requeue_signal)
-                signalled = True
+                self.signalled = True
             time.sleep(1.0 / freq)
         record = {"codes": codes, "cancelled": self.cancelled}  # a requeue overwrites it
         write_text(exit_codes_path(self.folder, self.pid), json.dumps(record) + "\n")
@@ -144,17 +146,27 @@ class Controller(local.Controller):  # type: ignore[misc]
         if self.cancelled:  # cancelled while it waited: nothing ran
             write_text(exit_codes_path(self.folder, self.pid), json.dumps({"codes": [], "cancelled": True}) + "\n")
             return
-        # One start, then up to max_num_timeout restarts after a signal (submitit's own controller allows 6
-        # in all, whatever the profile says).
+        # Up to max_num_timeout restarts after a signal (submitit's own controller allows 6 in all, whatever
+        # the profile says), and up to restarts_in_job after a failed start, as the batch script's loop on Slurm.
         max_num_timeout = int(os.environ.get("SUBMITIT_LOCAL_MAX_NUM_TIMEOUT", signals.DEFAULT_MAX_NUM_TIMEOUT))
-        for _ in range(1 + max_num_timeout):
+        restarts_in_job = int(os.environ.get(RESTARTS_IN_JOB, "0"))
+        requeues = in_job = 0
+        while True:
+            os.environ[IN_JOB_RESTART] = str(in_job)
             try:
                 self.start_tasks()
                 codes = self.wait()
-                if self.cancelled or local.LOCAL_REQUEUE_RETURN_CODE not in codes:
-                    break
             finally:
                 self.kill_tasks()
+            if self.cancelled:
+                break
+            if local.LOCAL_REQUEUE_RETURN_CODE in codes and requeues < max_num_timeout:
+                requeues += 1
+            elif any(c != 0 for c in codes) and not self.signalled and in_job < restarts_in_job:
+                in_job += 1
+                print(f"a task failed: starting the tasks again ({in_job} of {restarts_in_job})", flush=True)
+            else:
+                break
 
 
 class LocalExecutor(submitit.LocalExecutor):  # type: ignore[misc]
@@ -192,6 +204,7 @@ class LocalExecutor(submitit.LocalExecutor):  # type: ignore[misc]
             SUBMITIT_EXECUTOR="local",
             **{signals.SUBMITIT_ENV: self.settings.signal},  # the controller sends it, the tasks wait for it
             SUBMITIT_LOCAL_MAX_NUM_TIMEOUT=str(self.settings.max_num_timeout),
+            **{RESTARTS_IN_JOB: str(self.settings.restarts_in_job)},
             SLURM_DDP_LOCAL_PARALLEL=str(parallel_jobs(ntasks, bool(gpus), self.array_parallelism)),
             CUDA_VISIBLE_DEVICES=",".join(str(k) for k in gpus),
             SUBMITIT_LOCAL_WITH_SHELL="",

@@ -9,6 +9,7 @@ from typing import Any
 
 from jobs.profiles import Profile
 from trainer.config import TrainConfig
+from trainer.env.launcher import IN_JOB_RESTART
 from trainer.errors import UserError
 from trainer.requeue import signals
 from trainer.requeue.relay import ATTEMPT
@@ -195,13 +196,33 @@ def failure_requeue_lines(limit: int, log_dir: Path) -> list[str]:
     ]
 
 
+def restart_loop_start() -> list[str]:
+    """The last setup lines: srun runs in a loop, so a failed step can start again in this allocation."""
+    return ["in_job=0", "while :; do", f'export {IN_JOB_RESTART}="$in_job"']
+
+
+def restart_loop_end(limit: int) -> list[str]:
+    """After srun: start it again, up to `limit` times, after a failed step (a crash, a hang, a killed task);
+    not after the requeue signal (the run saved and stops, or the job is being requeued)."""
+    return [
+        f'if [ "$status" -ne 0 ] && [ "$in_job" -lt {limit} ] && [ ! -e "${ATTEMPT}.signal" ]; then',
+        "    in_job=$((in_job + 1))",
+        f'    echo "srun failed with status $status: starting the tasks again in this allocation ($in_job of {limit})"',
+        "    continue",
+        "fi",
+        "break",
+        "done",
+    ]
+
+
 def teardown_lines(profile: Profile, log_dir: Path) -> list[str]:
     """What the batch script runs after srun. It ends with srun's own status: the job must still end FAILED
     when a task failed (the last command's status would otherwise be the job's)."""
+    restart = restart_loop_end(profile.restarts_in_job) if profile.restarts_in_job else []
     requeue = failure_requeue_lines(profile.requeue_on_failure, log_dir) if profile.requeue_on_failure else []
     # wait returns early when the requeue signal's trap ran: wait again while srun still runs.
     wait = 'while wait "$srun_pid"; status=$?; [ "$status" -gt 128 ] && kill -0 "$srun_pid" 2>/dev/null; do :; done'
-    return ["srun_pid=$!", wait, *requeue, *sacct_lines(log_dir.parent), 'exit "$status"']
+    return ["srun_pid=$!", wait, *restart, *requeue, *sacct_lines(log_dir.parent), 'exit "$status"']
 
 
 def sacct_lines(folder: Path) -> list[str]:
@@ -241,6 +262,8 @@ def make_plan(
     if profile.executor == "slurm":
         params = slurm_parameters(profile)
         params["setup"] = [*params["setup"], *signal_lines(log_dir, profile.signal)]
+        if profile.restarts_in_job:  # the loop's end is in the teardown lines
+            params["setup"] = [*params["setup"], *restart_loop_start()]
         params["teardown"] = teardown_lines(profile, log_dir)
         if code_dir is not None:  # the batch script, and so every task and requeue, runs in the snapshot
             params["additional_parameters"]["chdir"] = str(code_dir)

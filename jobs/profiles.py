@@ -45,6 +45,7 @@ class Profile:
     mem_per_gpu_gb: float = 0  # instead of mem_gb
     request_gpus: bool = True  # false on CPU-only partitions: gpus_per_node is then just tasks per node
     requeue_on_failure: int = 0  # requeues after a failed task (killed, node lost) before the job fails
+    restarts_in_job: int = 0  # before those: srun again in the same allocation after a failed step (no queue)
     array_parallelism: int = 0  # sweeps: array tasks running at once; 0: no limit
     setup: list = field(default_factory=list)  # shell lines before srun: module load, source activate
     srun_args: list = field(default_factory=list)
@@ -83,6 +84,8 @@ class Profile:
             raise UserError("memory: set mem_gb (per node) or mem_per_gpu_gb, not both, and not below 0")
         if min(self.signal_delay_s, self.max_num_timeout, self.array_parallelism, self.requeue_on_failure) < 0:
             raise UserError("signal_delay_s, max_num_timeout, requeue_on_failure and array_parallelism must be >= 0")
+        if not 0 <= self.restarts_in_job <= 100:
+            raise UserError(f"restarts_in_job must be between 0 and 100, got {self.restarts_in_job}")
         if self.signal_delay_s >= 60 * self.timeout_min:  # the signal would never come: no checkpoint
             raise UserError(
                 f"a time limit of {self.timeout_min} min leaves no time before the requeue signal, sent "
@@ -141,7 +144,7 @@ class Profile:
     @property
     def requeue(self) -> JobSettings:
         """What every task is told about requeueing."""
-        return JobSettings(self.signal, self.signal_delay_s, self.max_num_timeout)
+        return JobSettings(self.signal, self.signal_delay_s, self.max_num_timeout, self.restarts_in_job)
 
     def with_overrides(self, **values: Any) -> "Profile":
         """The profile with command-line flags applied (None means not given)."""

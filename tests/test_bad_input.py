@@ -54,6 +54,7 @@ def test_bad_arguments(args: list[str], message: str, local_profile: Path, tmp_p
         ("executor: mainframe\n", "executor 'mainframe' is unknown"),
         ("executor: local\ntrainer:\n  stepz: 3\n", "unknown config key stepz"),
         ("executor: [local\n", "is not valid YAML"),
+        ("executor: local\nrestarts_in_job: 101\n", "restarts_in_job must be between 0 and 100, got 101"),
     ],
 )
 def test_bad_profiles(text: str, message: str, tmp_path: Path) -> None:

@@ -132,3 +132,20 @@ def test_help_settings_describes_every_key_and_is_the_table_in_the_trainer_readm
     # Torch-free, as the submitter is: the table comes from the dataclasses alone.
     code = "import sys, trainer.__main__ as m\nm.main(['--help-settings'])\nassert 'torch' not in sys.modules\n"
     assert subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, timeout=60).returncode == 0
+
+
+def test_restarts_in_job_run_srun_in_a_loop_the_shell_accepts(tmp_path: Path) -> None:
+    """The batch script starts srun again in the allocation after a failed step, not after the requeue signal,
+    and stops at the profile's count; bash parses the whole script."""
+    from jobs.plan import make_plan, sbatch_script
+    from jobs.profiles import Profile
+
+    plan = make_plan(Profile(name="p", executor="slurm", restarts_in_job=2), [], tmp_path / "logs", False, "python")
+    script = sbatch_script(plan)
+    assert 'in_job=0\nwhile :; do\nexport SLURM_DDP_IN_JOB_RESTART="$in_job"\n' in script
+    restart = '[ "$status" -ne 0 ] && [ "$in_job" -lt 2 ] && [ ! -e "$SLURM_DDP_ATTEMPT.signal" ]; then'
+    assert restart in script and script.index("srun --unbuffered") < script.index(restart)
+    (tmp_path / "job.sh").write_text(script)
+    assert subprocess.run(["bash", "-n", str(tmp_path / "job.sh")], capture_output=True).returncode == 0
+    without = sbatch_script(make_plan(Profile(name="p", executor="slurm"), [], tmp_path / "logs", False, "python"))
+    assert "in_job" not in without

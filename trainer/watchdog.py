@@ -169,8 +169,10 @@ class Watchdog:
         found = culprit(read_beats(self.run_dir), now, stale_s=2 * self.settings.beat_s + CHECK_S)
         stuck, why = found if found else (me, f"no progress for {waited:.0f} s {me.where()}")
         message = f"hung: {why}; seen by rank {self.rank} after {waited:.0f} s (budgets: hang.timeout_s, hang.factor)"
+        failure = failures.Failure(now, stuck.rank, stuck.host, "", message, False)
+        print(f"hang: {failure.line()}", file=self.log, flush=True)  # kept here when a restart clears error.txt
         try:
-            failures.record(self.run_dir, failures.Failure(now, stuck.rank, stuck.host, "", message, False))
+            failures.record(self.run_dir, failure)
         except (OSError, ValueError) as exc:
             print(f"warning: could not record the hang: {exc}", file=self.log, flush=True)
         self.log.flush()

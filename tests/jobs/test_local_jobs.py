@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from tests import ranks as forked
 from tests.conftest import ROOT, poll, process_start, run_dirs, submit, write_profile
 from tests.test_bad_input import assert_refused
 
@@ -347,7 +348,8 @@ def test_a_local_sweep_runs_as_many_points_at_once_as_the_machine_allows(tmp_pat
     assert all(later[0] >= earlier[1] for earlier, later in zip(spans, spans[1:], strict=False)), spans  # one at a time
 
 
-HANG = ["hang.timeout_s=15", "hang.beat_s=2"]
+# A step's budget of 15 s (its floor: steps take far less); start-up and first times keep hang.first_s.
+HANG = ["hang.floor_s=15", "hang.factor=2", "hang.beat_s=2"]
 
 
 def test_a_stopped_rank_is_named_by_its_peers_watchdog_within_the_budget(
@@ -378,6 +380,7 @@ def test_a_stopped_rank_is_named_by_its_peers_watchdog_within_the_budget(
 
 
 STALLS = """
+import os
 import time
 
 import torch
@@ -386,10 +389,10 @@ from torch import nn
 
 
 class Stalling(torch.utils.data.Dataset):
-    # Rank 1's loader worker stops delivering after a few batches: a deadlocked worker, as a lock held across fork
-    # or a stuck read on a network filesystem leaves it.
-    def __init__(self):
-        self.rank = dist.get_rank()
+    # Rank 1's loader worker stops delivering after a few batches, once: a deadlocked worker, as a lock held
+    # across fork or a stuck read on a network filesystem leaves it.
+    def __init__(self, marker):
+        self.rank, self.marker = dist.get_rank(), marker
 
     def __len__(self):
         return 4096
@@ -397,14 +400,15 @@ class Stalling(torch.utils.data.Dataset):
     def __getitem__(self, i):
         if self.rank == 1 and torch.utils.data.get_worker_info() is not None:
             self.served = getattr(self, "served", 0) + 1
-            if self.served > 24:
+            if self.served > 40 and not os.path.exists(self.marker):
+                open(self.marker, "w").close()
                 time.sleep(3600)
         return torch.randn(4)
 
 
 class Regress:
     def dataset(self, config):
-        return Stalling()
+        return Stalling(os.path.join(config.run_dir, "stalled-once"))
 
     def model(self, config, dataset):
         return nn.Linear(4, 1)
@@ -414,16 +418,29 @@ class Regress:
 """
 
 
-def test_a_deadlocked_loader_worker_is_named_by_every_rank(local_profile: Path, tmp_path: Path) -> None:
+def test_a_deadlocked_loader_worker_is_named_and_the_job_restarts_in_place_to_the_same_weights(
+    tmp_path: Path,
+) -> None:
     """Rank 1 waits for its batch from a worker that never answers, rank 0 waits for rank 1 in the all-reduce:
-    both watchdogs name rank 1 (waiting on its own loader, not on a peer); rank 1's log holds its stacks."""
+    both watchdogs name rank 1 (waiting on its own loader, not on a peer), rank 1's log holds its stacks, and
+    with restarts_in_job the controller starts the tasks again at once: they resume from the last checkpoint and
+    end on the weights of a run that never stalled."""
     (tmp_path / "stalls.py").write_text(STALLS)
-    args = [f"task={tmp_path / 'stalls.py'}:Regress", "data.num_workers=1", *LONG, *HANG]
-    result = submit("--profile", str(local_profile), "--wait", *args, cwd=tmp_path, timeout=120)
-    assert result.returncode == 1, result.stdout + result.stderr
+    task = [f"task={tmp_path / 'stalls.py'}:Regress", "data.num_workers=1", "steps=60", "batch_size=2"]
+    args = [*task, "log.every=5", "log.image_every=0", "checkpoint.every=10", *HANG]
+    reference = tmp_path / "reference"
+    reference.mkdir()
+    (reference / "stalled-once").touch()  # it never stalls
+    forked.train(reference, *task)
+    text = f"executor: local\ngpus_per_node: 2\nrestarts_in_job: 1\nrun_root: {tmp_path / 'runs'}\n"
+    profile = write_profile(tmp_path, text)
+    result = submit("--profile", str(profile), "--wait", *args, cwd=tmp_path, timeout=180)
+    assert result.returncode == 0, result.stdout + result.stderr
     [run_dir] = run_dirs(tmp_path / "runs")
-    line = (run_dir / "error.txt").read_text()
-    assert line.startswith(f"rank 1 on {socket.gethostname()}: hung: no progress for "), line
-    assert ", waiting for its batch from the loader; seen by rank " in line
     log1 = "".join(p.read_text() for p in (run_dir / "logs").glob("*_1_log.*"))
     assert "hang: rank 1 made no progress for" in log1 and "waiting for its batch from the loader" in log1
+    first, second = json.loads((run_dir / "attempts.json").read_text())
+    assert first["stop"]["reason"] == "failure" and second["in_job_restart"] == 1 and second["resumed_step"] >= 10
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["in_job_restarts"] == 1 and summary["failures"] == 1
+    assert summary["weights_sha256"] == json.loads((reference / "summary.json").read_text())["weights_sha256"]

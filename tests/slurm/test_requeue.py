@@ -192,6 +192,37 @@ def test_killed_task_ends_the_job_quickly_and_names_it(tmp_path: Path, sample_ro
     assert "error: rank 3 on node2: killed by signal 9 (SIGKILL)" in status, status  # not a peer's lost connection
 
 
+def test_a_stopped_rank_is_named_and_the_job_restarts_in_its_allocation_to_the_same_weights(
+    reference_hash: str, tmp_path: Path, sample_root: Path
+) -> None:
+    """Rank 1 (node2) stopped as a frozen node leaves it: rank 0 waits in the all-reduce until its watchdog's
+    budget (15 s here) runs out, names rank 1 and node2 from the heartbeats, and exits; srun ends the step, and
+    with restarts_in_job the batch script runs srun again in the same allocation (the same Slurm job, no
+    requeue): it resumes from the last checkpoint and ends on the uninterrupted run's weights."""
+    profile = mini_profile(tmp_path, "restarts_in_job: 1\n")
+    args = [a if a != "checkpoint.every=100" else "checkpoint.every=20" for a in ARGS]
+    hang = ["hang.floor_s=15", "hang.factor=2", "hang.beat_s=2"]
+    result = submit("--profile", str(profile), f"data.root={sample_root / 'pix2pix'}", *args, *hang)
+    assert result.returncode == 0, result.stderr
+    run_dir = run_dir_of(result)
+    beat = run_dir / "heartbeats" / "rank_1.json"
+    poll(
+        "rank 1 past a checkpoint", lambda: beat.exists() and json.loads(beat.read_text() or "{}").get("step", 0) >= 25
+    )
+    log = run_dir / "logs" / f"{job_id_of(run_dir)}_1_log.out"
+    os.kill(int(re.findall(r"^dist: .* pid=(\d+)", log.read_text(), re.M)[-1]), signal.SIGSTOP)
+    stopped = time.time()
+    poll("the restart", lambda: len(attempts(run_dir)) == 2, timeout=90)
+    assert attempts(run_dir)[1]["started"] - stopped < 15 + 15
+    assert summary(run_dir)["weights_sha256"] == reference_hash
+    first, second = attempts(run_dir)
+    assert first["stop"]["reason"] == "failure" and second["in_job_restart"] == 1
+    assert first["slurm_restart_count"] == second["slurm_restart_count"] == 0  # not requeued: no queue wait
+    log0 = (run_dir / "logs" / f"{job_id_of(run_dir)}_0_log.out").read_text()
+    assert "hang: rank 0 made no progress for" in log0 and "starting the tasks again in this allocation" in log0
+    assert "hang: rank 1 on node2: hung: its heartbeat stopped " in log0  # error.txt went with the restart
+
+
 def test_requeue_on_failure_resumes_from_the_last_checkpoint(
     reference_hash: str, tmp_path: Path, sample_root: Path
 ) -> None:

@@ -17,6 +17,10 @@ from trainer.env.hostlist import expand_hostlist
 from trainer.errors import UserError
 from trainer.requeue.relay import ATTEMPT
 
+# Set by the batch script's restart loop (jobs.plan) and the local controller: how many times the tasks were
+# started again in this allocation after a failed step.
+IN_JOB_RESTART = "SLURM_DDP_IN_JOB_RESTART"
+
 # Ports derived from the job id stay in [10000, 30000): clear of well-known ports and of
 # Linux's default ephemeral range (32768-60999), where a derived port could already be taken.
 PORT_BASE = 10000
@@ -46,6 +50,7 @@ class DistEnv:
     )
     note: str = ""  # why the environment was read the way it was, when that could surprise
     port_derived: bool = False  # master_port comes from the job id, not from MASTER_PORT: it may be taken
+    in_job_restart: int = 0  # this allocation's restarts after a failed step, before this start
     interactive: bool = False  # submitit's debug executor: in the submitting process, where pdb may stop it
 
     def describe(self) -> str:
@@ -124,6 +129,7 @@ def resolve(env: Mapping[str, str]) -> DistEnv:
         restart_count=_int(env, "SLURM_RESTART_COUNT") if env.get("SLURM_RESTART_COUNT") else 0,
         slurm_job_id=env.get("SLURM_JOB_ID") or None,
         attempt=env.get(ATTEMPT) or None,
+        in_job_restart=_int(env, IN_JOB_RESTART) if env.get(IN_JOB_RESTART) else 0,
         interactive="SUBMITIT_DEBUG_JOB_ID" in env,
     )
 

@@ -94,7 +94,10 @@ class Attempts:
                     if self.progress_path.exists()
                     else {}
                 )
-                why = unrecorded_stop(env, previous.get("slurm_restart_count", 0)) if env else {"reason": "failure"}
+                if env and env.in_job_restart and previous.get("slurm_restart_count", 0) == restart_count:
+                    why = {"reason": "failure"}  # the batch script (or controller) starts again only after one
+                else:
+                    why = unrecorded_stop(env, previous.get("slurm_restart_count", 0)) if env else {"reason": "failure"}
                 stop = why | {
                     "step": reached.get("step", resumed_step),
                     "time": reached.get("time", previous["started"]),
@@ -106,6 +109,7 @@ class Attempts:
             cost = {"time_lost_s": lost, "steps_recomputed": max(0, stop["step"] - resumed_step) if known else None}
             previous["cost"] = cost
         attempt = {"started": time.time(), "resumed_step": resumed_step, "slurm_restart_count": restart_count}
+        attempt |= {"in_job_restart": env.in_job_restart} if env and env.in_job_restart else {}
         attempt |= {"startup": startup} if startup else {}
         self.items.append(attempt | ({"warnings": list(warnings)} if warnings else {}))
         self._write()
@@ -131,6 +135,7 @@ class Attempts:
             "failures": self.count("failure"),
             "requeues": self.count("requeued"),
             "requested": self.count("requested"),
+            "in_job_restarts": sum(1 for a in self.items if a.get("in_job_restart")),
             "time_lost_s": round(sum(c["time_lost_s"] for c in costs), 3),
             "steps_recomputed": sum(int(c["steps_recomputed"] or 0) for c in costs),
         }
