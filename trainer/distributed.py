@@ -2,6 +2,7 @@
 
 import contextlib
 import os
+import time
 from collections.abc import Iterator, Mapping
 from datetime import timedelta
 from pathlib import Path
@@ -9,6 +10,7 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
+from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from trainer.config import DistConfig
@@ -92,7 +94,41 @@ def restore_rng(states: list[torch.Tensor], env: DistEnv, device: torch.device) 
         torch.cuda.set_rng_state(state[cpu_size:], device)
 
 
-def wrap(model: torch.nn.Module, env: DistEnv, device: torch.device, settings: DistConfig) -> torch.nn.Module:
+class CommTimer:
+    """The seconds DDP's gradient all-reduces took since the last `take()`: each bucket from its launch to its
+    completion (waiting for the slowest rank included), summed; buckets that overlap count twice."""
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+
+    def take(self) -> float:
+        seconds, self.seconds = self.seconds, 0.0
+        return seconds
+
+
+def _timed_allreduce(timer: CommTimer, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
+    """DDP's own all-reduce (default_hooks.allreduce_hook: divide by the world size, then sum), timed."""
+    started = time.perf_counter()
+
+    def done(future: torch.futures.Future[torch.Tensor]) -> torch.Tensor:
+        timer.seconds += time.perf_counter() - started
+        return future.value()
+
+    return default_hooks.allreduce_hook(None, bucket).then(done)  # type: ignore[arg-type]
+
+
+def gather_hosts(env: DistEnv) -> list[str]:
+    """Every rank's host, by rank (a collective)."""
+    if not env.distributed:
+        return [env.node_name]
+    hosts: list[Any] = [None] * env.world_size
+    dist.all_gather_object(hosts, env.node_name)
+    return [str(h) for h in hosts]
+
+
+def wrap(
+    model: torch.nn.Module, env: DistEnv, device: torch.device, settings: DistConfig, timer: CommTimer | None = None
+) -> torch.nn.Module:
     """DDP with the gradient bucket settings of `settings`; one process gets the bare model.
 
     bucket_cap_mb sets how many gradient bytes go into one all-reduce (fewer, larger messages against
@@ -101,10 +137,13 @@ def wrap(model: torch.nn.Module, env: DistEnv, device: torch.device, settings: D
     """
     if not env.distributed:
         return model  # DDP needs a process group and adds nothing with one process
-    return DDP(
+    ddp = DDP(
         model,
         device_ids=[device.index] if device.type == "cuda" else None,
         bucket_cap_mb=settings.bucket_cap_mb,
         gradient_as_bucket_view=settings.gradient_as_bucket_view,
         static_graph=settings.static_graph,
     )
+    if timer is not None:  # the communication part of each rank's step (trainer.stragglers)
+        ddp.register_comm_hook(timer, _timed_allreduce)
+    return ddp

@@ -5,6 +5,7 @@ import time
 from typing import Any
 
 import torch
+import torch.distributed as dist
 
 from trainer.distributed import mean_over_ranks
 from trainer.env.launcher import DistEnv
@@ -20,11 +21,15 @@ class IntervalMeter:
 
     def reset(self) -> None:
         self.loss, self.metrics = torch.zeros((), device=self.device), {}
-        self.steps, self.step_s, self.data_s = 0, 0.0, 0.0
+        self.steps, self.step_s, self.data_s, self.comm_s = 0, 0.0, 0.0, 0.0
 
-    def add(self, loss: torch.Tensor, metrics: dict[str, torch.Tensor], started: float, loaded: float) -> float:
-        """One step that began at `started` and had its batch at `loaded`; returns now, the next step's start."""
+    def add(
+        self, loss: torch.Tensor, metrics: dict[str, torch.Tensor], started: float, loaded: float, comm_s: float = 0.0
+    ) -> float:
+        """One step that began at `started`, had its batch at `loaded` and spent `comm_s` in DDP's all-reduces;
+        returns now, the next step's start."""
         done = time.perf_counter()
+        self.comm_s += comm_s
         self.loss += loss.detach()
         for name, value in metrics.items():
             self.metrics[name] = self.metrics.get(name, 0.0) + value.detach()
@@ -36,7 +41,10 @@ class IntervalMeter:
         return done
 
     def means(self, env: DistEnv) -> dict[str, float]:
-        """The interval's means over its steps and every rank (a collective), then a fresh interval."""
+        """The interval's means over its steps and every rank (collectives), then a fresh interval. `per_rank`
+        then holds every rank's (data, compute, communication) seconds per step."""
+        data, comm = self.data_s / self.steps, self.comm_s / self.steps
+        self.per_rank = per_rank_parts((data, self.step_s / self.steps - data - comm, comm), env, self.device)
         values = {"train/loss": mean_over_ranks(self.loss / self.steps, env)}
         values |= {f"train/{k}": mean_over_ranks(v / self.steps, env) for k, v in self.metrics.items()}
         values |= {
@@ -46,6 +54,17 @@ class IntervalMeter:
         }
         self.reset()
         return values
+
+
+def per_rank_parts(
+    parts: tuple[float, float, float], env: DistEnv, device: torch.device
+) -> list[tuple[float, float, float]]:
+    """Every rank's parts, by rank: one all-reduce of a (world size x 3) table, each rank filling its row."""
+    table = torch.zeros(env.world_size, 3, dtype=torch.float64, device=device)
+    table[env.rank] = torch.tensor(parts, dtype=torch.float64, device=device)
+    if env.distributed:
+        dist.all_reduce(table)
+    return [(float(a), float(b), float(c)) for a, b, c in table.tolist()]
 
 
 class Progress:

@@ -21,7 +21,7 @@ from trainer import checkpoint, validation
 from trainer.config import TrainConfig, config_dict, flat
 from trainer.data.checks import count_bad_images
 from trainer.data.loader import batches, make_loader, shutdown, to_device
-from trainer.distributed import pick_device, process_group, wrap
+from trainer.distributed import CommTimer, gather_hosts, pick_device, process_group, wrap
 from trainer.env.launcher import DistEnv
 from trainer.errors import UserError
 from trainer.meter import IntervalMeter, Progress
@@ -36,6 +36,7 @@ from trainer.run.prepare import write_config
 from trainer.run.rundir import RunDir
 from trainer.schedule import lr_factor
 from trainer.state import TrainState
+from trainer.stragglers import Stragglers
 from trainer.tblog import NullLogger, TensorBoardLogger
 from trainer.watchdog import Watchdog
 
@@ -88,7 +89,7 @@ def train(
             run.scheduler.step()
             state.advance(run.batches_per_epoch)
             step = state.step
-            tick = meter.add(loss, metrics, tick, loaded)
+            tick = meter.add(loss, metrics, tick, loaded, run.comm_timer.take() if run.comm_timer else 0.0)
 
             # Every rank runs what follows at the same steps: the log's means, evaluation and saving are
             # collectives (the image grid alone is rank 0's).
@@ -137,6 +138,8 @@ class Run:
     state: TrainState
     attempts: Attempts | None  # rank 0's
     watchdog: Watchdog
+    comm_timer: CommTimer | None  # the all-reduces' time, for the straggler figures
+    stragglers: Stragglers | None
     warn: "Warnings"
     checkpoints: checkpoint.Checkpointer = field(init=False)
     logger: NullLogger = field(default_factory=NullLogger)
@@ -176,7 +179,8 @@ def setup(config: TrainConfig, env: DistEnv, device: torch.device, watchdog: Wat
         )
     startup.mark("data_ready")
     model = task.model(config, data.full).to(device)
-    ddp = wrap(model, env, device, config.dist)
+    timer = CommTimer() if config.log.stragglers and env.distributed else None
+    ddp = wrap(model, env, device, config.dist, timer)
     startup.mark("model_ready")
     optimizer = torch.optim.AdamW(model.parameters(), lr=config.optim.lr, weight_decay=config.optim.weight_decay)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: lr_factor(s, config.steps, config.optim))
@@ -190,6 +194,10 @@ def setup(config: TrainConfig, env: DistEnv, device: torch.device, watchdog: Wat
         model, ddp, optimizer, scheduler, scaler, autocast, state,
         attempts=Attempts(files.path) if env.is_main else None,
         watchdog=watchdog,
+        comm_timer=timer,
+        stragglers=Stragglers(gather_hosts(env), config.log.straggler_ratio, config.log.straggler_intervals)
+        if timer is not None
+        else None,
         warn=Warnings(env.is_main),
     )  # fmt: skip
     # Not a bound method of run: a cycle through it would leave the loader's workers to the garbage collector,
@@ -232,6 +240,11 @@ def log_interval(run: Run, meter: IntervalMeter, step: int, progress: Progress) 
     }
     values |= {k: v for k, v in means.items() if not k.startswith("train/")}  # perf/*, after: as the line read
     run.logger.scalars(values, step)
+    if run.stragglers is not None and run.env.is_main:
+        scalars, warnings = run.stragglers.observe(step, meter.per_rank)
+        run.logger.scalars(scalars, step)
+        for warning in warnings:
+            run.warn(warning)
     if not math.isfinite(loss := values["train/loss"]):
         what = f"the training loss was {loss} over steps {first}-{step}"
         if config.log.nonfinite == "stop":
@@ -297,6 +310,7 @@ def finish(run: Run) -> dict[str, Any] | None:
         "wall_time_s": round(run.attempts.wall_time_s(), 3),
         "weights_sha256": checkpoint.weights_sha256(run.model.state_dict()),
         "bad_images_skipped": count_bad_images(files.bad_images),  # data.bad_images=skip
+        "stragglers": run.stragglers.named if run.stragglers else [],  # ranks named slow (log.straggler_ratio)
     } | run.attempts.totals()
     hparams = {k: v for k, v in flat(config_dict(config)).items() if k != "run_dir"}
     finals = {"final_loss": final_loss, **final_metrics, **{f"val_{k}": v for k, v in (final_val or {}).items()}}

@@ -137,7 +137,13 @@ class LogConfig:
         "(the run ends with that line in `error.txt`)",
     )
 
+    stragglers: bool = setting(True, "time each rank's data, compute and communication; name a rank that stays slow")
+    straggler_ratio: float = setting(1.2, "a straggler's own work (data + compute) per step, against the median rank's")
+    straggler_intervals: int = setting(3, "log intervals in a row a rank must stay above straggler_ratio to be named")
+
     def __post_init__(self) -> None:
+        _check(1 < self.straggler_ratio <= 100, "log.straggler_ratio", "must be above 1 and at most 100, e.g. 1.2")
+        _check(1 <= self.straggler_intervals <= 10_000, "log.straggler_intervals", "must be between 1 and 10000")
         _check(self.every >= 1, "log.every", "must be >= 1")
         _check(self.image_every >= 0, "log.image_every", "must be >= 0 (0 turns image grids off)")
         _check(self.nonfinite in ("warn", "stop"), "log.nonfinite", f"must be warn or stop, got {self.nonfinite!r}")
