@@ -46,6 +46,7 @@ class Profile:
     request_gpus: bool = True  # false on CPU-only partitions: gpus_per_node is then just tasks per node
     requeue_on_failure: int = 0  # requeues after a failed task (killed, node lost) before the job fails
     restarts_in_job: int = 0  # before those: srun again in the same allocation after a failed step (no queue)
+    script_hang_s: float = 1800  # a -- COMMAND rank using no CPU, printing nothing for this long: a hang; 0: never
     array_parallelism: int = 0  # sweeps: array tasks running at once; 0: no limit
     setup: list = field(default_factory=list)  # shell lines before srun: module load, source activate
     srun_args: list = field(default_factory=list)
@@ -86,6 +87,8 @@ class Profile:
             raise UserError("signal_delay_s, max_num_timeout, requeue_on_failure and array_parallelism must be >= 0")
         if not 0 <= self.restarts_in_job <= 100:
             raise UserError(f"restarts_in_job must be between 0 and 100, got {self.restarts_in_job}")
+        if not (self.script_hang_s == 0 or 10 <= self.script_hang_s <= 7 * 24 * 3600):
+            raise UserError(f"script_hang_s must be 0 (never) or between 10 s and a week, got {self.script_hang_s}")
         if self.signal_delay_s >= 60 * self.timeout_min:  # the signal would never come: no checkpoint
             raise UserError(
                 f"a time limit of {self.timeout_min} min leaves no time before the requeue signal, sent "
@@ -144,7 +147,9 @@ class Profile:
     @property
     def requeue(self) -> JobSettings:
         """What every task is told about requeueing."""
-        return JobSettings(self.signal, self.signal_delay_s, self.max_num_timeout, self.restarts_in_job)
+        return JobSettings(
+            self.signal, self.signal_delay_s, self.max_num_timeout, self.restarts_in_job, float(self.script_hang_s)
+        )
 
     def with_overrides(self, **values: Any) -> "Profile":
         """The profile with command-line flags applied (None means not given)."""

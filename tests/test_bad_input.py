@@ -55,6 +55,7 @@ def test_bad_arguments(args: list[str], message: str, local_profile: Path, tmp_p
         ("executor: local\ntrainer:\n  stepz: 3\n", "unknown config key stepz"),
         ("executor: [local\n", "is not valid YAML"),
         ("executor: local\nrestarts_in_job: 101\n", "restarts_in_job must be between 0 and 100, got 101"),
+        ("executor: local\nscript_hang_s: 5\n", "script_hang_s must be 0 (never) or between 10 s and a week, got 5"),
     ],
 )
 def test_bad_profiles(text: str, message: str, tmp_path: Path) -> None:

@@ -1,5 +1,11 @@
 """Naming a straggler from every rank's (data, compute, communication) seconds per step."""
 
+import re
+
+import pytest
+
+from trainer.config import build_config
+from trainer.errors import UserError
 from trainer.stragglers import Stragglers
 
 
@@ -22,3 +28,15 @@ def test_a_slow_spell_shorter_than_the_intervals_names_nobody() -> None:
     for parts in (data_bound, data_bound, even, data_bound, data_bound):
         assert watch.observe(1, parts)[1] == []
     assert "mostly data" in watch.observe(2, data_bound)[1][0]
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("log.straggler_ratio=1", "log.straggler_ratio: must be above 1 and at most 100, e.g. 1.2"),
+        ("log.straggler_intervals=0", "log.straggler_intervals: must be between 1 and 10000"),
+    ],
+)
+def test_bad_straggler_settings_are_one_line(override: str, message: str) -> None:
+    with pytest.raises(UserError, match="^" + re.escape(message)):
+        build_config([override])

@@ -13,6 +13,7 @@ on its exit code.
   wrote, and the job ends. SIGTERM to the task (a cancel, a requeue) stops the command and records nothing.
 """
 
+import contextlib
 import json
 import os
 import re
@@ -35,6 +36,7 @@ from trainer.run import failures, provenance
 from trainer.run.atomic import write_text
 from trainer.run.attempts import Attempts, leave, record_stop
 from trainer.run.rundir import RunDir
+from trainer.watchdog import CHECK_S, PROGRESS_ENV, CommandWatch, progress_path
 
 RANK_PREFIX = re.compile(r"^\[rank\d+\]: ?")
 PEER_WAIT_S = 30.0  # rank 0, after its command asked for a requeue: how long the others get to save and exit
@@ -45,7 +47,8 @@ def variables(env: DistEnv, run_dir: str, settings: JobSettings) -> dict[str, st
     given = torchrun_variables(env)
     if "OMP_NUM_THREADS" in os.environ:
         del given["OMP_NUM_THREADS"]
-    return given | {"RUN_DIR": run_dir, signals.ENV: settings.signal}
+    # PYTHONFAULTHANDLER: a Python command stopped as hung (SIGABRT) writes every thread's stack first.
+    return given | {"RUN_DIR": run_dir, signals.ENV: settings.signal, "PYTHONFAULTHANDLER": "1"}
 
 
 def run(command: list[str], cwd: str, run_dir: str, job: dict[str, Any], in_process: bool = False) -> None:
@@ -120,6 +123,7 @@ class Ended:
     terminated: bool = False  # the task was told to stop (SIGTERM, SIGINT) and stopped the command
     error: str = ""  # the last line of the last Python traceback the command wrote to stderr
     cannot_start: str = ""  # why the command could not be started (not found, permission denied)
+    hung: str = ""  # why the task stopped it as hung (CommandWatch)
 
     @property
     def signalled(self) -> bool:
@@ -130,6 +134,8 @@ def failure(command: list[str], ended: Ended, env: DistEnv) -> failures.Failure:
     """This rank's failure record: the command's own exception line where it wrote one."""
     if ended.cannot_start:
         return failures.Failure(time.time(), env.rank, env.node_name, "", f"{command[0]}: {ended.cannot_start}", False)
+    if ended.hung:
+        return failures.Failure(time.time(), env.rank, env.node_name, "", ended.hung, False)
     status = f"{' '.join(command)} exited with status {ended.code}"
     status += f" ({_signal_name(-ended.code)})" if ended.code < 0 else ""
     if not ended.error:
@@ -192,14 +198,20 @@ def _run(command: list[str], cwd: str, env: DistEnv, run_dir: str, settings: Job
     for signum in (requeue, signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, note)
     log = StderrTail()
+    progress = progress_path()
     try:
         child = subprocess.Popen(
-            command, cwd=cwd, env=os.environ | variables(env, run_dir, settings), preexec_fn=relay.die_with_parent
+            command,
+            cwd=cwd,
+            env=os.environ | variables(env, run_dir, settings) | {PROGRESS_ENV: progress},
+            preexec_fn=relay.die_with_parent,
         )
     except OSError as exc:  # not found, not executable: the rank says so, as a shell would
         return Ended(127 if isinstance(exc, FileNotFoundError) else 126, cannot_start=exc.strerror or str(exc))
     relay.watch(relay.signal_file(env.attempt), requeue)  # on Slurm the batch shell, not this task, gets the signal
     acted: set[int] = set()
+    watch = CommandWatch(settings.script_hang_s, progress)
+    hung, checked = "", time.monotonic()
     while (code := _wait(child, 0.1)) is None:
         for signum in sorted(set(received) - acted):
             acted.add(signum)
@@ -207,10 +219,29 @@ def _run(command: list[str], cwd: str, env: DistEnv, run_dir: str, settings: Job
                 _pass_on(child.pid, requeue)
             else:
                 relay.stop_tree(child.pid)
+        if settings.script_hang_s and not hung and time.monotonic() - checked >= CHECK_S:
+            checked = time.monotonic()
+            if (idle := watch.idle_s(relay.tree(child.pid))) > settings.script_hang_s:
+                hung = f"hung: its command {watch.how()} for {idle:.0f} s (script_hang_s={settings.script_hang_s:g})"
+                _stop_hung(child, hung)
     signal.signal(requeue, signal.SIG_IGN)  # the command ended: a late signal must not kill this task as it exits
+    with contextlib.suppress(OSError):
+        os.unlink(progress)
     terminated = bool(acted - {requeue})
     error = "" if code == 0 or terminated else last_exception(log.read())
-    return Ended(code, received.get(requeue), terminated, error)
+    return Ended(code, received.get(requeue), terminated, error, hung=hung)
+
+
+def _stop_hung(child: subprocess.Popen[bytes], why: str) -> None:
+    """Every thread's stack of each Python process of the command into the log (SIGABRT: faulthandler), then
+    the whole command stopped."""
+    print(f"hang: {why.removeprefix('hung: ')}; stopping it (its Python stacks follow)", file=sys.stderr, flush=True)
+    pids = relay.tree(child.pid)
+    relay.signal_all(pids, signal.SIGCONT)  # a stopped process dumps nothing
+    relay.signal_all(pids, signal.SIGABRT)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        child.wait(5)
+    relay.stop_tree(child.pid)
 
 
 def _wait(child: subprocess.Popen[bytes], timeout: float) -> int | None:

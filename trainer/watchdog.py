@@ -187,3 +187,58 @@ def read_beats(run_dir: Path) -> list[Beat]:
         except (OSError, ValueError, TypeError):
             continue  # being replaced, or damaged: the others still tell
     return beats
+
+
+# A `-- COMMAND` run: the command is not ours to instrument, so its task watches it from outside.
+PROGRESS_ENV = "SLURM_DDP_PROGRESS_FILE"  # what trainer.requeue.progress() touches
+
+
+def progress_path() -> str:
+    """A node-local file for this task's command to touch on each step (never the shared filesystem)."""
+    folder = "/dev/shm" if os.path.isdir("/dev/shm") else "/tmp"
+    return os.path.join(folder, f"slurm-ddp-progress-{os.getpid()}")
+
+
+def _cpu_ticks(pids: list[int]) -> int:
+    total = 0
+    for pid in pids:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            total += int(fields[11]) + int(fields[12])  # utime, stime
+        except (OSError, IndexError, ValueError):
+            continue  # ended meanwhile
+    return total
+
+
+def _output_bytes() -> int:
+    total = 0
+    for fd in (1, 2):  # the command writes into this task's own log files
+        with contextlib.suppress(OSError):
+            total += os.fstat(fd).st_size
+    return total
+
+
+@dataclass
+class CommandWatch:
+    """Whether a command makes progress, seen from its task: once the command calls trainer.requeue.progress(),
+    those calls alone count; before (or never), CPU time of any of its processes or output to the log does.
+    A command idle for `budget_s` is a hang (a rank blocked in a collective uses no CPU and prints nothing)."""
+
+    budget_s: float
+    progress: str  # progress_path()
+    last: tuple[int, int, float] = (-1, -1, -1.0)
+    since: float = field(default_factory=time.monotonic)
+
+    def idle_s(self, pids: list[int]) -> float:
+        """Seconds since the command last made progress (sampled now)."""
+        try:
+            touched = os.stat(self.progress).st_mtime
+        except OSError:
+            touched = -1.0
+        sample = (0, 0, touched) if touched >= 0 else (_cpu_ticks(pids), _output_bytes(), touched)
+        if sample != self.last:
+            self.last, self.since = sample, time.monotonic()
+        return time.monotonic() - self.since
+
+    def how(self) -> str:
+        return "calls no trainer.requeue.progress()" if self.last[2] >= 0 else "uses no CPU and prints nothing"

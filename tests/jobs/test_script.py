@@ -440,3 +440,39 @@ def test_a_peer_stopped_by_the_requeue_signal_after_rank_0_finished_requeues_not
     assert result.returncode == 0, result.stdout + result.stderr
     attempts = json.loads((run_dir_of(result.stdout) / "attempts.json").read_text())
     assert [a["stop"]["reason"] for a in attempts] == ["finished"], attempts
+
+
+SILENT = """
+import sys, time
+print("step 1", flush=True)
+time.sleep(3600)  # blocked, as a rank in a collective whose peer is gone: no CPU, no output
+"""
+
+BUSY = """
+import time
+from trainer import requeue
+for _ in range(20):
+    requeue.progress()
+    time.sleep(0.05)
+while True:  # spinning without a step: CPU time, but no progress
+    pass
+"""
+
+
+@pytest.mark.parametrize(
+    ("script", "how"),
+    [(SILENT, "uses no CPU and prints nothing"), (BUSY, "calls no trainer.requeue.progress()")],
+    ids=["silent", "progress-stopped"],
+)
+def test_a_script_that_makes_no_progress_is_stopped_as_hung(tmp_path: Path, script: str, how: str) -> None:
+    """A command that stops making progress (no CPU time and no output; or, once it calls requeue.progress(),
+    no such call) for script_hang_s is stopped with its Python stacks in the log, and its rank is named."""
+    (tmp_path / "train.py").write_text(script)
+    profile = f"executor: local\ngpus_per_node: 1\nscript_hang_s: 10\nrun_root: {tmp_path / 'runs'}\n"
+    result = submit_in(tmp_path, "--wait", "--", "python", "train.py", profile=profile)
+    assert result.returncode == 1, result.stdout + result.stderr
+    run_dir = run_dir_of(result.stdout)
+    line = (run_dir / "error.txt").read_text()
+    assert re.match(rf"rank 0 on \S+: hung: its command {re.escape(how)} for 1\d s \(script_hang_s=10\)$", line), line
+    log = "".join(p.read_text() for p in (run_dir / "logs").glob("*_0_log.*"))
+    assert "hang: its command" in log and 'File "' in log and "train.py" in log  # faulthandler's stacks

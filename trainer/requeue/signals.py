@@ -43,6 +43,7 @@ class JobSettings:
     signal_delay_s: int = DEFAULT_DELAY_S  # sent this long before the time limit
     max_num_timeout: int = DEFAULT_MAX_NUM_TIMEOUT  # requeues after a time limit before the job is left to end
     restarts_in_job: int = 0  # after a failed step, the tasks started again in the same allocation (no queue)
+    script_hang_s: float = 1800.0  # a -- COMMAND rank idle this long is stopped as hung (0: never)
 
     @property
     def signum(self) -> Signals:
