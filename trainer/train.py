@@ -56,9 +56,7 @@ def train(
     torch.set_num_threads(env.cpus_per_task)
     with process_group(env, config.dist.timeout_s, device, Path(config.run_dir)), contextlib.ExitStack() as cleanup:
         startup.mark("process_group_joined")
-        # Not in the debug executor's process: a pdb session there is no hang.
-        hang = dataclasses.replace(config.hang, enabled=config.hang.enabled and not env.interactive)
-        watchdog = Watchdog(hang, Path(config.run_dir), env.rank, env.node_name).start()
+        watchdog = start_watchdog(config, env)
         cleanup.callback(watchdog.stop)
         run = setup(config, env, device, watchdog)
         resume(run)
@@ -113,6 +111,13 @@ def train(
         progress.close()
         run.checkpoints.wait()
         return finish(run)
+
+
+def start_watchdog(config: TrainConfig, env: DistEnv) -> Watchdog:
+    """This rank's hang detection (trainer/watchdog.py); not in the debug executor's process, where a pdb
+    session is no hang."""
+    hang = dataclasses.replace(config.hang, enabled=config.hang.enabled and not env.interactive)
+    return Watchdog(hang, Path(config.run_dir), env.rank, env.node_name).start()
 
 
 @dataclass

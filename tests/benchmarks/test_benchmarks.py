@@ -15,6 +15,7 @@ TINY = [
     ["snapshot_cost.py", "--files", "200", "--repeats", "1"],
     ["script_overhead.py", "--steps", "10", "--rounds", "1"],
     ["data_scale.py", "--rows", "1000", "--files", "200"],
+    ["straggler_cost.py", "--rounds", "1", "--steps", "30"],
 ]
 
 

@@ -1,0 +1,60 @@
+"""Benchmark 15: what timing every rank's data, compute and communication costs a step (log.stragglers).
+
+The main job's shape (local profile, 2 processes, pix2pix on the sample data), with log.stragglers=true (the
+default: a comm hook times each DDP all-reduce; every log interval one more all-reduce gathers the figures) and
+false, in interleaved rounds. Each run's step time is the median of its logged perf/step_time_s (rank 0's
+TensorBoard events), the first interval left out. Target: at most 1.005x. This machine's noise between runs of
+the same code is about +-5%, so a single round says little: read the median of the per-round ratios.
+Usage: python benchmarks/straggler_cost.py [--rounds N] [--steps N]
+"""
+
+import argparse
+import statistics
+import subprocess
+import tempfile
+from pathlib import Path
+
+from _common import ROOT, python, report
+
+
+def step_time(folder: Path, on: bool, steps: int) -> float:
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    profile = folder / "local.yaml"
+    profile.write_text(f"executor: local\ngpus_per_node: 2\nrun_root: {folder}/runs\n")
+    cmd = [python(), "-m", "jobs.submit", "--profile", str(profile), "--wait", f"steps={steps}", "log.every=10"]
+    cmd += ["log.image_every=0", "checkpoint.every=100000", f"log.stragglers={str(on).lower()}"]
+    subprocess.run(cmd, cwd=ROOT, check=True, capture_output=True)
+    [events] = list(folder.glob("runs/*/tensorboard"))
+    accumulator = EventAccumulator(str(events), size_guidance={"scalars": 0})
+    accumulator.Reload()
+    return statistics.median(e.value for e in accumulator.Scalars("perf/step_time_s")[1:])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--steps", type=int, default=300)
+    args = parser.parse_args()
+    ratios, with_it, without = [], [], []
+    for r in range(args.rounds):
+        with tempfile.TemporaryDirectory() as a, tempfile.TemporaryDirectory() as b:
+            on, off = step_time(Path(a), True, args.steps), step_time(Path(b), False, args.steps)
+        with_it.append(on)
+        without.append(off)
+        ratios.append(on / off)
+        print(f"round {r + 1}: step {on * 1000:.2f} ms with the timing, {off * 1000:.2f} ms without: {on / off:.4f}")
+    ratio = statistics.median(ratios)
+    report(
+        "step time with log.stragglers",
+        statistics.median(with_it),
+        statistics.median(without),
+        "s",
+        "<= 1.005",
+        ratio <= 1.005,
+    )
+    print(f"median of the per-round ratios: {ratio:.4f}")
+
+
+if __name__ == "__main__":
+    main()
