@@ -203,9 +203,11 @@ def restart_loop_start() -> list[str]:
 
 def restart_loop_end(limit: int) -> list[str]:
     """After srun: start it again, up to `limit` times, after a failed step (a crash, a hang, a killed task);
-    not after the requeue signal (the run saved and stops, or the job is being requeued)."""
+    not after the requeue signal (the run saved and stops, or the job is being requeued), nor after a stop on
+    purpose (`.stopped`: a budget spent, bad input)."""
     return [
-        f'if [ "$status" -ne 0 ] && [ "$in_job" -lt {limit} ] && [ ! -e "${ATTEMPT}.signal" ]; then',
+        f'if [ "$status" -ne 0 ] && [ "$in_job" -lt {limit} ] && [ ! -e "${ATTEMPT}.signal" ] '
+        f'&& [ ! -e "${ATTEMPT}.stopped" ]; then',
         "    in_job=$((in_job + 1))",
         f'    echo "srun failed with status $status: starting the tasks again in this allocation ($in_job of {limit})"',
         "    continue",

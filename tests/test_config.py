@@ -143,7 +143,7 @@ def test_restarts_in_job_run_srun_in_a_loop_the_shell_accepts(tmp_path: Path) ->
     plan = make_plan(Profile(name="p", executor="slurm", restarts_in_job=2), [], tmp_path / "logs", False, "python")
     script = sbatch_script(plan)
     assert 'in_job=0\nwhile :; do\nexport SLURM_DDP_IN_JOB_RESTART="$in_job"\n' in script
-    restart = '[ "$status" -ne 0 ] && [ "$in_job" -lt 2 ] && [ ! -e "$SLURM_DDP_ATTEMPT.signal" ]; then'
+    restart = '[ "$in_job" -lt 2 ] && [ ! -e "$SLURM_DDP_ATTEMPT.signal" ] && [ ! -e "$SLURM_DDP_ATTEMPT.stopped" ]'
     assert restart in script and script.index("srun --unbuffered") < script.index(restart)
     (tmp_path / "job.sh").write_text(script)
     assert subprocess.run(["bash", "-n", str(tmp_path / "job.sh")], capture_output=True).returncode == 0

@@ -27,11 +27,13 @@ def test_else_the_rank_behind_and_among_equals_the_one_waiting_on_its_own_loader
 
 def test_budgets_follow_the_longest_interval_seen_with_a_floor_or_one_setting() -> None:
     dog = Watchdog(HangConfig(factor=5, floor_s=30, first_s=600), run_dir=None, rank=0, host="h")  # type: ignore[arg-type]
-    assert dog.budget("step") == 600  # never seen: the first-time budget
-    dog.longest["step"] = 2.0
-    assert dog.budget("step") == 30  # 2 s x 5 is below the floor
+    assert dog.budget("data") == 600  # never seen: the first-time budget
+    dog.longest["data"] = 2.0
+    assert dog.budget("data") == 30  # 2 s x 5 is below the floor
+    dog.longest["data"] = 10.0
+    assert dog.budget("data") == 50
     dog.longest["step"] = 10.0
-    assert dog.budget("step") == 50
+    assert dog.budget("step") == 60  # waiting on peers: two heartbeats longer, so a stuck rank finds itself first
     assert Watchdog(HangConfig(timeout_s=20), None, 0, "h").budget("startup") == 20  # type: ignore[arg-type]
 
 
@@ -48,3 +50,8 @@ def test_budgets_follow_the_longest_interval_seen_with_a_floor_or_one_setting() 
 def test_bad_budgets_are_one_line(override: str, message: str) -> None:
     with pytest.raises(UserError, match="^" + message.replace("(", r"\(").replace(")", r"\)")):
         build_config([override])
+
+
+def test_when_all_wait_on_each_other_the_first_to_stop_is_named_and_the_doubt_said() -> None:
+    stuck, why = culprit([beat(0, 40, since=97.0), beat(1, 40, since=95.0)], now=121.0, stale_s=11.0)  # type: ignore[misc]
+    assert stuck.rank == 1 and why.endswith("(no rank stands out: ranks 0, 1 all stopped at that step)")

@@ -177,9 +177,12 @@ class Checkpointer:
         self.folder, self.settings, self.is_main, self.warn = folder, settings, is_main, warn
         self.writer = Writer(settings.background)
 
+    def due(self, step: int, last: int) -> bool:
+        return step % self.settings.every == 0 or step == last
+
     def save_if_due(self, state: TrainState, last: int) -> bool:
         """Save every `every` steps and at the last step (a collective); whether it saved."""
-        if state.step % self.settings.every and state.step != last:
+        if not self.due(state.step, last):
             return False
         self.save(state)
         return True

@@ -48,15 +48,18 @@ def run(config: dict[str, Any], job: dict[str, Any] | None = None) -> dict[str, 
 
     print(env.describe(), flush=True)  # every rank, into its own log
     provenance.record_start(run_dir, env)  # after torch's import: its versions are read from it
+    cause = None
     if env.is_main:
-        failures.clear(run_dir, failures.process_start_time())  # from an earlier, failed attempt
+        cause = failures.clear(run_dir, failures.process_start_time())  # from an earlier, failed attempt
     try:
         # Built here, not unpickled: your task's file is imported now, with the handler above in place, and a
         # settings error is recorded like any other failure.
-        return train(from_dict(TrainConfig, config), env, settings, stop_flag)
+        return train(from_dict(TrainConfig, config), env, settings, stop_flag, cause)
     except BaseException as exc:
         if not isinstance(exc, KeyboardInterrupt | SystemExit):
             record_error(run_dir, env, exc)
+        if isinstance(exc, UserError):  # bad input, a full disk: a restart in the allocation fails the same way
+            relay.mark_stopped(env.attempt)
         raise
     finally:
         # Done, one way or another: a requeue signal now (the local controller's, a late one) must not kill

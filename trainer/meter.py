@@ -15,20 +15,32 @@ class IntervalMeter:
     """The steps since the last log: loss and the task's metrics summed on the device (no sync per step),
     and where the time went (waiting for data, the whole step)."""
 
-    def __init__(self, device: torch.device, samples_per_step: int) -> None:
-        self.device, self.samples_per_step = device, samples_per_step
+    def __init__(self, device: torch.device, samples_per_step: int, per_rank: bool = False) -> None:
+        self.device, self.samples_per_step, self.gather = device, samples_per_step, per_rank
+        self.per_rank: list[tuple[float, float, float]] = []
         self.reset()
 
     def reset(self) -> None:
         self.loss, self.metrics = torch.zeros((), device=self.device), {}
-        self.steps, self.step_s, self.data_s, self.comm_s = 0, 0.0, 0.0, 0.0
+        self.steps, self.step_s, self.data_s = 0, 0.0, 0.0
+        self.own_data_s, self.own_compute_s, self.comm_s = 0.0, 0.0, 0.0
 
     def add(
-        self, loss: torch.Tensor, metrics: dict[str, torch.Tensor], started: float, loaded: float, comm_s: float = 0.0
+        self,
+        loss: torch.Tensor,
+        metrics: dict[str, torch.Tensor],
+        started: float,
+        fetching: float,
+        loaded: float,
+        comm_s: float = 0.0,
     ) -> float:
-        """One step that began at `started`, had its batch at `loaded` and spent `comm_s` in DDP's all-reduces;
-        returns now, the next step's start."""
+        """One step that began at `started` (the previous step's end: its logging, evaluation and checkpoint
+        count here, as perf/data_wait_s always counted them), asked for its batch at `fetching`, had it at
+        `loaded` and spent `comm_s` in DDP's all-reduces; returns now, the next step's start."""
         done = time.perf_counter()
+        # The straggler figures: this step's own parts, without the previous step's bookkeeping (rank 0 logs).
+        self.own_data_s += loaded - fetching
+        self.own_compute_s += done - loaded - comm_s
         self.comm_s += comm_s
         self.loss += loss.detach()
         for name, value in metrics.items():
@@ -43,8 +55,9 @@ class IntervalMeter:
     def means(self, env: DistEnv) -> dict[str, float]:
         """The interval's means over its steps and every rank (collectives), then a fresh interval. `per_rank`
         then holds every rank's (data, compute, communication) seconds per step."""
-        data, comm = self.data_s / self.steps, self.comm_s / self.steps
-        self.per_rank = per_rank_parts((data, self.step_s / self.steps - data - comm, comm), env, self.device)
+        if self.gather:
+            parts = (self.own_data_s, self.own_compute_s, self.comm_s)
+            self.per_rank = per_rank_parts(tuple(p / self.steps for p in parts), env, self.device)  # type: ignore[arg-type]
         values = {"train/loss": mean_over_ranks(self.loss / self.steps, env)}
         values |= {f"train/{k}": mean_over_ranks(v / self.steps, env) for k, v in self.metrics.items()}
         values |= {

@@ -17,6 +17,7 @@ import contextlib
 import json
 import os
 import re
+import resource
 import runpy
 import shutil
 import signal
@@ -60,10 +61,10 @@ def run(command: list[str], cwd: str, run_dir: str, job: dict[str, Any], in_proc
     provenance.record_start(folder, env)
     attempts = Attempts(folder) if env.is_main else None
     if env.is_main:
-        failures.clear(folder, failures.process_start_time())
+        cause = failures.clear(folder, failures.process_start_time())
         shutil.rmtree(RunDir(folder).exits, ignore_errors=True)  # the previous attempt's
         assert attempts is not None
-        attempts.start(None, env.restart_count, env=env)  # a script's steps are its own
+        attempts.start(None, env.restart_count, env=env, cause=cause)  # a script's steps are its own
     started = time.time()
     ended = (
         _run_in_process(command, cwd, env, run_dir, settings)
@@ -237,6 +238,9 @@ def _stop_hung(child: subprocess.Popen[bytes], why: str) -> None:
     the whole command stopped."""
     print(f"hang: {why.removeprefix('hung: ')}; stopping it (its Python stacks follow)", file=sys.stderr, flush=True)
     pids = relay.tree(child.pid)
+    for pid in pids:  # SIGABRT's default action dumps core: not gigabytes of a CUDA process into the folder
+        with contextlib.suppress(OSError, ValueError):
+            resource.prlimit(pid, resource.RLIMIT_CORE, (0, 0))
     relay.signal_all(pids, signal.SIGCONT)  # a stopped process dumps nothing
     relay.signal_all(pids, signal.SIGABRT)
     with contextlib.suppress(subprocess.TimeoutExpired):

@@ -44,11 +44,16 @@ AMP_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
 
 def train(
-    config: TrainConfig, env: DistEnv, settings: JobSettings | None = None, stop_flag: StopFlag | None = None
+    config: TrainConfig,
+    env: DistEnv,
+    settings: JobSettings | None = None,
+    stop_flag: StopFlag | None = None,
+    cause: str | None = None,
 ) -> dict[str, Any] | None:
     """Train to `config.steps`, resuming from the newest valid checkpoint. Rank 0 returns the summary.
 
     On the requeue signal every rank stops at the same step boundary, saves, and leaves for a requeue.
+    `cause`: rank 0's line of the previous attempt's first failure, for attempts.json.
     """
     settings = settings or JobSettings()
     stop_flag = stop_flag or StopFlag(settings.signal)
@@ -59,19 +64,20 @@ def train(
         watchdog = start_watchdog(config, env)
         cleanup.callback(watchdog.stop)
         run = setup(config, env, device, watchdog)
-        resume(run)
+        resume(run, cause)
         task, model, ddp, optimizer, state = run.task, run.model, run.ddp, run.optimizer, run.state
         for loader in (run.loader, run.val_loader):
             if loader is not None:
                 cleanup.callback(shutdown, loader)  # their workers, on every way out
         data = batches(run.loader, run.sampler, lambda: (state.epoch, state.batch_in_epoch), config.batch_size)
         cleanup.callback(data.close)
-        meter = IntervalMeter(device, config.batch_size * env.world_size)
+        meter = IntervalMeter(device, config.batch_size * env.world_size, per_rank=run.stragglers is not None)
         progress = Progress(config.steps, state.step, enabled=env.is_main)
 
         tick = run.started = time.perf_counter()
         while state.step < config.steps:
             watchdog.enter("data", state.step)  # the watchdog's view: where this rank is (no I/O)
+            fetching = time.perf_counter()
             batch = to_device(next(data), device)
             loaded = time.perf_counter()
             watchdog.enter("step")
@@ -87,7 +93,7 @@ def train(
             run.scheduler.step()
             state.advance(run.batches_per_epoch)
             step = state.step
-            tick = meter.add(loss, metrics, tick, loaded, run.comm_timer.take() if run.comm_timer else 0.0)
+            tick = meter.add(loss, metrics, tick, fetching, loaded, run.comm_timer.take() if run.comm_timer else 0.0)
 
             # Every rank runs what follows at the same steps: the log's means, evaluation and saving are
             # collectives (the image grid alone is rank 0's).
@@ -95,7 +101,9 @@ def train(
                 log_interval(run, meter, step, progress)
             log_images_if_due(run, step, batch)
             evaluate_if_due(run, step, progress)
-            with watchdog.section("checkpoint"):
+            with (
+                watchdog.section("checkpoint") if run.checkpoints.due(step, config.steps) else contextlib.nullcontext()
+            ):
                 saved = run.checkpoints.save_if_due(state, config.steps)
             # A collective too, every stop_check_every steps: all ranks stop at the same step.
             if step < config.steps and stop_agreed(stop_flag, env, device, step, config.dist.stop_check_every):
@@ -117,7 +125,7 @@ def start_watchdog(config: TrainConfig, env: DistEnv) -> Watchdog:
     """This rank's hang detection (trainer/watchdog.py); not in the debug executor's process, where a pdb
     session is no hang."""
     hang = dataclasses.replace(config.hang, enabled=config.hang.enabled and not env.interactive)
-    return Watchdog(hang, Path(config.run_dir), env.rank, env.node_name).start()
+    return Watchdog(hang, Path(config.run_dir), env.rank, env.node_name, env.world_size).start()
 
 
 @dataclass
@@ -211,7 +219,7 @@ def setup(config: TrainConfig, env: DistEnv, device: torch.device, watchdog: Wat
     return run
 
 
-def resume(run: Run) -> None:
+def resume(run: Run, cause: str | None = None) -> None:
     """The newest valid checkpoint into the state (none: step 0), and this attempt recorded."""
     env, state = run.env, run.state
     resumed_from = run.checkpoints.restore(state)
@@ -228,7 +236,7 @@ def resume(run: Run) -> None:
         return
     write_config(run.files.path, run.config)  # only now: a --resume whose new settings failed left the old one
     run.logger = TensorBoardLogger(run.files.tensorboard)
-    cost = run.attempts.start(state.step, env.restart_count, run.warn.said, startup.seconds(), env)
+    cost = run.attempts.start(state.step, env.restart_count, run.warn.said, startup.seconds(), env, cause)
     if len(run.attempts.items) > 1:
         restarts = {f"restarts/{k}": v for k, v in run.attempts.totals().items()}
         run.logger.scalars(restarts | {"restarts/last_time_lost_s": cost["time_lost_s"]}, state.step)

@@ -20,16 +20,15 @@ import contextlib
 import faulthandler
 import json
 import os
-import sys
 import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TextIO
 
 from trainer.config.schema import HangConfig
+from trainer.errors import UserError
 from trainer.run import failures
 from trainer.run.atomic import write_text
 from trainer.run.rundir import RunDir
@@ -80,28 +79,39 @@ def culprit(beats: list[Beat], now: float, stale_s: float) -> tuple[Beat, str] |
     candidates = [b for b in beats if b.step == behind]
     own = [b for b in candidates if b.section in OWN_WORK]
     first = min(own or candidates, key=lambda b: b.since)
-    return first, f"no progress for {now - first.since:.0f} s {first.where()}"
+    why = f"no progress for {now - first.since:.0f} s {first.where()}"
+    if not own and len(candidates) > 1:  # all wait on each other: the first to stop moving, no more certain
+        why += f" (no rank stands out: ranks {', '.join(str(b.rank) for b in candidates)} all stopped at that step)"
+    return first, why
+
+
+# Sections in which a rank waits on its peers (a collective): a rank stuck there gets a little longer than one
+# stuck on its own work, so that the stuck rank, when its process still runs, finds itself first and writes
+# its own stacks.
+WAITS_ON_PEERS = ("step", "checkpoint", "eval", "requeue")
 
 
 @dataclass
 class Watchdog:
-    """One per rank: `section(name)` around each phase, `stepped(step)` after each step, `stop()` at the end."""
+    """One per rank: `enter(name)` or `section(name)` around each phase, `stop()` at the end."""
 
     settings: HangConfig
     run_dir: Path
     rank: int
     host: str
-    log: TextIO = field(default_factory=lambda: sys.stderr)
+    world_size: int = 1
     current: tuple[str, float, float, int] = ("startup", 0.0, 0.0, 0)  # name, monotonic and wall start, step
     longest: dict[str, float] = field(default_factory=dict)
     _stop: threading.Event = field(default_factory=threading.Event)
-    _thread: threading.Thread | None = None
+    _threads: list[threading.Thread] = field(default_factory=list)
 
     def start(self, step: int = 0) -> "Watchdog":
         self.current = ("startup", time.monotonic(), time.time(), step)
         if self.settings.enabled:
-            self._thread = threading.Thread(target=self._watch, name="hang-watchdog", daemon=True)
-            self._thread.start()
+            # Two threads: a heartbeat write that blocks (a hung shared filesystem) must not stop the check.
+            for target, name in ((self._watch, "hang-watchdog"), (self._beats, "hang-heartbeat")):
+                self._threads.append(threading.Thread(target=target, name=name, daemon=True))
+                self._threads[-1].start()
         return self
 
     def enter(self, name: str, step: int | None = None) -> None:
@@ -124,59 +134,72 @@ class Watchdog:
 
     def budget(self, name: str) -> float:
         if self.settings.timeout_s:
-            return self.settings.timeout_s
-        if name not in self.longest:
-            return self.settings.first_s
-        return max(self.settings.floor_s, self.longest[name] * self.settings.factor)
+            budget = self.settings.timeout_s
+        elif name not in self.longest:
+            budget = self.settings.first_s
+        else:
+            budget = max(self.settings.floor_s, self.longest[name] * self.settings.factor)
+        return budget + (2 * self.settings.beat_s if name in WAITS_ON_PEERS else 0.0)
 
     def stop(self) -> None:
         self._stop.set()
-        if self._thread is not None:
-            self._thread.join()
+        for thread in self._threads:
+            thread.join(timeout=2 * CHECK_S)  # a heartbeat stuck on a hung filesystem is left behind
         files = RunDir(self.run_dir)
-        files.heartbeat(self.rank).unlink(missing_ok=True)
-        with contextlib.suppress(OSError):  # the last rank out removes the folder
-            files.heartbeats.rmdir()
+        with contextlib.suppress(OSError):
+            files.heartbeat(self.rank).unlink(missing_ok=True)
+            files.heartbeats.rmdir()  # the last rank out removes the folder
 
     def _watch(self) -> None:
-        last_beat = 0.0
         while not self._stop.wait(CHECK_S):
-            name, began, since, step = self.current
+            name, began, _, step = self.current
             waited = time.monotonic() - began
-            if time.monotonic() - last_beat >= self.settings.beat_s:
-                self._beat(name, since, step)
-                last_beat = time.monotonic()
             if waited > self.budget(name):
-                self._hung(name, waited, step)
+                # Whatever happens in _hung (a full disk, a blocked log), the rank exits: others wait on it.
+                threading.Timer(30.0, os._exit, (HANG_EXIT,)).start()
+                try:
+                    self._hung(name, waited, step)
+                finally:
+                    os._exit(HANG_EXIT)
 
-    def _beat(self, name: str, since: float, step: int) -> None:
-        beat = Beat(self.rank, self.host, step, name, since, time.time())
+    def _beats(self) -> None:
+        while True:
+            name, _, since, step = self.current
+            self._beat(Beat(self.rank, self.host, step, name, since, time.time()))
+            if self._stop.wait(self.settings.beat_s):
+                return
+
+    def _beat(self, beat: Beat) -> None:
         try:
             write_text(RunDir(self.run_dir).heartbeat(self.rank), json.dumps(beat.__dict__) + "\n")
-        except OSError:
+        except (OSError, UserError):
             pass  # a full or lost disk: the budget still holds
+
+    def _say(self, text: str) -> None:
+        """A line on stderr with one write(2): the training thread may hold sys.stderr's lock, stuck."""
+        with contextlib.suppress(OSError):
+            os.write(2, (text + "\n").encode())
 
     def _hung(self, name: str, waited: float, step: int) -> None:
         me = Beat(self.rank, self.host, step, name, time.time() - waited, time.time())
-        print(
+        self._say(
             f"hang: rank {self.rank} made no progress for {waited:.0f} s {me.where()} "
-            f"(budget {self.budget(name):.0f} s); every thread's stack follows",
-            file=self.log,
-            flush=True,
+            f"(budget {self.budget(name):.0f} s); every thread's stack follows"
         )
-        faulthandler.dump_traceback(file=self.log, all_threads=True)
+        faulthandler.dump_traceback(file=2, all_threads=True)
         now = time.time()
-        found = culprit(read_beats(self.run_dir), now, stale_s=2 * self.settings.beat_s + CHECK_S)
+        beats = [b for b in read_beats(self.run_dir) if b.rank < self.world_size and b.section != "hung"]
+        found = culprit(beats, now, stale_s=2 * self.settings.beat_s + CHECK_S)
         stuck, why = found if found else (me, f"no progress for {waited:.0f} s {me.where()}")
         message = f"hung: {why}; seen by rank {self.rank} after {waited:.0f} s (budgets: hang.timeout_s, hang.factor)"
         failure = failures.Failure(now, stuck.rank, stuck.host, "", message, False)
-        print(f"hang: {failure.line()}", file=self.log, flush=True)  # kept here when a restart clears error.txt
+        self._say(f"hang: {failure.line()}")  # kept here when a restart clears error.txt
+        # This rank's heartbeat says it detected, so a later detector does not take its silence for the cause.
+        self._beat(Beat(self.rank, self.host, step, "hung", me.since, now))
         try:
             failures.record(self.run_dir, failure)
-        except (OSError, ValueError) as exc:
-            print(f"warning: could not record the hang: {exc}", file=self.log, flush=True)
-        self.log.flush()
-        os._exit(HANG_EXIT)
+        except (OSError, ValueError, UserError) as exc:
+            self._say(f"warning: could not record the hang: {exc}")
 
 
 def read_beats(run_dir: Path) -> list[Beat]:

@@ -217,6 +217,7 @@ def test_a_stopped_rank_is_named_and_the_job_restarts_in_its_allocation_to_the_s
     assert summary(run_dir)["weights_sha256"] == reference_hash
     first, second = attempts(run_dir)
     assert first["stop"]["reason"] == "failure" and second["in_job_restart"] == 1
+    assert first["stop"]["error"].startswith("rank 1 on node2: hung: its heartbeat stopped ")  # the cause
     assert first["slurm_restart_count"] == second["slurm_restart_count"] == 0  # not requeued: no queue wait
     log0 = (run_dir / "logs" / f"{job_id_of(run_dir)}_0_log.out").read_text()
     assert "hang: rank 0 made no progress for" in log0 and "starting the tasks again in this allocation" in log0

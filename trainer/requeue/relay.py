@@ -10,6 +10,7 @@ which none does. Under the local profile the controller signals the task process
 children, so the same handlers run without a file.
 """
 
+import contextlib
 import ctypes
 import os
 import signal
@@ -26,6 +27,14 @@ PR_SET_PDEATHSIG = 1
 
 def signal_file(attempt: str | None) -> str | None:
     return f"{attempt}.signal" if attempt else None
+
+
+def mark_stopped(attempt: str | None) -> None:
+    """`attempt.stopped`: the run stopped on purpose (a budget spent, bad input): starting the tasks again in
+    the allocation (restarts_in_job) would only stop them again, so the batch script and the controller don't."""
+    if attempt:
+        with contextlib.suppress(OSError):
+            Path(f"{attempt}.stopped").touch()
 
 
 def earlier_attempt(attempt: str, job_id: str, restart_count: int) -> str:

@@ -12,7 +12,7 @@ from typing import Any
 from submitit.local.local import LOCAL_REQUEUE_RETURN_CODE  # the local controller restarts tasks exiting with it
 
 from trainer.env.launcher import DistEnv
-from trainer.requeue.relay import earlier_attempt
+from trainer.requeue.relay import earlier_attempt, mark_stopped
 from trainer.requeue.signals import JobSettings
 from trainer.run import failures
 from trainer.run.atomic import read_json, write_text
@@ -76,6 +76,7 @@ class Attempts:
         warnings: list[str] | None = None,
         startup: dict[str, float] | None = None,
         env: DistEnv | None = None,
+        cause: str | None = None,
     ) -> dict[str, float]:
         """Record this attempt, its warnings and where its start-up went (trainer.run.startup); returns what the
         previous attempt cost (time lost, steps recomputed). `env` tells why a previous attempt that recorded
@@ -102,6 +103,7 @@ class Attempts:
                     "step": reached.get("step", resumed_step),
                     "time": reached.get("time", previous["started"]),
                 }
+                stop |= {"error": cause} if cause else {}  # the first failure's line (error.txt's, then)
                 previous["stop"] = stop
             # After a finished attempt the wait for this one (a --resume with more steps) is the user's, not lost.
             lost = 0.0 if stop["reason"] == "finished" else time.time() - stop["time"]
@@ -219,5 +221,6 @@ BUDGETED = {"timeout": "time limit reached", "requested": "requeue asked for by 
 def leave(env: DistEnv, requeued: bool) -> SystemExit:
     """The exit each rank takes after a stop: requeued, or stopped for good (exit 3)."""
     if not requeued:
+        mark_stopped(env.attempt)
         return SystemExit(3)
     return RequeueExit(LOCAL_REQUEUE_RETURN_CODE if env.source == "submitit-local" else 0)
