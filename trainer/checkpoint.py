@@ -1,5 +1,6 @@
 """Step-numbered checkpoints, each with a sha256 beside it; resume picks the newest that verifies."""
 
+import contextlib
 import hashlib
 import io
 import pickle
@@ -173,8 +174,16 @@ class Checkpointer:
     ends with a barrier, so nobody runs ahead of a checkpoint still being written; rank 0 alone writes.
     """
 
-    def __init__(self, folder: Path, settings: CheckpointConfig, is_main: bool, warn: Callable[[str], None]) -> None:
+    def __init__(
+        self,
+        folder: Path,
+        settings: CheckpointConfig,
+        is_main: bool,
+        warn: Callable[[str], None],
+        section: Callable[[str], contextlib.AbstractContextManager[Any]] | None = None,
+    ) -> None:
         self.folder, self.settings, self.is_main, self.warn = folder, settings, is_main, warn
+        self.section = section or (lambda name: contextlib.nullcontext())  # the watchdog's: a save's own budget
         self.writer = Writer(settings.background)
 
     def due(self, step: int, last: int) -> bool:
@@ -188,11 +197,12 @@ class Checkpointer:
         return True
 
     def save(self, state: TrainState) -> None:
-        snapshot = state.state_dict()
-        if self.is_main:
-            self.writer.save(self.folder, state.step, snapshot, self.settings.keep)
-        if dist.is_initialized():
-            dist.barrier()
+        with self.section("checkpoint"):
+            snapshot = state.state_dict()
+            if self.is_main:
+                self.writer.save(self.folder, state.step, snapshot, self.settings.keep)
+            if dist.is_initialized():
+                dist.barrier()
 
     def restore(self, state: TrainState) -> Path | None:
         """Load the newest valid checkpoint into `state`; None when there is none (a fresh start)."""

@@ -101,10 +101,7 @@ def train(
                 log_interval(run, meter, step, progress)
             log_images_if_due(run, step, batch)
             evaluate_if_due(run, step, progress)
-            with (
-                watchdog.section("checkpoint") if run.checkpoints.due(step, config.steps) else contextlib.nullcontext()
-            ):
-                saved = run.checkpoints.save_if_due(state, config.steps)
+            saved = run.checkpoints.save_if_due(state, config.steps)
             # A collective too, every stop_check_every steps: all ranks stop at the same step.
             if step < config.steps and stop_agreed(stop_flag, env, device, step, config.dist.stop_check_every):
                 watchdog.enter("requeue")
@@ -215,7 +212,9 @@ def setup(config: TrainConfig, env: DistEnv, device: torch.device, watchdog: Wat
     )  # fmt: skip
     # Not a bound method of run: a cycle through it would leave the loader's workers to the garbage collector,
     # whose order of finalizers made their shutdown wait out DataLoader's 5 s timeout at every run's end.
-    run.checkpoints = checkpoint.Checkpointer(files.checkpoints, config.checkpoint, env.is_main, run.warn)
+    run.checkpoints = checkpoint.Checkpointer(
+        files.checkpoints, config.checkpoint, env.is_main, run.warn, watchdog.section
+    )
     return run
 
 
