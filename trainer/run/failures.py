@@ -135,12 +135,12 @@ def clear(run_dir: Path, before: float) -> str | None:
 
 
 def process_start_time() -> float:
-    """When this process started (wall clock), from /proc; now where /proc cannot say."""
+    """When this process started (wall clock), from /proc; now where /proc cannot say. Measured back from now
+    by the seconds since it started (uptime, 10 ms steps), not from the boot time /proc/stat gives in whole
+    seconds: a restart within a second of the failure it follows must not take that failure for its own."""
     try:
         ticks = int(Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()[19])
-        boot = next(
-            float(line.split()[1]) for line in Path("/proc/stat").read_text().splitlines() if line.startswith("btime")
-        )
-        return boot + ticks / os.sysconf("SC_CLK_TCK")
-    except (OSError, ValueError, IndexError, StopIteration):
+        uptime = float(Path("/proc/uptime").read_text().split()[0])
+        return time.time() - (uptime - ticks / os.sysconf("SC_CLK_TCK"))
+    except (OSError, ValueError, IndexError):
         return time.time()
