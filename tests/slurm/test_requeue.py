@@ -196,12 +196,13 @@ def test_a_stopped_rank_is_named_and_the_job_restarts_in_its_allocation_to_the_s
     reference_hash: str, tmp_path: Path, sample_root: Path
 ) -> None:
     """Rank 1 (node2) stopped as a frozen node leaves it: rank 0 waits in the all-reduce until its watchdog's
-    budget (15 s here) runs out, names rank 1 and node2 from the heartbeats, and exits; srun ends the step, and
-    with restarts_in_job the batch script runs srun again in the same allocation (the same Slurm job, no
-    requeue): it resumes from the last checkpoint and ends on the uninterrupted run's weights."""
+    budget (10 s here, and 4 more for a rank waiting on its peers) runs out, names rank 1 and node2 from the
+    heartbeats, and exits; srun ends the step, and with restarts_in_job the batch script runs srun again in the
+    same allocation (the same Slurm job, no requeue): it resumes from the last checkpoint and ends on the
+    uninterrupted run's weights."""
     profile = mini_profile(tmp_path, "restarts_in_job: 1\n")
     args = [a if a != "checkpoint.every=100" else "checkpoint.every=20" for a in ARGS]
-    hang = ["hang.floor_s=15", "hang.factor=2", "hang.beat_s=2"]
+    hang = ["hang.floor_s=10", "hang.factor=2", "hang.beat_s=2"]
     result = submit("--profile", str(profile), f"data.root={sample_root / 'pix2pix'}", *args, *hang)
     assert result.returncode == 0, result.stderr
     run_dir = run_dir_of(result)
