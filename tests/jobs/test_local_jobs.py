@@ -3,6 +3,7 @@ caller's environment. Real two-process runs (gloo on CPU) where the controller i
 
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -450,8 +451,8 @@ def test_a_deadlocked_loader_worker_is_named_and_the_job_restarts_in_place_to_th
 def test_a_rank_slowed_from_outside_is_named_a_straggler_and_an_even_run_names_none(
     local_profile: Path, sample_root: Path, tmp_path: Path
 ) -> None:
-    """Rank 1 stopped and continued by turns (SIGSTOP/SIGCONT, a third of the time stopped, as a throttled or
-    shared node runs): rank 0 names it, with its host and what grew (compute); the same run unslowed names none."""
+    """Rank 1 stopped and continued by turns (SIGSTOP/SIGCONT, two thirds of the time stopped, as a throttled or
+    shared node runs): rank 0 names it, with its host and what grew; the same run unslowed names none."""
     data = f"data.root={sample_root / 'pix2pix'}"
     args = ["--profile", str(local_profile), data, "steps=100000", "log.every=5", "log.image_every=0"]
     out = tmp_path / "slowed.out"
@@ -465,11 +466,12 @@ def test_a_rank_slowed_from_outside_is_named_a_straggler_and_an_even_run_names_n
         deadline = time.monotonic() + 120
         while named not in out.read_text() and time.monotonic() < deadline:
             os.kill(pid, signal.SIGSTOP)
-            time.sleep(0.05)
+            time.sleep(0.2)
             os.kill(pid, signal.SIGCONT)
             time.sleep(0.1)
         assert named in out.read_text(), out.read_text()
-        assert "mostly compute" in out.read_text().split(named, 1)[1].splitlines()[0]
+        # Stopped in its forward and backward, or while it loads its batch (in-process here): its own work.
+        assert re.search(r"mostly (compute|data)", out.read_text().split(named, 1)[1].splitlines()[0])
     finally:
         proc.terminate()
         subprocess.run([sys.executable, "-m", "jobs.cancel", str(run_dir)], cwd=ROOT, capture_output=True)
