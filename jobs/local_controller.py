@@ -26,7 +26,7 @@ from submitit.local import local
 from trainer.env.launcher import IN_JOB_RESTART, LOCAL_PORT
 from trainer.env.rendezvous import any_free_port
 from trainer.requeue import signals
-from trainer.requeue.relay import ATTEMPT, die_with_parent
+from trainer.requeue.relay import ATTEMPT, die_with_parent, stopped_file
 from trainer.requeue.signals import JobSettings
 from trainer.run.atomic import try_lock, write_text
 
@@ -164,19 +164,13 @@ class Controller(local.Controller):  # type: ignore[misc]
                 break
             if local.LOCAL_REQUEUE_RETURN_CODE in codes and requeues < max_num_timeout:
                 requeues, in_job = requeues + 1, 0  # as on Slurm: a requeued job's restarts begin anew
-            elif failed_start(codes) and not self.signalled and not stopped(attempt) and in_job < restarts_in_job:
+            elif any(c != 0 for c in codes) and not self.signalled and in_job < restarts_in_job:
+                if stopped_file(attempt).exists():  # on purpose: a restart would stop the same way
+                    break
                 in_job += 1
                 print(f"a task failed: starting the tasks again ({in_job} of {restarts_in_job})", flush=True)
             else:
                 break
-
-
-def failed_start(codes: Sequence[int | None]) -> bool:
-    return any(c != 0 for c in codes)
-
-
-def stopped(attempt: str) -> bool:
-    return os.path.exists(f"{attempt}.stopped")
 
 
 class LocalExecutor(submitit.LocalExecutor):  # type: ignore[misc]

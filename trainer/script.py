@@ -31,13 +31,13 @@ from typing import Any
 from trainer.env.launcher import DistEnv, resolve, torchrun_variables
 from trainer.env.rendezvous import agree_port
 from trainer.errors import UserError
-from trainer.requeue import REQUEUE_EXIT, relay, signals
+from trainer.requeue import PROGRESS_ENV, REQUEUE_EXIT, relay, signals
 from trainer.requeue.signals import JobSettings
 from trainer.run import failures, provenance
 from trainer.run.atomic import write_text
 from trainer.run.attempts import Attempts, leave, record_stop
 from trainer.run.rundir import RunDir
-from trainer.watchdog import CHECK_S, PROGRESS_ENV, CommandWatch, progress_path
+from trainer.watchdog import CHECK_S, CommandWatch, progress_path
 
 RANK_PREFIX = re.compile(r"^\[rank\d+\]: ?")
 PEER_WAIT_S = 30.0  # rank 0, after its command asked for a requeue: how long the others get to save and exit

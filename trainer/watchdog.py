@@ -213,7 +213,6 @@ def read_beats(run_dir: Path) -> list[Beat]:
 
 
 # A `-- COMMAND` run: the command is not ours to instrument, so its task watches it from outside.
-PROGRESS_ENV = "SLURM_DDP_PROGRESS_FILE"  # what trainer.requeue.progress() touches
 
 
 def progress_path() -> str:

@@ -23,6 +23,7 @@ from typing import Any, NoReturn
 
 from trainer.requeue import signals
 
+PROGRESS_ENV = "SLURM_DDP_PROGRESS_FILE"  # set by the task that runs your command (trainer.script)
 REQUEUE_EXIT = 144  # submitit's local requeue code, used for Slurm too: one number everywhere
 _raised = False
 
@@ -44,7 +45,7 @@ def requested() -> bool:
 def progress() -> None:
     """Say a step was made (once a step, or more often): the run's hang check then waits on these calls alone,
     not on CPU time or output. A file touch on node-local memory: microseconds."""
-    path = os.environ.get("SLURM_DDP_PROGRESS_FILE")
+    path = os.environ.get(PROGRESS_ENV)
     if path:
         with open(path, "a"):
             os.utime(path)

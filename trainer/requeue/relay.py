@@ -29,12 +29,16 @@ def signal_file(attempt: str | None) -> str | None:
     return f"{attempt}.signal" if attempt else None
 
 
-def mark_stopped(attempt: str | None) -> None:
+def stopped_file(attempt: str) -> Path:
     """`attempt.stopped`: the run stopped on purpose (a budget spent, bad input): starting the tasks again in
     the allocation (restarts_in_job) would only stop them again, so the batch script and the controller don't."""
+    return Path(f"{attempt}.stopped")
+
+
+def mark_stopped(attempt: str | None) -> None:
     if attempt:
         with contextlib.suppress(OSError):
-            Path(f"{attempt}.stopped").touch()
+            stopped_file(attempt).touch()
 
 
 def earlier_attempt(attempt: str, job_id: str, restart_count: int) -> str:
