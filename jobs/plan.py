@@ -7,9 +7,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from jobs import restarts
 from jobs.profiles import Profile
 from trainer.config import TrainConfig
-from trainer.env.launcher import IN_JOB_RESTART
 from trainer.errors import UserError
 from trainer.requeue import signals
 from trainer.requeue.relay import ATTEMPT
@@ -38,6 +38,7 @@ class Plan:
     script: Script | None = None  # set: every task runs this command, not the trainer
     code_dir: Path | None = None  # the code snapshot every task runs in (jobs.snapshot); None: none
     array_parallelism: int = 0  # local sweeps: points at once (0: as many as the machine allows)
+    spare_nodes: int = 0  # Slurm: nodes allocated beyond the step's, to take a failed node's place
 
     @property
     def run_dirs(self) -> list[Path]:
@@ -46,7 +47,7 @@ class Plan:
     @property
     def tasks(self) -> int:
         per_node = self.parameters.get("ntasks_per_node", self.parameters.get("tasks_per_node", 1))
-        return self.parameters.get("nodes", 1) * per_node
+        return (self.parameters.get("nodes", 1) - self.spare_nodes) * per_node
 
     def submitit_command(self) -> str:
         """The command each task runs: the same string submitit's SlurmExecutor builds, in the background."""
@@ -60,8 +61,9 @@ def submit_command(python: str, log_dir: Path) -> str:
 
 def in_background(srun_command: str) -> str:
     """srun in the background, so the batch shell can take the requeue signal while its tasks run (a shell
-    runs a trap only between commands; `wait` returns for one: see teardown_lines)."""
-    return f"{srun_command} &"
+    runs a trap only between commands; `wait` returns for one: see teardown_lines). Before the command, the
+    step's own srun options (jobs.restarts: spare nodes, a node left out), empty unless set."""
+    return f"{restarts.STEP_ARGS} {srun_command} &"
 
 
 def signal_lines(log_dir: Path, signal: str) -> list[str]:
@@ -148,7 +150,7 @@ def slurm_parameters(profile: Profile) -> dict[str, Any]:
     params: dict[str, Any] = {
         "job_name": profile.job_name,
         "time": profile.timeout_min,
-        "nodes": profile.nodes,
+        "nodes": profile.nodes + profile.spare_nodes,  # the step asks for its own (jobs.restarts)
         "ntasks_per_node": profile.gpus_per_node,  # one task per GPU
         "cpus_per_task": profile.cpus_per_task,
         "signal_delay_s": profile.signal_delay_s,
@@ -176,55 +178,13 @@ def slurm_parameters(profile: Profile) -> dict[str, Any]:
     return params
 
 
-def failure_requeue_lines(limit: int, log_dir: Path) -> list[str]:
-    """Batch-script lines run after srun: requeue a failed job up to `limit` times.
-
-    The trainer cannot do it: the rank that failed may be rank 0, or its node may be gone. A file per
-    job id counts the failure requeues, apart from the requeues after a signal (those end with status 0).
-    `status` holds srun's exit status (teardown_lines).
-    """
-    return [
-        f'count_file={shlex.quote(str(log_dir))}/failures_"$SLURM_JOB_ID"',
-        f'if [ "$status" -ne 0 ] && [ "$(cat "$count_file" 2>/dev/null | wc -l)" -lt {limit} ]; then',
-        '    echo "$(date +%s) $status" >> "$count_file"',
-        f'    touch "${ATTEMPT}.failed"  # the next attempt counts this one as a failure, not a requeue',
-        '    echo "srun failed with status $status: requeueing (failure $(wc -l < "$count_file") of '
-        + str(limit)
-        + ')"',
-        '    scontrol requeue "$SLURM_JOB_ID"',
-        "fi",
-    ]
-
-
-def restart_loop_start() -> list[str]:
-    """The last setup lines: srun runs in a loop, so a failed step can start again in this allocation."""
-    return ["in_job=0", "while :; do", f'export {IN_JOB_RESTART}="$in_job"']
-
-
-def restart_loop_end(limit: int) -> list[str]:
-    """After srun: start it again, up to `limit` times, after a failed step (a crash, a hang, a killed task);
-    not after the requeue signal (the run saved and stops, or the job is being requeued), nor after a stop on
-    purpose (`.stopped`: a budget spent, bad input)."""
-    return [
-        f'if [ "$status" -ne 0 ] && [ "$in_job" -lt {limit} ] && [ ! -e "${ATTEMPT}.signal" ] '
-        f'&& [ ! -e "${ATTEMPT}.stopped" ]; then',
-        "    in_job=$((in_job + 1))",
-        f'    echo "srun failed with status $status: starting the tasks again in this allocation ($in_job of {limit})"',
-        "    continue",
-        "fi",
-        "break",
-        "done",
-    ]
-
-
-def teardown_lines(profile: Profile, log_dir: Path) -> list[str]:
+def teardown_lines(profile: Profile, log_dir: Path, python: str) -> list[str]:
     """What the batch script runs after srun. It ends with srun's own status: the job must still end FAILED
     when a task failed (the last command's status would otherwise be the job's)."""
-    restart = restart_loop_end(profile.restarts_in_job) if profile.restarts_in_job else []
-    requeue = failure_requeue_lines(profile.requeue_on_failure, log_dir) if profile.requeue_on_failure else []
     # wait returns early when the requeue signal's trap ran: wait again while srun still runs.
     wait = 'while wait "$srun_pid"; status=$?; [ "$status" -gt 128 ] && kill -0 "$srun_pid" 2>/dev/null; do :; done'
-    return ["srun_pid=$!", wait, *restart, *requeue, *sacct_lines(log_dir.parent), 'exit "$status"']
+    restart = restarts.teardown_lines(profile, log_dir, python)
+    return ["srun_pid=$!", wait, *restart, *sacct_lines(log_dir.parent), 'exit "$status"']
 
 
 def sacct_lines(folder: Path) -> list[str]:
@@ -258,19 +218,24 @@ def make_plan(
     python: str,
     gpus: tuple[int, ...] = (),
     code_dir: Path | None = None,
+    run_dirs: list[Path] | None = None,
 ) -> Plan:
-    """`log_dir` is the run's (or sweep's) logs/ folder; `code_dir` the code snapshot the tasks run in."""
+    """`log_dir` is the run's (or sweep's) logs/ folder; `code_dir` the code snapshot the tasks run in;
+    `run_dirs` the runs' folders (default: the configs')."""
     settings = profile.requeue
     if profile.executor == "slurm":
+        python = profile.python or python
+        folders = run_dirs if run_dirs is not None else [Path(c.run_dir) for c in configs]
         params = slurm_parameters(profile)
         params["setup"] = [*params["setup"], *signal_lines(log_dir, profile.signal)]
-        if profile.restarts_in_job:  # the loop's end is in the teardown lines
-            params["setup"] = [*params["setup"], *restart_loop_start()]
-        params["teardown"] = teardown_lines(profile, log_dir)
+        # The restart loop's start (its end is in the teardown lines)
+        params["setup"] = [*params["setup"], *restarts.setup_lines(profile, log_dir, folders)]
+        params["teardown"] = teardown_lines(profile, log_dir, python)
         if code_dir is not None:  # the batch script, and so every task and requeue, runs in the snapshot
             params["additional_parameters"]["chdir"] = str(code_dir)
-        python = profile.python or python
-        return Plan("slurm", log_dir, params, configs, python, settings, code_dir=code_dir)
+        return Plan(
+            "slurm", log_dir, params, configs, python, settings, code_dir=code_dir, spare_nodes=profile.spare_nodes
+        )
     # The requeue signal and its delay travel in plan.settings (the local controller reads them there).
     parameters: dict[str, Any] = {"timeout_min": profile.timeout_min}
     if profile.executor == "local":

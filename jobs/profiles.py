@@ -46,6 +46,7 @@ class Profile:
     request_gpus: bool = True  # false on CPU-only partitions: gpus_per_node is then just tasks per node
     requeue_on_failure: int = 0  # requeues after a failed task (killed, node lost) before the job fails
     restarts_in_job: int = 0  # before those: srun again in the same allocation after a failed step (no queue)
+    spare_nodes: int = 0  # allocated beyond `nodes`: one takes the place of a node that failed twice
     script_hang_s: float = 1800  # a -- COMMAND rank using no CPU, printing nothing for this long: a hang; 0: never
     array_parallelism: int = 0  # sweeps: array tasks running at once; 0: no limit
     setup: list = field(default_factory=list)  # shell lines before srun: module load, source activate
@@ -87,6 +88,13 @@ class Profile:
             raise UserError("signal_delay_s, max_num_timeout, requeue_on_failure and array_parallelism must be >= 0")
         if not 0 <= self.restarts_in_job <= 100:
             raise UserError(f"restarts_in_job must be between 0 and 100, got {self.restarts_in_job}")
+        if not 0 <= self.spare_nodes <= 64:
+            raise UserError(f"spare_nodes must be between 0 and 64, got {self.spare_nodes}")
+        if self.spare_nodes and (self.executor != "slurm" or not self.restarts_in_job):
+            raise UserError(
+                f"spare_nodes: {self.spare_nodes} takes a failed node's place in an in-job restart on Slurm; "
+                "set restarts_in_job: 1 or more with executor: slurm, or spare_nodes: 0"
+            )
         if not (self.script_hang_s == 0 or 10 <= self.script_hang_s <= 7 * 24 * 3600):
             raise UserError(f"script_hang_s must be 0 (never) or between 10 s and a week, got {self.script_hang_s}")
         if self.signal_delay_s >= 60 * self.timeout_min:  # the signal would never come: no checkpoint

@@ -322,7 +322,7 @@ def prepare_script(
         snapshot, code_dir = code_for(args, profile, folder, run_root)
         cwd = str(code_dir) if code_dir is not None else cwd  # the snapshot mirrors the folder submitted from
     gpus = visible_gpus(os.environ.get("CUDA_VISIBLE_DEVICES")) if profile.executor == "local" else ()
-    plan = make_plan(profile, [], RunDir(folder).logs, has_local_gpus(), sys.executable, gpus, code_dir)
+    plan = make_plan(profile, [], RunDir(folder).logs, has_local_gpus(), sys.executable, gpus, code_dir, run_dirs)
     plan = dataclasses.replace(plan, script=Script(commands, cwd, [str(d) for d in run_dirs]))
     if args.dry_run and plan.executor != "slurm":
         raise UserError(

@@ -56,6 +56,9 @@ def test_bad_arguments(args: list[str], message: str, local_profile: Path, tmp_p
         ("executor: [local\n", "is not valid YAML"),
         ("executor: local\nrestarts_in_job: 101\n", "restarts_in_job must be between 0 and 100, got 101"),
         ("executor: local\nscript_hang_s: 5\n", "script_hang_s must be 0 (never) or between 10 s and a week, got 5"),
+        ("executor: local\nspare_nodes: -1\n", "spare_nodes must be between 0 and 64, got -1"),
+        ("executor: local\nrestarts_in_job: 1\nspare_nodes: 1\n", "spare_nodes: 1 takes a failed node's place in an"),
+        ("executor: slurm\nspare_nodes: 2\n", "set restarts_in_job: 1 or more with executor: slurm, or spare_nodes: 0"),
     ],
 )
 def test_bad_profiles(text: str, message: str, tmp_path: Path) -> None:

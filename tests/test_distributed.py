@@ -7,7 +7,7 @@ import torch
 import torch.distributed as dist
 
 from trainer.config import DistConfig
-from trainer.distributed import wrap
+from trainer.distributed import CommTimer, covered, wrap
 from trainer.env.launcher import DistEnv
 
 TWO_RANKS = DistEnv("torchrun", 0, 0, 2, 2, 0, 1, "127.0.0.1", 29500, None, 1)
@@ -48,3 +48,18 @@ def test_nccl_diagnostics_are_set_where_the_user_has_not(tmp_path: Path) -> None
     assert "TORCH_NCCL_TRACE_BUFFER_SIZE" not in set_here  # the user's own value stays
     assert set_here["TORCH_NCCL_DUMP_ON_TIMEOUT"] == "1"
     assert set_here["TORCH_NCCL_DEBUG_INFO_TEMP_FILE"] == str(tmp_path / "nccl_trace" / "rank_")
+
+
+def test_overlapping_all_reduces_count_once() -> None:
+    assert covered([]) == 0.0
+    assert covered([(0.0, 2.0), (1.0, 3.0), (5.0, 6.0)]) == 4.0  # 0-3 and 5-6
+    assert covered([(4.0, 5.0), (0.0, 10.0)]) == 10.0  # one inside another, in any order
+
+
+def test_the_comm_timer_measures_a_gloo_all_reduce_through_ddp(group: None) -> None:
+    """The host path (gloo): DDP's hook launches and completes each bucket; take() returns their time once."""
+    timer = CommTimer(torch.device("cpu"))
+    ddp = wrap(torch.nn.Linear(64, 64), TWO_RANKS, torch.device("cpu"), DistConfig(), timer)
+    ddp(torch.randn(8, 64)).sum().backward()
+    first = timer.take()
+    assert first > 0.0 and timer.take() == 0.0 and timer._in_flight == 0

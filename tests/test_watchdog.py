@@ -1,5 +1,7 @@
 """The watchdog's pure parts: which rank a hang is blamed on, the budgets, and their settings."""
 
+from pathlib import Path
+
 import pytest
 
 from trainer.config import HangConfig, build_config
@@ -55,3 +57,23 @@ def test_bad_budgets_are_one_line(override: str, message: str) -> None:
 def test_when_all_wait_on_each_other_the_first_to_stop_is_named_and_the_doubt_said() -> None:
     stuck, why = culprit([beat(0, 40, since=97.0), beat(1, 40, since=95.0)], now=121.0, stale_s=11.0)  # type: ignore[misc]
     assert stuck.rank == 1 and why.endswith("(no rank stands out: ranks 0, 1 all stopped at that step)")
+
+
+def test_a_hang_dumps_the_recorder_before_the_record_and_a_failing_dump_does_not_stop_it(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """What the watchdog does on a hang, short of exiting: stacks, the on_hang dump (NCCL's flight recorder in a
+    run; any callable here), the record naming the rank."""
+    dog = Watchdog(HangConfig(), tmp_path, rank=1, host="node7", world_size=2)
+    dog.on_hang = lambda: str(tmp_path / "nccl_trace" / "rank_1")
+    dog._hung("data", 30.0, 12)
+    err = capfd.readouterr().err
+    assert f"hang: this rank's NCCL flight recorder is in {tmp_path / 'nccl_trace' / 'rank_1'}" in err
+    assert (tmp_path / "error.txt").read_text().startswith("rank 1 on node7: hung: no progress for 30 s at step 12")
+
+    def broken() -> str:
+        raise RuntimeError("NCCL is not initialised")
+
+    dog.on_hang = broken
+    dog._hung("data", 30.0, 12)
+    assert "warning: could not dump the NCCL flight recorder: NCCL is not initialised" in capfd.readouterr().err

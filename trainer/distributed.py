@@ -31,6 +31,21 @@ def nccl_diagnostics(environ: Mapping[str, str], run_dir: Path) -> dict[str, str
     return {key: value for key, value in wanted.items() if key not in environ}
 
 
+def dump_flight_recorder(run_dir: Path, rank: int) -> str | None:
+    """NCCL's flight recorder (this rank's last collectives: which one each rank is in, and since when) into
+    nccl_trace/rank_N, in the form TORCH_NCCL_DUMP_ON_TIMEOUT writes and torch's fr_trace reads. The watchdog
+    calls it when it finds a hang, before the rank exits: NCCL's own dump would come only at the collective
+    timeout, which the exit forestalls. None for gloo (no recorder) or outside a process group."""
+    if not (dist.is_initialized() and dist.get_backend() == "nccl"):
+        return None
+    from torch._C._distributed_c10d import _dump_nccl_trace  # torch's, not a public name yet
+
+    path = RunDir(run_dir).nccl_trace / f"rank_{rank}"
+    path.parent.mkdir(exist_ok=True)
+    path.write_bytes(_dump_nccl_trace(True, True, False))  # collectives, their stack traces, not only active
+    return str(path)
+
+
 @contextlib.contextmanager
 def process_group(env: DistEnv, timeout_s: int, device: torch.device, run_dir: Path | None = None) -> Iterator[None]:
     """Join the process group for the duration of the block, and always leave it. Its timeout is every
@@ -94,23 +109,50 @@ def restore_rng(states: list[torch.Tensor], env: DistEnv, device: torch.device) 
         torch.cuda.set_rng_state(state[cpu_size:], device)
 
 
-class CommTimer:
-    """The seconds during which at least one of DDP's gradient all-reduces was in flight since the last
-    `take()`: from a bucket's launch to its completion, the wait for the slowest rank included; overlapping
-    buckets count once. Measured on the host: right for gloo; with NCCL a future completes when the work is
-    queued on the GPU, so this is not the GPU's time (not measured here: no GPU)."""
+def covered(intervals: list[tuple[float, float]]) -> float:
+    """The length of the union of (start, end) intervals: overlapping all-reduces count once."""
+    total, reach = 0.0, float("-inf")
+    for begin, end in sorted(intervals):
+        if end > reach:
+            total += end - max(begin, reach)
+            reach = end
+    return total
 
-    def __init__(self) -> None:
+
+class CommTimer:
+    """The seconds during which at least one of DDP's gradient all-reduces was in flight, from a bucket's launch
+    to its completion, the wait for the slowest rank included; overlapping buckets count once.
+
+    gloo: measured on the host (its future completes when the all-reduce has). NCCL: its future completes as
+    soon as the work is queued, so the host would see only the launch; a CUDA event is recorded on the stream
+    at the launch and another in the completion callback, whose stream waits for the all-reduce, and the
+    device's interval is read once both have happened (`take()` never waits: an interval not done yet counts
+    at a later step)."""
+
+    def __init__(self, device: torch.device | None = None) -> None:
+        self.cuda = device is not None and device.type == "cuda"
         self.seconds, self._in_flight, self._since = 0.0, 0, 0.0
         self._lock = threading.Lock()  # completions run on the backend's thread
+        self._events: list[tuple[Any, Any]] = []  # (start, end) CUDA events not yet read
 
-    def launched(self) -> None:
+    def launched(self) -> Any:
+        if self.cuda:
+            start = torch.cuda.Event(enable_timing=True)
+            start.record()
+            return start
         with self._lock:
             if not self._in_flight:
                 self._since = time.perf_counter()
             self._in_flight += 1
+        return None
 
-    def completed(self) -> None:
+    def completed(self, start: Any) -> None:
+        if self.cuda:
+            end = torch.cuda.Event(enable_timing=True)
+            end.record()  # on the callback's stream, which waits for the all-reduce
+            with self._lock:
+                self._events.append((start, end))
+            return
         with self._lock:
             self._in_flight -= 1
             if not self._in_flight:
@@ -118,6 +160,17 @@ class CommTimer:
 
     def take(self) -> float:
         with self._lock:
+            if self.cuda:
+                done = 0
+                while done < len(self._events) and self._events[done][1].query():
+                    done += 1
+                ready, self._events = self._events[:done], self._events[done:]
+                if ready:
+                    origin = ready[0][0]
+                    ms = [
+                        (origin.elapsed_time(a) if a is not origin else 0.0, origin.elapsed_time(b)) for a, b in ready
+                    ]
+                    self.seconds += covered(ms) / 1000.0
             seconds, self.seconds = self.seconds, 0.0
         return seconds
 
@@ -126,10 +179,10 @@ def _timed_allreduce(timer: CommTimer, bucket: dist.GradBucket) -> torch.futures
     """DDP's own all-reduce, timed. A multiply by 1 / world size, as DDP's built-in path scales the gradients
     (default_hooks.allreduce_hook divides, which differs in the last bit for 3 or 6 ranks), then the sum."""
     tensor = bucket.buffer().mul_(1.0 / dist.get_world_size())
-    timer.launched()
+    start = timer.launched()
 
     def done(future: torch.futures.Future[list[torch.Tensor]]) -> torch.Tensor:
-        timer.completed()
+        timer.completed(start)
         return future.value()[0]
 
     return dist.all_reduce(tensor, async_op=True).get_future().then(done)  # type: ignore[union-attr]

@@ -37,7 +37,7 @@ from trainer.run import failures, provenance
 from trainer.run.atomic import write_text
 from trainer.run.attempts import Attempts, leave, record_stop
 from trainer.run.rundir import RunDir
-from trainer.watchdog import CHECK_S, CommandWatch, progress_path
+from trainer.watchdog import CHECK_S, Beat, CommandWatch, culprit, progress_path, read_beats
 
 RANK_PREFIX = re.compile(r"^\[rank\d+\]: ?")
 PEER_WAIT_S = 30.0  # rank 0, after its command asked for a requeue: how long the others get to save and exit
@@ -125,6 +125,7 @@ class Ended:
     error: str = ""  # the last line of the last Python traceback the command wrote to stderr
     cannot_start: str = ""  # why the command could not be started (not found, permission denied)
     hung: str = ""  # why the task stopped it as hung (CommandWatch)
+    culprit: tuple[int, str] | None = None  # the rank and host a hang is blamed on, when another rank's
 
     @property
     def signalled(self) -> bool:
@@ -136,11 +137,12 @@ def failure(command: list[str], ended: Ended, env: DistEnv) -> failures.Failure:
     if ended.cannot_start:
         return failures.Failure(time.time(), env.rank, env.node_name, "", f"{command[0]}: {ended.cannot_start}", False)
     if ended.hung:
-        return failures.Failure(time.time(), env.rank, env.node_name, "", ended.hung, False)
+        rank, host = ended.culprit or (env.rank, env.node_name)
+        return failures.Failure(time.time(), rank, host, "", ended.hung, False)
     status = f"{' '.join(command)} exited with status {ended.code}"
     status += f" ({_signal_name(-ended.code)})" if ended.code < 0 else ""
-    if not ended.error:
-        return failures.Failure(time.time(), env.rank, env.node_name, "", status, False)
+    if not ended.error:  # killed by a signal (the OOM killer, a lost node's kill): killed, as the node may be why
+        return failures.Failure(time.time(), env.rank, env.node_name, "", status, False, killed=ended.code < 0)
     head, sep, message = ended.error.partition(": ")
     kind = head.rsplit(".", 1)[-1] if sep else ended.error
     message = f"{message} ({status})" if sep else f"({status})"
@@ -212,7 +214,8 @@ def _run(command: list[str], cwd: str, env: DistEnv, run_dir: str, settings: Job
     relay.watch(relay.signal_file(env.attempt), requeue)  # on Slurm the batch shell, not this task, gets the signal
     acted: set[int] = set()
     watch = CommandWatch(settings.script_hang_s, progress)
-    hung, checked = "", time.monotonic()
+    hung, checked, beat_due = "", time.monotonic(), 0.0
+    stuck: tuple[int, str] | None = None
     while (code := _wait(child, 0.1)) is None:
         for signum in sorted(set(received) - acted):
             acted.add(signum)
@@ -222,15 +225,56 @@ def _run(command: list[str], cwd: str, env: DistEnv, run_dir: str, settings: Job
                 relay.stop_tree(child.pid)
         if settings.script_hang_s and not hung and time.monotonic() - checked >= CHECK_S:
             checked = time.monotonic()
-            if (idle := watch.idle_s(relay.tree(child.pid))) > settings.script_hang_s:
-                hung = f"hung: its command {watch.how()} for {idle:.0f} s (script_hang_s={settings.script_hang_s:g})"
+            pids = relay.tree(child.pid)
+            idle = watch.idle_s(pids)
+            if checked >= beat_due:  # every BEAT_S: what this rank's peers read when they find a hang
+                _beat(run_dir, watch.beat(env.rank, env.node_name, pids))
+                beat_due = checked + BEAT_S
+            if idle > settings.script_hang_s:
+                hung, stuck = _hang_verdict(run_dir, env, watch, pids, idle, settings.script_hang_s)
                 _stop_hung(child, hung)
     signal.signal(requeue, signal.SIG_IGN)  # the command ended: a late signal must not kill this task as it exits
     with contextlib.suppress(OSError):
         os.unlink(progress)
     terminated = bool(acted - {requeue})
     error = "" if code == 0 or terminated else last_exception(log.read())
-    return Ended(code, received.get(requeue), terminated, error, hung=hung)
+    if settings.script_hang_s:
+        _beat(run_dir, None, env.rank)
+    return Ended(code, received.get(requeue), terminated, error, hung=hung, culprit=stuck)
+
+
+BEAT_S = 5.0  # a -- COMMAND rank's heartbeat: one small file every 5 s on the shared filesystem
+
+
+def _beat(run_dir: str, beat: Beat | None, rank: int = -1) -> None:
+    """Write this rank's heartbeat (trainer.watchdog's file), or remove it (None) as the command ends."""
+    files = RunDir(Path(run_dir))
+    try:
+        if beat is None:
+            files.heartbeat(rank).unlink(missing_ok=True)
+            with contextlib.suppress(OSError):
+                files.heartbeats.rmdir()  # the last rank out removes the folder
+        else:
+            write_text(files.heartbeat(beat.rank), json.dumps(beat.__dict__) + "\n")
+    except (OSError, UserError):
+        pass  # a full or lost disk: the budget still holds
+
+
+def _hang_verdict(
+    run_dir: str, env: DistEnv, watch: CommandWatch, pids: list[int], idle: float, budget: float
+) -> tuple[str, tuple[int, str] | None]:
+    """Whom a hang is blamed on: this task sees only its own command, idle; its peers' heartbeats say whose
+    stopped first (a frozen process, a stopped heartbeat, else the one idle longest). A rank blocked in a
+    collective is idle too, so the ranks' own view alone would often name a victim."""
+    me = watch.beat(env.rank, env.node_name, pids)
+    beats = [b for b in read_beats(Path(run_dir)) if b.rank < env.world_size and b.rank != env.rank] + [me]
+    found = culprit(beats, time.time(), stale_s=2 * BEAT_S + CHECK_S)
+    own = f"its command {watch.how()} for {idle:.0f} s (script_hang_s={budget:g})"
+    if found is None or found[0].rank == env.rank:
+        frozen = ", stopped or in uninterruptible sleep (frozen)" if me.section == "frozen" else ""
+        return f"hung: its command {watch.how()} for {idle:.0f} s{frozen} (script_hang_s={budget:g})", None
+    stuck, why = found
+    return f"hung: {why}; seen by rank {env.rank}, idle itself: {own}", (stuck.rank, stuck.host)
 
 
 def _stop_hung(child: subprocess.Popen[bytes], why: str) -> None:

@@ -21,7 +21,7 @@ from trainer import checkpoint, validation
 from trainer.config import TrainConfig, config_dict, flat
 from trainer.data.checks import count_bad_images
 from trainer.data.loader import batches, make_loader, shutdown, to_device
-from trainer.distributed import CommTimer, gather_hosts, pick_device, process_group, wrap
+from trainer.distributed import CommTimer, dump_flight_recorder, gather_hosts, pick_device, process_group, wrap
 from trainer.env.launcher import DistEnv
 from trainer.errors import UserError
 from trainer.meter import IntervalMeter, Progress
@@ -122,7 +122,10 @@ def start_watchdog(config: TrainConfig, env: DistEnv) -> Watchdog:
     """This rank's hang detection (trainer/watchdog.py); not in the debug executor's process, where a pdb
     session is no hang."""
     hang = dataclasses.replace(config.hang, enabled=config.hang.enabled and not env.interactive)
-    return Watchdog(hang, Path(config.run_dir), env.rank, env.node_name, env.world_size).start()
+    run_dir = Path(config.run_dir)
+    dog = Watchdog(hang, run_dir, env.rank, env.node_name, env.world_size)
+    dog.on_hang = lambda: dump_flight_recorder(run_dir, env.rank)  # NCCL runs: before the rank exits
+    return dog.start()
 
 
 @dataclass
@@ -189,7 +192,7 @@ def setup(config: TrainConfig, env: DistEnv, device: torch.device, watchdog: Wat
         )
     startup.mark("data_ready")
     model = task.model(config, data.full).to(device)
-    timer = CommTimer() if config.log.stragglers and env.distributed else None
+    timer = CommTimer(device) if config.log.stragglers and env.distributed else None
     ddp = wrap(model, env, device, config.dist, timer)
     startup.mark("model_ready")
     optimizer = torch.optim.AdamW(model.parameters(), lr=config.optim.lr, weight_decay=config.optim.weight_decay)

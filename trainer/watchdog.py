@@ -22,7 +22,7 @@ import json
 import os
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,7 +37,7 @@ HANG_EXIT = 75  # what a rank that detected a hang exits with
 CHECK_S = 1.0
 # Sections in which a rank waits on its own work, not on its peers: when no heartbeat stopped and the steps
 # agree, the rank in one of these is the one the others wait for.
-OWN_WORK = ("data",)
+OWN_WORK = ("data", "frozen")
 SECTIONS = {  # what a rank is doing in each section, as a message says it
     "startup": "starting up (imports, data, model, checkpoint)",
     "data": "waiting for its batch from the loader",
@@ -46,6 +46,9 @@ SECTIONS = {  # what a rank is doing in each section, as a message says it
     "checkpoint": "saving a checkpoint",
     "requeue": "saving for a requeue",
     "finish": "finishing",
+    # A -- COMMAND run's ranks, seen by their tasks (CommandWatch): no steps known
+    "command": "in its command",
+    "frozen": "with its command stopped or in uninterruptible sleep (frozen)",
 }
 
 
@@ -61,7 +64,8 @@ class Beat:
     written: float  # wall time of this beat
 
     def where(self) -> str:
-        return f"at step {self.step}, {SECTIONS.get(self.section, self.section)}"
+        what = SECTIONS.get(self.section, self.section)
+        return f"at step {self.step}, {what}" if self.step >= 0 else what
 
 
 def culprit(beats: list[Beat], now: float, stale_s: float) -> tuple[Beat, str] | None:
@@ -81,7 +85,8 @@ def culprit(beats: list[Beat], now: float, stale_s: float) -> tuple[Beat, str] |
     first = min(own or candidates, key=lambda b: b.since)
     why = f"no progress for {now - first.since:.0f} s {first.where()}"
     if not own and len(candidates) > 1:  # all wait on each other: the first to stop moving, no more certain
-        why += f" (no rank stands out: ranks {', '.join(str(b.rank) for b in candidates)} all stopped at that step)"
+        where = "at that step" if behind >= 0 else "making progress"
+        why += f" (no rank stands out: ranks {', '.join(str(b.rank) for b in candidates)} all stopped {where})"
     return first, why
 
 
@@ -102,6 +107,9 @@ class Watchdog:
     world_size: int = 1
     current: tuple[str, float, float, int] = ("startup", 0.0, 0.0, 0)  # name, monotonic and wall start, step
     longest: dict[str, float] = field(default_factory=dict)
+    # Called on a hang after the stacks, before the exit (NCCL's flight recorder: trainer.distributed); may return
+    # the path it wrote, for the log.
+    on_hang: Callable[[], str | None] | None = None
     _stop: threading.Event = field(default_factory=threading.Event)
     _threads: list[threading.Thread] = field(default_factory=list)
 
@@ -187,6 +195,13 @@ class Watchdog:
             f"(budget {self.budget(name):.0f} s); every thread's stack follows"
         )
         faulthandler.dump_traceback(file=2, all_threads=True)
+        if self.on_hang is not None:
+            try:
+                written = self.on_hang()
+                if written:
+                    self._say(f"hang: this rank's NCCL flight recorder is in {written}")
+            except Exception as exc:  # a dump that fails must not keep the rank from exiting
+                self._say(f"warning: could not dump the NCCL flight recorder: {exc}")
         now = time.time()
         beats = [b for b in read_beats(self.run_dir) if b.rank < self.world_size and b.section != "hung"]
         found = culprit(beats, now, stale_s=2 * self.settings.beat_s + CHECK_S)
@@ -221,6 +236,9 @@ def progress_path() -> str:
     return os.path.join(folder, f"slurm-ddp-progress-{os.getpid()}")
 
 
+TICKS_PER_S = os.sysconf("SC_CLK_TCK")
+
+
 def _cpu_ticks(pids: list[int]) -> int:
     total = 0
     for pid in pids:
@@ -240,27 +258,55 @@ def _output_bytes() -> int:
     return total
 
 
+# A command using less than this share of one core since its last progress counts as idle: a process blocked
+# in a collective still wakes now and then (gloo's and torch's threads: a few 10 ms ticks a minute, measured).
+IDLE_CPU = 0.05
+
+
 @dataclass
 class CommandWatch:
     """Whether a command makes progress, seen from its task: once the command calls trainer.requeue.progress(),
-    those calls alone count; before (or never), CPU time of any of its processes or output to the log does.
-    A command idle for `budget_s` is a hang (a rank blocked in a collective uses no CPU and prints nothing)."""
+    those calls alone count; before (or never), output to the log, or CPU time of its processes above IDLE_CPU
+    of one core since the last progress, does. A command idle for `budget_s` is a hang (a rank blocked in a
+    gloo collective uses next to no CPU and prints nothing; NCCL's proxy thread spins: call progress() there)."""
 
     budget_s: float
     progress: str  # progress_path()
-    last: tuple[int, int, float] = (-1, -1, -1.0)
+    last: tuple[int, int, float] = (-1, -1, -1.0)  # CPU ticks and output bytes at the last progress; touched
     since: float = field(default_factory=time.monotonic)
 
     def idle_s(self, pids: list[int]) -> float:
         """Seconds since the command last made progress (sampled now)."""
+        now = time.monotonic()
         try:
             touched = os.stat(self.progress).st_mtime
         except OSError:
             touched = -1.0
-        sample = (0, 0, touched) if touched >= 0 else (_cpu_ticks(pids), _output_bytes(), touched)
-        if sample != self.last:
-            self.last, self.since = sample, time.monotonic()
-        return time.monotonic() - self.since
+        if touched >= 0:
+            progressed = touched != self.last[2]
+            sample = (0, 0, touched)
+        else:
+            sample = (_cpu_ticks(pids), _output_bytes(), touched)
+            cpu_s = (sample[0] - self.last[0]) / TICKS_PER_S
+            progressed = sample[1] != self.last[1] or self.last[0] < 0 or cpu_s > IDLE_CPU * max(now - self.since, 1.0)
+        if progressed:
+            self.last, self.since = sample, now
+        return now - self.since
 
     def how(self) -> str:
         return "calls no trainer.requeue.progress()" if self.last[2] >= 0 else "uses no CPU and prints nothing"
+
+    def beat(self, rank: int, host: str, pids: list[int]) -> Beat:
+        """This rank's heartbeat for its peers: since when its command made no progress, and whether it is
+        frozen (a process stopped, or in uninterruptible sleep: a dead mount): the likeliest culprit."""
+        frozen = any(_state(pid) in ("T", "t", "D") for pid in pids)
+        now = time.time()
+        since = now - (time.monotonic() - self.since)
+        return Beat(rank, host, -1, "frozen" if frozen else "command", since, now)
+
+
+def _state(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return ""

@@ -1,16 +1,18 @@
 """Any torchrun-style script: `python -m jobs.submit [flags] -- python train.py ...` runs it in every task with
 torchrun's variables, passes the requeue signal on, and requeues it on its exit code 144. Real processes."""
 
+import contextlib
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT
+from tests.conftest import ROOT, poll
 from tests.test_bad_input import assert_refused
 
 # A plain DDP script: it imports nothing from this project.
@@ -477,3 +479,51 @@ def test_a_script_that_makes_no_progress_is_stopped_as_hung(tmp_path: Path, scri
     assert re.match(rf"rank 0 on \S+: hung: its command {re.escape(how)} for 1\d s \(script_hang_s=10\)$", line), line
     log = "".join(p.read_text() for p in (run_dir / "logs").glob("*_0_log.*"))
     assert "hang: its command" in log and 'File "' in log and "train.py" in log  # faulthandler's stacks
+
+
+DDP_STEPS = """
+import os, socket, sys, time
+import torch, torch.distributed as dist
+
+dist.init_process_group("gloo")  # torchrun's variables, as the tutorial's script expects
+rank = dist.get_rank()
+open(f"pid_{rank}", "w").write(str(os.getpid()))
+while True:  # a step: some work, then the gradients' all-reduce
+    x = torch.randn(64, 64) @ torch.randn(64, 64)
+    dist.all_reduce(x)
+    print(f"rank {rank} step", flush=True)
+    time.sleep(0.05)
+"""
+
+
+@pytest.mark.parametrize("frozen", ["command", "task"])
+def test_a_frozen_rank_of_a_script_is_named_by_every_task(tmp_path: Path, frozen: str) -> None:
+    """Two ranks of a DDP script; rank 1 stopped from outside (SIGSTOP): its command alone, or its task too (a
+    frozen node). Rank 0 then waits in the all-reduce: its command is idle too, but the heartbeats the tasks
+    write say rank 1 is the frozen one (its command stopped, or its heartbeat), so error.txt names rank 1,
+    whichever task saw the hang first; with the task frozen, only rank 0 can see it."""
+    (tmp_path / "ddp.py").write_text(DDP_STEPS)
+    profile = f"executor: local\ngpus_per_node: 2\nscript_hang_s: 10\nrun_root: {tmp_path / 'runs'}\n"
+    (tmp_path / "profile.yaml").write_text(profile)
+    args = [sys.executable, "-m", "jobs.submit", "--profile", str(tmp_path / "profile.yaml"), "--wait"]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    with (tmp_path / "out.txt").open("w") as out:
+        proc = subprocess.Popen([*args, "--", "python", "ddp.py"], cwd=tmp_path, env=env, stdout=out, stderr=out)
+    try:
+        # The script runs in the run's code snapshot, and writes there.
+        pid = int(poll("rank 1's pid", lambda: [p.read_text() for p in tmp_path.glob("runs/*/code/pid_1")])[0])
+        task = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])  # its parent
+        for stopped in [task, pid] if frozen == "task" else [pid]:
+            os.kill(stopped, signal.SIGSTOP)
+        assert proc.wait(timeout=90) == 1, (tmp_path / "out.txt").read_text()
+    finally:  # whatever failed: no stopped process left behind
+        for pid_file in tmp_path.glob("runs/*/code/pid_*"):
+            with contextlib.suppress(OSError, ValueError):
+                os.kill(int(pid_file.read_text()), signal.SIGKILL)
+        proc.kill()
+    line = (run_dir_of((tmp_path / "out.txt").read_text()) / "error.txt").read_text()
+    assert line.startswith("rank 1 on "), line
+    if frozen == "command":
+        assert "stopped or in uninterruptible sleep (frozen)" in line, line
+    else:
+        assert "; seen by rank 0, idle itself: its command uses no CPU and prints nothing for 1" in line, line

@@ -32,6 +32,9 @@ PEER_MARKERS = (
     "nccl communicator was aborted",
     "watchdog caught collective",
 )
+# A failure that may be the node's rather than the code's: hardware or driver words in its message. A Python
+# traceback is the code's (it follows the run to any node); a hang or a killed task may be either.
+NODE_WORDS = re.compile(r"\b(cuda|nccl|ecc|xid|nvlink|infiniband|ib_\w+|uncorrectable)\b", re.I)
 WORKER_TRACEBACK = re.compile(r"^Caught (\w+) in DataLoader worker process \d+\.\nOriginal Traceback")
 
 
@@ -134,6 +137,25 @@ def clear(run_dir: Path, before: float) -> str | None:
     return cause.line() if cause else None
 
 
+def suspect_node(run_dir: Path, since: float) -> str | None:
+    """The node to hold against a step that failed after `since` (the batch script's restart loop counts them):
+    the root cause's, when it is a hang, a task killed by a signal, or a hardware or driver error."""
+    first = root_cause([f for f in read(run_dir) if f.time >= since])
+    if first is None:
+        return None
+    if first.killed or first.message.startswith("hung:") or NODE_WORDS.search(f"{first.kind} {first.message}"):
+        return first.host
+    return None
+
+
+def main(argv: Sequence[str]) -> int:
+    """`python -m trainer.run.failures RUN_DIR SINCE`: print suspect_node's answer, or nothing."""
+    node = suspect_node(Path(argv[0]), float(argv[1]))
+    if node:
+        print(node)
+    return 0
+
+
 def process_start_time() -> float:
     """When this process started (wall clock), from /proc; now where /proc cannot say. Measured back from now
     by the seconds since it started (uptime, 10 ms steps), not from the boot time /proc/stat gives in whole
@@ -144,3 +166,9 @@ def process_start_time() -> float:
         return time.time() - (uptime - ticks / os.sysconf("SC_CLK_TCK"))
     except (OSError, ValueError, IndexError):
         return time.time()
+
+
+if __name__ == "__main__":
+    import sys
+
+    raise SystemExit(main(sys.argv[1:]))
