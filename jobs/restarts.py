@@ -51,6 +51,17 @@ def blame_lines(profile: Profile, python: str) -> list[str]:
     requeue without it (exclude_lines)."""
     failures = f"{shlex.quote(python)} -m trainer.run.failures"
     spare = profile.spare_nodes
+    twice = ['            exclude_node="$node"']
+    if spare:
+        twice = [
+            f'            if [ "$(printf %s "$left_out" | tr , "\\n" | grep -c .)" -lt {spare} ]; then',
+            '                left_out="${left_out:+$left_out,}$node"',
+            '                echo "node $node failed twice: the next step leaves it out (--exclude=$left_out), a spare'
+            ' node takes its place"',
+            "            else",
+            '                exclude_node="$node"',
+            "            fi",
+        ]
     return [
         f'if [ "$status" -ne 0 ] && [ ! -e "${ATTEMPT}.signal" ] && [ ! -e "${ATTEMPT}.stopped" ]; then',
         f'    node=$({failures} "$run_dir" "$step_started" 2>/dev/null) || node=""',
@@ -59,13 +70,7 @@ def blame_lines(profile: Profile, python: str) -> list[str]:
         '        times=$(grep -cx "$node" "$failed_nodes")',
         '        echo "the step failed on node $node (its failure $times in this job)"',
         '        if [ "$times" -ge 2 ]; then',
-        f'            if [ "$(printf %s "$left_out" | tr , "\\n" | grep -c .)" -lt {spare} ]; then',
-        '                left_out="${left_out:+$left_out,}$node"',
-        '                echo "node $node failed twice: the next step leaves it out (--exclude=$left_out), a spare node'
-        ' takes its place"',
-        "            else",
-        '                exclude_node="$node"',
-        "            fi",
+        *twice,
         "        fi",
         "    fi",
         "fi",
