@@ -7,6 +7,7 @@ import subprocess
 import sys
 import time
 
+from jobs.remote import follow, runs
 from jobs.tracking import TERMINAL, Target, find_all, is_local_job, slurm_info
 from trainer.errors import UserError, one_line_errors
 
@@ -47,8 +48,12 @@ def cancel(target: Target, whole_array: bool = False) -> str:
 @one_line_errors
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m jobs.cancel", description=__doc__.splitlines()[0])
-    parser.add_argument("target", help="a run or sweep directory printed by jobs.submit, or a Slurm job id")
+    parser.add_argument(
+        "target", help="a run or sweep directory printed by jobs.submit (or a remote run's name), or a Slurm job id"
+    )
     args = parser.parse_args(argv)
+    if (remote := runs.load(args.target)) is not None:  # a run on a cluster: the same command there, over SSH
+        return follow.run_module(remote, "jobs.cancel", remote.run_dir)
     targets = find_all(args.target)
     if len(targets) == 1:
         print(cancel(targets[0][1]))

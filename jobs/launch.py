@@ -7,6 +7,7 @@ import os
 import shutil
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +22,7 @@ from jobs.tracking import (
     failure_line,
     first_failure,
     full_disk_line,
+    info,
     local_exit_record,
     slurm_info,
     tail,
@@ -122,19 +124,23 @@ def follow(job: submitit.Job[Any], poll_s: float = 0.5) -> None:
 
 
 def settle(job: submitit.Job[Any], timeout_s: float = 120) -> None:
+    settle_id(job.job_id, timeout_s)
+
+
+def settle_id(job_id: str, timeout_s: float = 120) -> None:
     """Wait until Slurm itself calls the job ended: results are written a moment before the epilog ends."""
     deadline = time.monotonic() + timeout_s
-    while slurm_info(job.job_id).state not in TERMINAL and time.monotonic() < deadline:
+    while slurm_info(job_id).state not in TERMINAL and time.monotonic() < deadline:
         time.sleep(0.5)
 
 
-def ended_well(job: submitit.Job[Any], target: Any, executor: str) -> bool | None:
+def ended_well(target: Target) -> bool | None:
     """Whether every task of an ended job exited 0, from Slurm's state or the local controller's exit codes,
     without submitit's wait for result files a failed task never writes (15 s); None where neither tells."""
-    if executor == "slurm":
-        state = slurm_info(job.job_id).state
+    if target.executor == "slurm":
+        state = slurm_info(target.job_id).state
         return state == "COMPLETED" if state in TERMINAL else None
-    if executor == "local":
+    if target.executor == "local":
         codes = local_exit_record(target).get("codes")
         return all(c == 0 for c in codes) if codes else None
     return None
@@ -142,26 +148,34 @@ def ended_well(job: submitit.Job[Any], target: Any, executor: str) -> bool | Non
 
 def outcome(job: submitit.Job[Any], run_dir: Path, executor: str) -> str | None:
     """None when the job succeeded, else one line saying why it did not."""
-    target = Target(job.job_id, executor, run_dir, rank0_log(job).parent)
-    well = ended_well(job, target, executor)
+    return target_outcome(Target(job.job_id, executor, run_dir, rank0_log(job).parent), job.results)
+
+
+def target_outcome(target: Target, results: Callable[[], Any] | None = None) -> str | None:
+    """None when the job behind `target` succeeded, else one line saying why it did not. `results`: submitit's
+    (the debug executor's job ran in this process, and only its results tell)."""
+    well = ended_well(target)
     problem = "failed" if well is False else None
-    if well is None:
+    if well is None and results is not None:
         try:
-            job.results()
+            results()
         except Exception as exc:  # submitit wraps the task's error; the ranks' records name the first failure
             problem = type(exc).__name__
+    elif well is None and info(target).state not in ("COMPLETED", "RUNNING", "PENDING"):
+        problem = info(target).state
+    run_dir, log = target.run_dir, target.log0
     if problem is not None:
         if first := first_failure(target):
-            if first.killed and run_dir.is_dir():  # a killed rank wrote nothing: its record is made here
+            if first.killed and run_dir is not None and run_dir.is_dir():  # a killed rank wrote nothing
                 failures.record(run_dir, first)
             return first.line()
         if line := failure_line(target):
             return line
         if failed := failed_tasks(target):
-            return f"job {job.job_id} failed: {failed[0]}"
-        if line := full_disk_line(run_dir):  # no rank could record anything: its disk is full
+            return f"job {target.job_id} failed: {failed[0]}"
+        if run_dir is not None and (line := full_disk_line(run_dir)):  # no rank could record anything
             return line
-        return f"job {job.job_id} failed ({problem}); see {rank0_log(job)}"
-    if not RunDir(run_dir).summary.exists():
-        return f"job {job.job_id} ended without a summary; see {rank0_log(job)}"
+        return f"job {target.job_id} failed ({problem}); see {log}"
+    if run_dir is None or not RunDir(run_dir).summary.exists():
+        return f"job {target.job_id} ended without a summary; see {log}"
     return None

@@ -5,6 +5,7 @@ import sys
 import threading
 from pathlib import Path
 
+from jobs.remote import follow, runs
 from jobs.tracking import TERMINAL, find, first_failure, info, tail
 from trainer.errors import UserError, one_line_errors
 
@@ -27,7 +28,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--follow", "-f", action="store_true", help="keep printing until the job ends (stderr to stderr)"
     )
+    parser.add_argument("--offset", type=int, default=0, help=argparse.SUPPRESS)  # bytes already shown (a follow)
     args = parser.parse_args(argv)
+    if (remote := runs.load(args.target)) is not None:  # a run on a cluster: the same command there, over SSH
+        rank = [] if args.rank is None else ["--rank", str(args.rank)]
+        if args.follow:
+            return follow.follow(remote, "following the log", "jobs.logs", remote.run_dir, "--follow", *rank)
+        return follow.run_module(remote, "jobs.logs", remote.run_dir, *rank)
     target = find(args.target)
     if args.rank is None:
         first = first_failure(target)
@@ -46,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
 
     errors = threading.Thread(target=tail, args=(err, done, 1.0, sys.stderr), daemon=True)
     errors.start()
-    tail(out, done, poll_s=1.0)
+    tail(out, done, poll_s=1.0, offset=args.offset)
     errors.join()
     return 0
 

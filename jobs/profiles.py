@@ -8,6 +8,7 @@ from typing import Any
 
 import yaml
 
+from jobs.remote.ssh import check_login
 from trainer.config import from_dict
 from trainer.errors import UserError
 from trainer.requeue import signals
@@ -54,6 +55,10 @@ class Profile:
     sbatch_args: dict = field(default_factory=dict)  # extra #SBATCH options, e.g. {mail-type: END}
     env: dict = field(default_factory=dict)  # exported for every task, e.g. NCCL_DEBUG: WARN
     python: str = ""  # the interpreter on the nodes; empty: the one running the submitter
+    # Submitting from another machine (jobs.remote): the login node, over the user's own OpenSSH
+    login: str = ""  # user@host or a Host alias of ~/.ssh/config; empty: submit here
+    remote_root: str = ""  # with login: where runs live on the cluster ($VARS and ~ expand there)
+    ssh_options: list = field(default_factory=list)  # extra ssh arguments, e.g. [-p, "2222", -i, ~/.ssh/key]
     job_name: str = "ddp"
     # The code snapshot (jobs.snapshot): the folder submitted from, copied into the run directory
     snapshot: bool = True  # false: tasks run the code on disk when they start (each requeue: what is there then)
@@ -62,6 +67,8 @@ class Profile:
     snapshot_include: list = field(default_factory=list)  # git-ignored files to copy all the same, e.g. data/*
 
     def __post_init__(self) -> None:
+        if self.login or self.remote_root or self.ssh_options:  # first: its own words for a newline in login
+            self._check_login()
         self._check_text()
         self._check_mappings()
         if self.executor not in EXECUTORS:
@@ -113,6 +120,20 @@ class Profile:
         except ValueError as exc:
             raise UserError(str(exc)) from None
 
+    def _check_login(self) -> None:
+        if not self.login or not self.remote_root:
+            raise UserError(
+                "login and remote_root go together: login: user@host, remote_root: /scratch/$USER/runs "
+                "(the folder for runs on the cluster)"
+            )
+        check_login(self.login)
+        if not all(isinstance(o, str) and o for o in self.ssh_options):
+            raise UserError(f"ssh_options: {self.ssh_options!r} must be a list of ssh arguments, e.g. [-p, '2222']")
+        if self.executor != "slurm":
+            raise UserError(
+                f"login: a profile that submits over SSH runs on Slurm; set executor: slurm, not {self.executor}"
+            )
+
     def _check_text(self) -> None:
         """Refuse text that would change the meaning of the generated sbatch script."""
         for name, value in self._text_values():
@@ -144,7 +165,7 @@ class Profile:
             value = getattr(self, f.name)
             if isinstance(value, str):
                 out.append((f.name, value))
-            elif f.name in ("setup", "srun_args"):
+            elif f.name in ("setup", "srun_args", "ssh_options"):
                 out.extend((f"{f.name}[{i}]", v) for i, v in enumerate(value))
             elif f.name in ("sbatch_args", "env"):
                 for key, v in value.items():

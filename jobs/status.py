@@ -6,6 +6,7 @@ import sys
 from collections import Counter
 from pathlib import Path
 
+from jobs.remote import follow, runs
 from jobs.tracking import Target, failed_tasks, failure_line, find_all, full_disk_line, info, infos, progress
 from trainer.errors import one_line_errors
 from trainer.run.provenance import read_submit
@@ -46,8 +47,12 @@ def report(target: Target) -> str:
 @one_line_errors
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m jobs.status", description=__doc__.splitlines()[0])
-    parser.add_argument("target", help="a run or sweep directory printed by jobs.submit, or a Slurm job id")
+    parser.add_argument(
+        "target", help="a run or sweep directory printed by jobs.submit (or a remote run's name), or a Slurm job id"
+    )
     args = parser.parse_args(argv)
+    if (remote := runs.load(args.target)) is not None:  # a run on a cluster: the same command there, over SSH
+        return follow.run_module(remote, "jobs.status", remote.run_dir)
     targets = find_all(args.target)
     if len(targets) == 1 and not targets[0][0]:
         print(report(targets[0][1]))

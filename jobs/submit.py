@@ -29,6 +29,9 @@ from jobs.plan import (
     with_interpreter,
 )
 from jobs.profiles import Profile, load_profile
+from jobs.remote import runs as remote_runs
+from jobs.remote import submit as remote_submit
+from jobs.remote import sync as remote_sync
 from jobs.snapshot import Snapshot, git_diff, git_state, ignored_files, ignored_note, plan_snapshot
 from jobs.snapshot import copy as copy_snapshot
 from trainer.config import TrainConfig, build_config, config_dict, flat, from_dict, section
@@ -159,6 +162,8 @@ def prepare(argv: list[str] | None) -> Request:
         partition=args.partition,
         array_parallelism=args.array_parallelism,
     )
+    if profile.login:  # a --dry-run of a profile for another machine: the script as the cluster would run it
+        profile = dataclasses.replace(profile, run_root=profile.remote_root)
     run_root = Path(os.path.expandvars(profile.run_root)).expanduser().resolve()
     points = sweep_points(args.sweep) if args.sweep else [[]]
     if args.name is not None:
@@ -259,12 +264,13 @@ def code_for(
     if not profile.snapshot or profile.executor == "debug":  # debug: your breakpoints in your files
         return None, None
     code = RunDir(folder).code
+    # The run root is left out of the snapshot when it lies inside the folder; not when the folder lies inside
+    # it (a submit over SSH runs in a copy kept under remote_root/.snapshots).
+    excluded = [] if run_root in Path.cwd().resolve().parents else [run_root]
     if args.dry_run:
-        return Snapshot(
-            Path.cwd(), [], 0, ignored=ignored_files(Path.cwd(), [run_root], profile.snapshot_include)
-        ), code
+        return Snapshot(Path.cwd(), [], 0, ignored=ignored_files(Path.cwd(), excluded, profile.snapshot_include)), code
     limit = profile.snapshot_limit_mb
-    return plan_snapshot(Path.cwd(), [run_root], profile.snapshot_exclude, limit, profile.snapshot_include), code
+    return plan_snapshot(Path.cwd(), excluded, profile.snapshot_exclude, limit, profile.snapshot_include), code
 
 
 def valid_record(value: Any) -> bool:
@@ -457,7 +463,11 @@ def write_provenance(request: Request) -> None:
         "snapshot": {"files": len(snapshot.files), "bytes": snapshot.size} if snapshot is not None else None,
         "profile": dataclasses.asdict(request.profile) if request.profile is not None else None,
     }
-    write_submit(request.folder, record, git_diff(cwd) if record["git"] else "")
+    diff = git_diff(cwd) if record["git"] else ""
+    if (sent := remote_sync.origin(cwd)) is not None:  # a copy sent over SSH: the laptop's tree is the source
+        record["submitted_from"], diff = sent
+        record["git"], record["project_git"] = sent[0].get("git") or {}, sent[0].get("project_git") or {}
+    write_submit(request.folder, record, diff)
 
 
 def write_job_record(run_dir: Path, job: Any, plan: Plan, profile: Profile | None) -> None:
@@ -475,8 +485,24 @@ def write_job_record(run_dir: Path, job: Any, plan: Plan, profile: Profile | Non
     write_text(path, json.dumps(record, indent=2) + "\n")
 
 
+def over_ssh(argv: list[str]) -> int | None:
+    """A submit whose profile names a login node (or a --resume of a run that lives on one) runs there
+    (jobs.remote.submit); None: it runs here. A --dry-run prints the script here, without connecting."""
+    args = parse_args(split_command(argv)[0])
+    resume = remote_runs.load(args.resume) if args.resume and not args.dry_run else None
+    if resume is not None:
+        return remote_submit.submit(argv, load_profile(DEFAULT_PROFILE), args.wait, resume)
+    if args.dry_run or (args.resume and not args.profile):
+        return None
+    profile = profile_for(args)
+    return remote_submit.submit(argv, profile, args.wait, None) if profile.login else None
+
+
 @one_line_errors
 def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if (code := over_ssh(argv)) is not None:
+        return code
     request = prepare(argv)
     if request.snapshot is not None and (note := ignored_note(request.snapshot.workspace, request.snapshot.ignored)):
         print(note, file=sys.stderr)

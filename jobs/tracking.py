@@ -392,16 +392,17 @@ def task_logs(log_dir: Path, job_id: str, rank: int) -> tuple[Path, Path]:
     return Path(paths.stdout), Path(paths.stderr)
 
 
-def tail(path: Path, done: Callable[[], bool], poll_s: float, sink: TextIO | None = None) -> None:
-    """Copy what is written to `path` to `sink` (stdout), until a read made after done() said yes."""
+def tail(path: Path, done: Callable[[], bool], poll_s: float, sink: TextIO | None = None, offset: int = 0) -> None:
+    """Copy what is written to `path` from byte `offset` to `sink` (stdout), until a read made after done()
+    said yes."""
     sink = sink or sys.stdout
-    position = 0
+    position = offset
     while True:
         finished = done()
         if path.exists():
-            with path.open() as f:
+            with path.open("rb") as f:  # bytes: an offset is a byte count (a follow over SSH resumes there)
                 f.seek(position)
-                sink.write(f.read())
+                sink.write(f.read().decode(errors="replace"))
                 position = f.tell()
             sink.flush()
         if finished:

@@ -1,0 +1,32 @@
+"""`python -m jobs.fetch RUN`: bring a cluster run's records (summary.json, attempts.json, error.txt, ...) and
+its TensorBoard events into the run's folder on this machine, so `tensorboard --logdir runs/RUN` works here."""
+
+import argparse
+import sys
+
+from jobs.remote import follow, runs
+from trainer.errors import UserError, one_line_errors
+
+
+@one_line_errors
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m jobs.fetch", description=__doc__.splitlines()[0])
+    parser.add_argument("target", help="a run submitted over SSH: its folder under ./runs, or its name")
+    args = parser.parse_args(argv)
+    remote = runs.load(args.target)
+    if remote is None:
+        raise UserError(
+            f"{args.target} is not a run submitted over SSH (no runs/NAME/remote.json); a local run is here"
+        )
+    folder = runs.local_folder(remote.run_dir)
+    names = follow.fetch(remote, folder)
+    events = sum(1 for n in names if n.startswith("tensorboard/"))
+    print(
+        f"fetched {len(names)} file(s) from {remote.login.login}:{remote.run_dir} into {folder} ({events} event file(s))"
+    )
+    print(f"TensorBoard:   tensorboard --logdir {folder}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,153 @@
+"""What runs on the login node for a laptop's command (jobs.remote): this file's text is sent as `python -c`,
+so it needs nothing installed there but Python (3.8 or later) and, for the actions that run this project's
+modules, the project's dependencies. Standard library only; no import of this project at the top.
+
+    python -c AGENT hello ROOT                    make ROOT, check it is writable, report the dependencies
+    python -c AGENT manifest DIR                  {path: sha256} of the files under DIR, as JSON
+    python -c AGENT receive DIR < TAR             unpack changed files into DIR; drop files not in its manifest
+    python -c AGENT read PATH OFFSET [LIMIT]      the bytes of PATH from OFFSET (a log, tailed)
+    python -c AGENT pack RUN_DIR > TAR            the run's records and TensorBoard events, for jobs.fetch
+    python -c AGENT run CWD MODULE ARGS...        python -m MODULE ARGS in CWD (the run's code snapshot)
+
+Paths arrive quoted, never through a shell; `$VARS` and `~` in them are expanded here, on the cluster.
+Exit 2 with one `error: ...` line on stderr for what the laptop should report as bad input.
+"""
+
+import hashlib
+import importlib.util
+import io
+import json
+import os
+import runpy
+import sys
+import tarfile
+
+MANIFEST = ".slurm-ddp/manifest.json"  # inside a received tar: every path the snapshot holds
+NEEDED = ("torch", "submitit", "yaml", "tensorboard", "PIL", "pandas", "torchvision")
+FETCHED = ("summary.json", "attempts.json", "error.txt", "progress.json")  # no job.json: not a run to resume here
+
+
+def expand(path: str) -> str:
+    return os.path.abspath(os.path.expanduser(os.path.expandvars(path)))
+
+
+def fail(message: str) -> None:
+    sys.stderr.write(f"error: {message}\n")
+    sys.exit(2)
+
+
+def hello(root: str) -> None:
+    folder = expand(root)
+    try:
+        os.makedirs(folder, exist_ok=True)
+        probe = os.path.join(folder, f".write-test-{os.getpid()}")
+        with open(probe, "w") as f:
+            f.write("ok")
+        os.unlink(probe)
+    except OSError as exc:
+        fail(f"remote_root {root} ({folder}) is not writable on the login node: {exc.strerror}; pick a folder you own")
+    missing = [name for name in NEEDED if importlib.util.find_spec(name) is None]
+    print(json.dumps({"root": folder, "python": sys.executable, "missing": missing, "version": sys.version.split()[0]}))
+
+
+def digest(path: str) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def manifest(folder: str) -> None:
+    base, out = expand(folder), {}
+    for root, dirs, files in os.walk(base):
+        dirs[:] = [d for d in dirs if d != ".slurm-ddp"]
+        for name in files:
+            path = os.path.join(root, name)
+            if os.path.isfile(path) and not os.path.islink(path):
+                out[os.path.relpath(path, base)] = digest(path)
+    print(json.dumps(out))
+
+
+def safe(name: str) -> bool:
+    parts = name.split("/")
+    return bool(name) and not name.startswith("/") and ".." not in parts and "\\" not in name
+
+
+def receive(folder: str) -> None:
+    base = expand(folder)
+    os.makedirs(base, exist_ok=True)
+    data = sys.stdin.buffer.read()
+    keep = None
+    with tarfile.open(fileobj=io.BytesIO(data), mode="r:") as tar:
+        for member in tar.getmembers():
+            if not member.isfile() or not safe(member.name):
+                fail(f"refusing {member.name!r} in the snapshot: not a plain file inside the folder")
+            source = tar.extractfile(member)
+            content = source.read() if source else b""
+            if member.name == MANIFEST:
+                keep = set(json.loads(content.decode()))
+            target = os.path.join(base, member.name)
+            os.makedirs(os.path.dirname(target), exist_ok=True)
+            part = target + ".part"
+            with open(part, "wb") as f:
+                f.write(content)
+            os.chmod(part, member.mode & 0o777 or 0o644)
+            os.replace(part, target)
+    if keep is not None:  # files the snapshot no longer has (deleted on the laptop)
+        for root, dirs, files in os.walk(base):
+            dirs[:] = [d for d in dirs if d != ".slurm-ddp"]
+            for name in files:
+                path = os.path.join(root, name)
+                if os.path.relpath(path, base) not in keep:
+                    os.unlink(path)
+    print(json.dumps({"received": len(data)}))
+
+
+def read(path: str, offset: str, limit: str = "4194304") -> None:
+    try:
+        with open(expand(path), "rb") as f:
+            f.seek(int(offset))
+            sys.stdout.buffer.write(f.read(int(limit)))
+    except FileNotFoundError:
+        pass  # not written yet: nothing new
+
+
+def pack(run_dir: str) -> None:
+    base = expand(run_dir)
+    if not os.path.isdir(base):
+        fail(f"{run_dir} is not a run directory on the cluster")
+    with tarfile.open(fileobj=sys.stdout.buffer, mode="w|") as tar:
+        for name in FETCHED:
+            if os.path.isfile(os.path.join(base, name)):
+                tar.add(os.path.join(base, name), arcname=name)
+        for root, _, files in os.walk(os.path.join(base, "tensorboard")):
+            for name in sorted(files):
+                path = os.path.join(root, name)
+                tar.add(path, arcname=os.path.relpath(path, base))
+
+
+def run(cwd: str, module: str, *args: str) -> None:
+    folder = expand(cwd)
+    if not os.path.isdir(folder):
+        fail(f"{cwd} does not exist on the cluster; was the run submitted from here?")
+    missing = [name for name in ("submitit", "yaml") if importlib.util.find_spec(name) is None]
+    if missing:
+        fail(f"the cluster's python ({sys.executable}) cannot import {', '.join(missing)}: install the project there")
+    os.chdir(folder)
+    sys.path.insert(0, folder)
+    sys.argv = [module, *args]
+    runpy.run_module(module, run_name="__main__", alter_sys=True)
+
+
+ACTIONS = {"hello": hello, "manifest": manifest, "receive": receive, "read": read, "pack": pack, "run": run}
+
+
+def main(argv: list) -> None:
+    if not argv or argv[0] not in ACTIONS:
+        fail(f"unknown action {argv[:1]}; this agent does {', '.join(ACTIONS)}")
+    ACTIONS[argv[0]](*argv[1:])
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,54 @@
+"""A run that lives on a cluster, as the laptop knows it: a folder of the same name under the local run root
+holding `remote.json` (the login node, how to reach it, the run directory there). jobs.status, logs, cancel,
+wait and list take that folder (or its name) and run over SSH; jobs.fetch brings the run's records and
+TensorBoard events into it. It holds no job.json, config.yaml or checkpoints: nothing there looks like a run
+to resume locally."""
+
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from jobs.remote.ssh import Login
+from trainer.errors import UserError
+from trainer.run.atomic import write_text
+
+RECORD = "remote.json"
+LOCAL_ROOT = "runs"  # where the laptop keeps its remote runs' folders, under the folder submitted from
+
+
+@dataclass(frozen=True)
+class RemoteRun:
+    login: Login
+    run_dir: str  # on the cluster, as its submit printed it
+    job_id: str
+    profile: str
+    cwd: str  # where the project's modules run on the cluster: the run's code snapshot (else the synced copy)
+
+
+def local_folder(run_dir: str, root: Path | None = None) -> Path:
+    return (root or Path(LOCAL_ROOT)).resolve() / Path(run_dir).name
+
+
+def save(folder: Path, run: RemoteRun) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    record = {"login": asdict(run.login), "run_dir": run.run_dir, "job_id": run.job_id, "profile": run.profile}
+    record["cwd"] = run.cwd
+    write_text(folder / RECORD, json.dumps(record, indent=2) + "\n")
+
+
+def load(target: str) -> RemoteRun | None:
+    """The remote run a path or a name stands for; None when it is not one (a local run, a job id)."""
+    path = Path(target)
+    if not path.is_dir() and "/" not in target and (Path(LOCAL_ROOT) / target).is_dir():
+        path = Path(LOCAL_ROOT) / target  # a run's name
+    record_file = path / RECORD
+    if not record_file.is_file():
+        return None
+    try:
+        data = json.loads(record_file.read_text())
+        login = Login(**data["login"])
+        return RemoteRun(login, data["run_dir"], str(data["job_id"]), data.get("profile", ""), data["cwd"])
+    except (ValueError, KeyError, TypeError) as exc:
+        raise UserError(
+            f"{record_file} is damaged ({exc}); remove the folder and look the run up on the cluster"
+        ) from None

@@ -1,0 +1,137 @@
+"""One login node, reached with the user's own OpenSSH: their config, agent, ProxyJump and ControlMaster.
+
+Every remote command is the agent (jobs/remote/agent.py) run by the cluster's python, its arguments quoted
+with shlex (the login shell parses the line ssh sends it; a run name or an override is never code there).
+BatchMode: a password or passphrase prompt fails at once instead of hanging; a site with two-factor login
+works through the user's own ControlMaster (one prompt, then every command rides that connection). Where
+the user's config sets no ControlMaster, one of ours (a private socket, kept 60 s) serves every command of
+one invocation, so a status or a follow pays the handshake once.
+"""
+
+import hashlib
+import os
+import re
+import shlex
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from trainer.errors import UserError
+
+AGENT = Path(__file__).with_name("agent.py")
+CONNECT_TIMEOUT_S = 10
+LOGIN = re.compile(r"(?:[A-Za-z0-9._-]+@)?[A-Za-z0-9][A-Za-z0-9._-]*")  # user@host or a Host alias, nothing more
+SSH_FAILED = 255  # ssh's own exit code: the connection, not the remote command
+
+
+@dataclass(frozen=True)
+class Login:
+    """Where the runs live: the login node, how to reach it, and its interpreter and folder for runs."""
+
+    login: str
+    remote_root: str
+    ssh_options: list[str] = field(default_factory=list)
+    python: str = "python3"
+
+    def __post_init__(self) -> None:
+        check_login(self.login)
+        if not self.remote_root or "\n" in self.remote_root or "\0" in self.remote_root:
+            raise UserError("remote_root must be a folder on the cluster, e.g. /scratch/$USER/runs")
+        if not all(isinstance(o, str) and "\n" not in o for o in self.ssh_options):
+            raise UserError(f"ssh_options: {self.ssh_options!r} must be a list of ssh arguments, e.g. [-p, '2222']")
+
+
+def check_login(login: str) -> None:
+    if not isinstance(login, str) or not LOGIN.fullmatch(login):
+        raise UserError(
+            f"login {login!r} is not user@host or a Host alias of your ssh config (letters, digits, . _ - only); "
+            "write e.g. login: alice@cluster.example.org"
+        )
+
+
+def control_options(login: Login) -> list[str]:
+    """Our ControlMaster, unless the user's ssh config has one of its own for this host (`ssh -G` reads it)."""
+    try:
+        seen = subprocess.run(
+            ["ssh", "-G", *login.ssh_options, login.login], capture_output=True, text=True, timeout=10
+        ).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        seen = ""
+    if re.search(r"^controlmaster (auto|yes|ask|autoask)$", seen, re.M):
+        return []
+    folder = Path(tempfile.gettempdir()) / f"slurm-ddp-ssh-{os.getuid()}"
+    folder.mkdir(mode=0o700, exist_ok=True)
+    # Per set of options too: a connection made with one key must not serve a profile that names another.
+    options = hashlib.sha256("\0".join(login.ssh_options).encode()).hexdigest()[:8]
+    return ["-o", "ControlMaster=auto", "-o", f"ControlPath={folder}/{options}-%C", "-o", "ControlPersist=60"]
+
+
+def ssh_argv(login: Login, action: str, *args: str, control: Sequence[str] = ()) -> list[str]:
+    """The ssh command line that runs the agent's `action` with `args` on the login node (pure)."""
+    remote = shlex.join([login.python, "-c", AGENT.read_text(), action, *args])
+    options = ["-o", "BatchMode=yes", "-o", f"ConnectTimeout={CONNECT_TIMEOUT_S}", *control, *login.ssh_options]
+    return ["ssh", *options, "--", login.login, remote]
+
+
+class Connection:
+    """The commands of one invocation, over one connection where the user's config allows."""
+
+    def __init__(self, login: Login) -> None:
+        self.login = login
+        self.control = control_options(login)
+        self.sent = 0  # bytes sent to the login node's agent (a snapshot's files)
+
+    def argv(self, action: str, *args: str) -> list[str]:
+        return ssh_argv(self.login, action, *args, control=self.control)
+
+    def call(self, action: str, *args: str, data: bytes = b"", timeout: float = 600) -> bytes:
+        """The agent's output; its one-line error, or the connection's, as a UserError."""
+        self.sent += len(data)
+        try:
+            done = subprocess.run(self.argv(action, *args), input=data, capture_output=True, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            raise UserError(f"{self.login.login} did not answer within {timeout:.0f} s; try again") from None
+        if done.returncode != 0:
+            raise UserError(self.explain(done.returncode, done.stderr.decode(errors="replace")))
+        return done.stdout
+
+    def stream(self, action: str, *args: str) -> int:
+        """Run an agent action with its output going to ours as it comes; its exit code (255: the connection)."""
+        sys.stdout.flush()
+        return subprocess.run(self.argv(action, *args)).returncode
+
+    def explain(self, code: int, stderr: str) -> str:
+        """One line for what went wrong: the agent's own error line, else what ssh said, with the fix."""
+        lines = [line.strip() for line in stderr.splitlines() if line.strip()]
+        own = [line for line in lines if line.startswith("error: ")]
+        if own:
+            return own[-1].removeprefix("error: ")
+        text = " ".join(lines[-2:]) or f"exit code {code}"
+        host = self.login.login
+        if code == SSH_FAILED:
+            if "Permission denied" in text:
+                return f"{host} refused the key: {text}; add your key (ssh-copy-id) or set ssh_options: [-i, KEY]"
+            return f"cannot reach {host}: {text}; check login and ssh_options (try: ssh {host} true)"
+        if code == 127 or "not found" in text:
+            return f"{host} has no {self.login.python}: {text}; set python: in the profile to the cluster's interpreter"
+        return f"{host}: {text}"
+
+
+def with_retries(what: str, attempt: Callable[[], int], give_up_s: float = 600.0) -> int:
+    """Run `attempt` again while it fails for the connection (exit 255), for up to `give_up_s`: a dropped
+    connection is not the job's end (it never depends on the laptop)."""
+    deadline = time.monotonic() + give_up_s
+    wait = 1.0
+    while True:
+        code = attempt()
+        if code != SSH_FAILED:
+            return code
+        if time.monotonic() > deadline:
+            raise UserError(f"lost the connection while {what} and could not reconnect for {give_up_s:.0f} s")
+        print(f"connection lost while {what}; reconnecting in {wait:.0f} s", file=sys.stderr, flush=True)
+        time.sleep(wait)
+        wait = min(wait * 2, 30.0)

@@ -1,0 +1,108 @@
+"""`python -m jobs.submit --profile mysite ...` where the profile names a `login`: the submit runs on the login
+node. Here: the profile and flags are checked, the code snapshot is sent (jobs.remote.sync), then the login
+node's own `python -m jobs.submit` runs on that copy with the same arguments and a profile of the same fields
+whose run_root is `remote_root`, and its lines are printed as they come. A folder of the run's name under
+./runs records where it lives (jobs.remote.runs), so jobs.status NAME and the others work from here."""
+
+import dataclasses
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+from jobs.profiles import Profile
+from jobs.remote import follow, runs, sync
+from jobs.remote.runs import RemoteRun
+from jobs.remote.ssh import SSH_FAILED, Connection, Login
+from jobs.snapshot import git_diff, plan_snapshot
+from trainer.errors import UserError
+
+PROFILE = ".slurm-ddp/profile.yaml"  # in the login node's copy of the folder: the profile as the cluster runs it
+LOCAL_ONLY = ("name", "login", "remote_root", "ssh_options")
+
+
+def login_of(profile: Profile) -> Login:
+    if profile.executor != "slurm":
+        raise UserError(
+            f"profile {profile.name} names login {profile.login} but runs {profile.executor}; set executor: slurm"
+        )
+    return Login(profile.login, profile.remote_root, list(profile.ssh_options), profile.python or "python3")
+
+
+def cluster_profile(profile: Profile) -> dict[str, object]:
+    """The profile the login node's submit reads: every field but those of the connection; runs in remote_root."""
+    fields = {f.name: getattr(profile, f.name) for f in dataclasses.fields(profile) if f.name not in LOCAL_ONLY}
+    return fields | {"run_root": profile.remote_root}
+
+
+def with_profile(argv: list[str], path: str) -> list[str]:
+    """The submit's arguments with --profile replaced by `path`, and without --wait (followed from here)."""
+    out, skip = [], False
+    for i, arg in enumerate(argv):
+        if skip:
+            skip = False
+            continue
+        if arg == "--":
+            return [*out, "--profile", path, *argv[i:]]
+        if arg == "--profile":
+            skip = True
+        elif not arg.startswith("--profile=") and arg != "--wait":
+            out.append(arg)
+    return [*out, "--profile", path]
+
+
+def submit(argv: list[str], profile: Profile, wait: bool, resume: RemoteRun | None) -> int:
+    """Send the code, submit on the login node, record the run here; follow it with --wait."""
+    login = resume.login if resume else login_of(profile)
+    connection = Connection(login)
+    hello = json.loads(connection.call("hello", login.remote_root, timeout=60))
+    if hello["missing"]:
+        raise UserError(
+            f"the cluster's python ({hello['python']}) cannot import {', '.join(hello['missing'])}: install the "
+            "project's dependencies there (pip install -e . in a clone), or set python: in the profile"
+        )
+    if resume:  # in the run's own snapshot, with the profile it ran with (its job.json there)
+        args = [a for a in argv if a != "--wait"]
+        args[args.index("--resume") + 1] = resume.run_dir
+        cwd = resume.cwd
+    else:
+        snapshot = plan_snapshot(
+            Path.cwd(), [Path(runs.LOCAL_ROOT).resolve()], profile.snapshot_exclude, profile.snapshot_limit_mb,
+            profile.snapshot_include,
+        )  # fmt: skip
+        cwd = sync.cache_dir(login.remote_root, Path.cwd())
+        text = yaml.safe_dump(cluster_profile(profile), sort_keys=False).encode()
+        extra = {PROFILE: text, **sync.origin_files(snapshot, git_diff(Path.cwd()) if snapshot.git else "")}
+        sent = sync.send(connection, snapshot, cwd, extra)
+        print(
+            f"sent {sent.files} new or changed file(s) of {len(snapshot.files)} ({sent.bytes} bytes) to {login.login}",
+            flush=True,
+        )
+        args = with_profile(argv, PROFILE)  # relative: the submit there runs in that copy
+    out = submit_there(connection, cwd, args)
+    run_dir = re.search(r"^run directory: (.+)$", out, re.M)
+    job = re.search(r"^submitted (?:array )?job (\S+)", out, re.M)
+    if run_dir is None or job is None:
+        return 0  # a --dry-run's script, or a run that had already finished: nothing to record
+    where = f"{run_dir.group(1)}/code" if profile.snapshot and not resume else cwd
+    run = RemoteRun(login, run_dir.group(1), job.group(1), profile.name, where)
+    folder = runs.local_folder(run.run_dir)
+    runs.save(folder, run)
+    print(f"here:          {folder} (jobs.status, jobs.logs, jobs.wait, jobs.fetch take it or its name)", flush=True)
+    return follow.wait(run) if wait else 0
+
+
+def submit_there(connection: Connection, cwd: str, args: list[str]) -> str:
+    """The login node's jobs.submit, its lines printed as they come; what it printed."""
+    argv = connection.argv("run", cwd, "jobs.submit", *args)
+    done = subprocess.run(argv, capture_output=True, text=True)
+    sys.stdout.write(done.stdout)
+    if done.returncode == SSH_FAILED or (done.returncode != 0 and "error: " in done.stderr):
+        raise UserError(connection.explain(done.returncode, done.stderr))
+    sys.stderr.write(done.stderr)
+    if done.returncode != 0:
+        raise UserError(f"the submit on {connection.login.login} failed (exit {done.returncode})")
+    return done.stdout

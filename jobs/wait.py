@@ -1,0 +1,46 @@
+"""`python -m jobs.wait RUN`: follow a submitted job's rank 0 log and exit with its outcome, as `--wait` would
+have (0: finished; 1: failed, with the first failure's line). For any executor, and for a run on a cluster
+(jobs.remote): re-attach after closing the terminal or losing the connection."""
+
+import argparse
+import sys
+
+from jobs import launch
+from jobs.remote import follow, runs
+from jobs.tracking import TERMINAL, Target, find_all, info, tail
+from trainer.errors import UserError, one_line_errors
+
+
+def wait(target: Target, offset: int = 0) -> str | None:
+    """Print rank 0's log from byte `offset` until the job ends; its outcome line, None when it succeeded."""
+    if target.executor == "debug":
+        raise UserError(f"job {target.job_id} ran in its submitter's process (debug executor): nothing to wait for")
+    if target.log0 is None:
+        raise UserError(f"the log folder of job {target.job_id} is unknown; pass its run directory instead")
+    tail(target.log0, lambda: info(target).state in TERMINAL, poll_s=0.5, offset=offset)
+    if target.executor == "slurm":
+        launch.settle_id(target.job_id)
+    return launch.target_outcome(target)
+
+
+@one_line_errors
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m jobs.wait", description=__doc__.splitlines()[0])
+    parser.add_argument("target", help="a run or sweep directory printed by jobs.submit (or its name), or a job id")
+    parser.add_argument("--offset", type=int, default=0, help=argparse.SUPPRESS)  # bytes of the log already shown
+    args = parser.parse_args(argv)
+    if (remote := runs.load(args.target)) is not None:
+        return follow.wait(remote)
+    problems = []
+    for _, target in find_all(args.target):
+        if line := wait(target, args.offset):
+            problems.append(line)
+    if problems:
+        print(f"error: {problems[0]}", file=sys.stderr)
+        return 1
+    print("finished")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,183 @@
+"""From a laptop: submit, follow, list and fetch runs on the test cluster's login node over a real OpenSSH server.
+
+The laptop side runs with no Slurm command on its PATH and no SLURM_CONF (tests/slurm/sshd.py: laptop_env), so
+nothing here can pass by calling sbatch locally; the login node is sshd on 127.0.0.1:22022 in front of the
+two-node cluster, its runs under the test's `cluster-runs/`."""
+
+import json
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+from tests.conftest import ROOT
+from tests.slurm import sshd
+from tests.slurm.cluster import preempt_normal_jobs, release_when_requeued
+from tests.slurm.test_requeue import ARGS, reference_hash  # noqa: F401 (a fixture)
+from tests.slurm.test_slurm import poll
+
+
+@pytest.fixture(scope="module")
+def login_node() -> None:
+    sshd.up()
+
+
+def laptop(tmp_path: Path, extra: dict | None = None) -> Path:
+    """A folder on the laptop with a profile for the cluster behind sshd; runs recorded under its runs/."""
+    folder = tmp_path / "laptop"
+    folder.mkdir(exist_ok=True)
+    mini = yaml.safe_load((ROOT / "cluster_profiles" / "mini.yaml").read_text())
+    profile = mini | {
+        "login": "root@127.0.0.1",
+        "remote_root": str(tmp_path / "cluster-runs"),
+        "ssh_options": sshd.ssh_options(),
+        "python": sys.executable,
+        **(extra or {}),
+    }
+    (folder / "site.yaml").write_text(yaml.safe_dump(profile))
+    return folder
+
+
+def run(folder: Path, module: str, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    env = sshd.laptop_env(folder.parent) | {"PYTHONPATH": str(ROOT)}
+    return subprocess.run(
+        [sys.executable, "-m", module, *args], cwd=folder, env=env, capture_output=True, text=True, timeout=timeout
+    )
+
+
+def job_of(output: str) -> str:
+    return re.search(r"^submitted job (\d+)", output, re.M).group(1)  # type: ignore[union-attr]
+
+
+def name_of(result: subprocess.CompletedProcess[str]) -> str:
+    return Path(re.search(r"^run directory: (.+)$", result.stdout, re.M).group(1)).name  # type: ignore[union-attr]
+
+
+def test_submit_over_ssh_waits_through_a_cut_connection_then_status_fetch_and_list(
+    login_node: None, tmp_path: Path, sample_root: Path, reference_run: Path
+) -> None:
+    """2 nodes x 2 tasks submitted over SSH with --wait; the ssh connection is killed while it follows, and it
+    reconnects and still reports the outcome. Then status and fetch by the run's name (TensorBoard's own
+    reader opens the fetched events), jobs.list with a local run beside it, and a second submit of unchanged
+    code that sends no file again (refused there, one line: its override is bad)."""
+    folder = laptop(tmp_path)
+    data = f"data.root={sample_root / 'pix2pix'}"
+    args = ["--profile", "site.yaml", "--nodes", "2", "--gpus-per-node", "2", data, "steps=60", "log.every=5"]
+    env = sshd.laptop_env(tmp_path) | {"PYTHONPATH": str(ROOT)}
+    out = tmp_path / "wait.out"
+    with out.open("w") as sink, (tmp_path / "wait.err").open("w") as err:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "jobs.submit", *args, "--wait", "log.image_every=0"],
+            cwd=folder, env=env, stdout=sink, stderr=err,
+        )  # fmt: skip
+        poll("training over SSH", lambda: "step 5/60" in out.read_text(), timeout=120)
+        masters = subprocess.run(["pkill", "-f", r"ssh: .*slurm-ddp-ssh.*\[mux\]"], check=False)
+        assert masters.returncode == 0, "no ssh master connection to cut"
+        assert proc.wait(timeout=240) == 0, out.read_text() + (tmp_path / "wait.err").read_text()
+    text, errors = out.read_text(), (tmp_path / "wait.err").read_text()
+    assert "sent " in text and "submitted job " in text and "x 4 task(s), slurm)" in text
+    assert "connection lost while following job" in errors and "finished" in text.splitlines()[-1]
+    assert len(re.findall(r"^step 10/60 ", text, re.M)) == 1  # nothing shown twice after the reconnect
+    name = Path(re.search(r"^run directory: (.+)$", text, re.M).group(1)).name  # type: ignore[union-attr]
+    assert (folder / "runs" / name / "remote.json").is_file()
+
+    status = run(folder, "jobs.status", name)
+    assert status.returncode == 0 and ": COMPLETED" in status.stdout, status.stdout + status.stderr
+    fetched = run(folder, "jobs.fetch", name)
+    assert fetched.returncode == 0, fetched.stderr
+    events = next((folder / "runs" / name / "tensorboard").glob("events.out.tfevents*"))
+    scalars = EventAccumulator(str(events.parent)).Reload().Scalars("train/loss")
+    assert scalars[-1].step == 60
+    assert json.loads((folder / "runs" / name / "summary.json").read_text())["world_size"] == 4
+
+    local = folder / "runs" / "a-local-run"
+    subprocess.run(["cp", "-r", str(reference_run), str(local)], check=True)
+    listing = run(folder, "jobs.list")
+    assert listing.returncode == 0, listing.stderr
+    lines = listing.stdout.splitlines()
+    assert lines[0].split()[:6] == ["name", "profile", "job", "state", "step", "validation"]
+    rows = {line.split()[0]: line.split()[1:5] for line in lines[1:]}
+    assert rows[name] == ["site", job_of(text), "COMPLETED", "60"] and rows["a-local-run"][2:] == ["COMPLETED", "48"]
+
+    pwned = tmp_path / "pwned"
+    again = run(folder, "jobs.submit", *args, f"steps=1;touch {pwned}")
+    assert again.returncode == 2 and "sent 0 new or changed file(s)" in again.stdout, again.stdout + again.stderr
+    assert len(again.stderr.strip().splitlines()) == 1 and "steps" in again.stderr
+    assert not pwned.exists()
+    assert len(list((tmp_path / "cluster-runs").iterdir())) == 2  # the run and the snapshot copy: nothing more
+
+
+def test_a_preempted_run_submitted_over_ssh_resumes_exactly_and_logs_follow_and_cancel_work(
+    login_node: None,
+    tmp_path: Path,
+    sample_root: Path,
+    reference_hash: str,  # noqa: F811
+) -> None:
+    """Submitted over SSH (2 nodes x 1 task), preempted, requeued and resumed on the cluster: it ends on the
+    weights of the uninterrupted run. jobs.logs --follow by name follows it to its end over SSH; a second run
+    is cancelled by name over SSH."""
+    folder = laptop(tmp_path)
+    data = f"data.root={sample_root / 'pix2pix'}"
+    result = run(folder, "jobs.submit", "--profile", "site.yaml", data, *ARGS)
+    assert result.returncode == 0, result.stdout + result.stderr
+    name = name_of(result)
+    remote = Path(re.search(r"^run directory: (.+)$", result.stdout, re.M).group(1))  # type: ignore[union-attr]
+    job = json.loads((folder / "runs" / name / "remote.json").read_text())["job_id"]
+    poll("training", lambda: (remote / "progress.json").exists(), timeout=120)
+    preempt_normal_jobs()
+    release_when_requeued(job)
+    followed = run(folder, "jobs.logs", name, "--follow", timeout=300)
+    assert followed.returncode == 0 and "done: step 240" in followed.stdout, followed.stdout + followed.stderr
+    assert run(folder, "jobs.fetch", name).returncode == 0
+    summary = json.loads((folder / "runs" / name / "summary.json").read_text())
+    assert summary["weights_sha256"] == reference_hash and summary["preemptions"] == 1
+
+    second = run(folder, "jobs.submit", "--profile", "site.yaml", data, *ARGS)
+    assert second.returncode == 0, second.stderr
+    cancelled = run(folder, "jobs.cancel", name_of(second))
+    assert cancelled.returncode == 0, cancelled.stderr
+    poll("CANCELLED", lambda: ": CANCELLED" in run(folder, "jobs.status", name_of(second)).stdout, timeout=60)
+
+
+BAD = [
+    ({"ssh_options": ["-p", "1", "-i", str(sshd.KEY)]}, "cannot reach root@127.0.0.1"),
+    ({"ssh_options": ["-p", str(sshd.PORT), "-i", "/dev/null", "-o", "StrictHostKeyChecking=no"]}, "refused the key"),
+    ({"python": "/nonexistent/python3"}, "has no /nonexistent/python3"),
+    ({"python": "/usr/bin/python3"}, "cannot import torch"),
+    ({"remote_root": "/proc/runs"}, "is not writable on the login node"),
+    ({"login": "root@127.0.0.1\nrm -rf /"}, "is not user@host or a Host alias"),
+    ({"login": "root@127.0.0.1;touch /tmp/x"}, "is not user@host or a Host alias"),
+]
+
+
+@pytest.mark.parametrize(("change", "message"), BAD, ids=[m.split()[-1] for _, m in BAD])
+def test_bad_remote_input_is_one_line_within_15_s_and_leaves_nothing(
+    login_node: None, tmp_path: Path, change: dict, message: str
+) -> None:
+    folder = laptop(tmp_path, change)
+    started = time.monotonic()
+    result = run(folder, "jobs.submit", "--profile", "site.yaml", "steps=4", timeout=60)
+    assert (result.returncode, result.stdout) == (2, ""), result.stdout + result.stderr
+    assert result.stderr.startswith("error: ") and len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert message in result.stderr and time.monotonic() - started < 15
+    assert not (folder / "runs").exists()
+    remote = tmp_path / "cluster-runs"
+    assert not remote.exists() or not [p for p in remote.iterdir() if not p.name.startswith(".")]
+
+
+def test_a_hostile_script_argument_reaches_the_script_as_text(login_node: None, tmp_path: Path) -> None:
+    """`-- python show.py '$(touch X)' '; touch Y'`: the words arrive in the script's argv on the cluster; no
+    shell on the login node or a node ever runs them."""
+    folder = laptop(tmp_path, {"nodes": 1, "gpus_per_node": 1})
+    (folder / "show.py").write_text("import json, sys\nopen('argv.json', 'w').write(json.dumps(sys.argv[1:]))\n")
+    words = [f"$(touch {tmp_path / 'a'})", f"; touch {tmp_path / 'b'}", "`id`"]
+    result = run(folder, "jobs.submit", "--profile", "site.yaml", "--wait", "--", "python", "show.py", *words)
+    assert result.returncode == 0, result.stdout + result.stderr
+    remote = Path(re.search(r"^run directory: (.+)$", result.stdout, re.M).group(1))  # type: ignore[union-attr]
+    assert json.loads((remote / "code" / "argv.json").read_text()) == words
+    assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
