@@ -88,7 +88,7 @@ def submit(argv: list[str], profile: Profile, wait: bool, resume: RemoteRun | No
     if run_dir is None or job is None:
         return 0  # a --dry-run's script, or a run that had already finished: nothing to record
     where = f"{run_dir.group(1)}/code" if profile.snapshot and not resume else cwd
-    run = RemoteRun(login, run_dir.group(1), job.group(1), profile.name, where)
+    run = RemoteRun(login, run_dir.group(1), job.group(1), resume.profile if resume else profile.name, where)
     folder = runs.local_folder(run.run_dir)
     runs.save(folder, run)
     print(f"here:          {folder} (jobs.status, jobs.logs, jobs.wait, jobs.fetch take it or its name)", flush=True)

@@ -13,6 +13,7 @@ TINY = [
     (["resume_scale.py", "--nodes", "2", "--tasks", "1", "--width", "4"], ["ranks reading: 1 of 2", "meets"]),
     (["startup.py", "--rounds", "1", "--tasks", "1"], ["| process group joined |", "ratio"]),
     (["restart_cost.py", "--rounds", "1", "--steps", "40"], ["round 1 in-job: kill to first resumed step", "ratio"]),
+    (["remote_submit.py", "--rounds", "1"], ["| ssh, unchanged |", "sends no file again: meets"]),
 ]
 
 

@@ -3,6 +3,7 @@ caller's environment. Real two-process runs (gloo on CPU) where the controller i
 
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -459,3 +460,22 @@ def test_a_run_that_stops_on_purpose_is_not_started_again_in_its_allocation(tmp_
     [run_dir] = run_dirs(tmp_path / "runs")
     assert len(json.loads((run_dir / "attempts.json").read_text())) == 1
     assert "starting the tasks again" not in result.stdout + result.stderr
+
+
+def test_jobs_wait_reattaches_to_a_local_run_and_jobs_list_shows_it(local_profile: Path, sample_root: Path) -> None:
+    """Submitted without --wait, the terminal closed: jobs.wait follows rank 0's log from the start and exits
+    with the outcome as --wait would have; jobs.list then shows the run with its state and last step."""
+    data = f"data.root={sample_root / 'pix2pix'}"
+    result = submit("--profile", str(local_profile), data, "steps=8", "log.every=4", "log.image_every=0")
+    assert result.returncode == 0, result.stderr
+    run_dir = Path(re.search(r"^run directory: (.+)$", result.stdout, re.M).group(1))  # type: ignore[union-attr]
+    waited = cli("jobs.wait", str(run_dir))
+    assert waited.returncode == 0, waited.stdout + waited.stderr
+    assert "step 4/8" in waited.stdout and "done: step 8" in waited.stdout and waited.stdout.endswith("finished\n")
+    listing = cli("jobs.list", "--root", str(run_dir.parent))
+    assert listing.returncode == 0, listing.stderr
+    header, row = listing.stdout.splitlines()
+    assert header.split() == ["name", "profile", "job", "state", "step", "validation"]
+    assert row.split()[:5] == [run_dir.name, "test", json.loads((run_dir / "job.json").read_text())["job_id"],
+                               "COMPLETED", "8"]  # fmt: skip
+    assert cli("jobs.wait", str(run_dir / "nope")).returncode == 2

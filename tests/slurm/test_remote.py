@@ -119,8 +119,8 @@ def test_a_preempted_run_submitted_over_ssh_resumes_exactly_and_logs_follow_and_
     reference_hash: str,  # noqa: F811
 ) -> None:
     """Submitted over SSH (2 nodes x 1 task), preempted, requeued and resumed on the cluster: it ends on the
-    weights of the uninterrupted run. jobs.logs --follow by name follows it to its end over SSH; a second run
-    is cancelled by name over SSH."""
+    weights of the uninterrupted run. jobs.logs --follow by name follows it to its end over SSH; --resume of
+    its folder here resumes it there; a second run is cancelled by name over SSH."""
     folder = laptop(tmp_path)
     data = f"data.root={sample_root / 'pix2pix'}"
     result = run(folder, "jobs.submit", "--profile", "site.yaml", data, *ARGS)
@@ -136,6 +136,9 @@ def test_a_preempted_run_submitted_over_ssh_resumes_exactly_and_logs_follow_and_
     assert run(folder, "jobs.fetch", name).returncode == 0
     summary = json.loads((folder / "runs" / name / "summary.json").read_text())
     assert summary["weights_sha256"] == reference_hash and summary["preemptions"] == 1
+    resumed = run(folder, "jobs.submit", "--resume", f"runs/{name}", "steps=250", "--wait")  # where it lives
+    assert resumed.returncode == 0 and "resumed from " in resumed.stdout, resumed.stdout + resumed.stderr
+    assert json.loads((folder / "runs" / name / "remote.json").read_text())["profile"] == "site"
 
     second = run(folder, "jobs.submit", "--profile", "site.yaml", data, *ARGS)
     assert second.returncode == 0, second.stderr
