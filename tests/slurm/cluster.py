@@ -329,8 +329,14 @@ def main(argv: list[str]) -> int:
     try:
         if command == "up":
             up()
-            print(f"Slurm test cluster up; export SLURM_CONF={CONF}")
+            from tests.slurm import sshd  # its login node, for the tests that submit over SSH
+
+            sshd.up()
+            print(f"Slurm test cluster up, its login node's sshd on 127.0.0.1:{sshd.PORT}; export SLURM_CONF={CONF}")
         elif command == "down":
+            from tests.slurm import sshd
+
+            sshd.down()
             down()
             print("Slurm test cluster down")
         elif command == "status":

@@ -23,7 +23,8 @@ from tests.slurm.test_slurm import poll
 
 
 @pytest.fixture(scope="module")
-def login_node() -> None:
+def login_node(slurm_cluster: None) -> None:
+    """The test cluster's sshd (`python -m tests.slurm.cluster up` starts it too)."""
     sshd.up()
 
 
