@@ -67,6 +67,22 @@ def refusal(text: str) -> str:
     return errors[-1] if errors else (lines[-1] if lines else "no reason given")
 
 
+@contextlib.contextmanager
+def exported(env: dict[str, str], inner: Any) -> Any:
+    """`inner`, with `env` in this process's environment while the local controller starts (it inherits it)."""
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        with inner:
+            yield
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
 def submit(plan: Plan) -> list[submitit.Job[Any]]:
     """Queue the plan's jobs: one job, or one array job in a single sbatch call for a sweep."""
     captured = io.StringIO()
@@ -74,6 +90,7 @@ def submit(plan: Plan) -> list[submitit.Job[Any]]:
     # would make each task believe it is another job's rank. Slurm jobs keep them (SLURM_CONF among them).
     leftovers = [k for k in os.environ if k.startswith("TORCHELASTIC_") or k in ("GROUP_RANK", "ROLE_RANK")]
     hidden = submitit.helpers.clean_env(leftovers) if plan.executor == "local" else contextlib.nullcontext()
+    hidden = exported(plan.env, hidden) if plan.env else hidden  # the profile's env, for the local tasks
     try:
         executor = make_executor(plan)
         # submitit prints sbatch's stderr itself; we turn it into our one-line error instead.

@@ -39,6 +39,7 @@ class Plan:
     code_dir: Path | None = None  # the code snapshot every task runs in (jobs.snapshot); None: none
     array_parallelism: int = 0  # local sweeps: points at once (0: as many as the machine allows)
     spare_nodes: int = 0  # Slurm: nodes allocated beyond the step's, to take a failed node's place
+    env: dict[str, str] = field(default_factory=dict)  # local: exported for the tasks (Slurm: in the setup lines)
 
     @property
     def run_dirs(self) -> list[Path]:
@@ -254,6 +255,7 @@ def make_plan(
         settings=settings,
         code_dir=code_dir,
         array_parallelism=profile.array_parallelism,
+        env={k: shell_value(v) for k, v in profile.env.items()},
     )
 
 

@@ -60,6 +60,7 @@ class Profile:
     remote_root: str = ""  # with login: where runs live on the cluster ($VARS and ~ expand there)
     ssh_options: list = field(default_factory=list)  # extra ssh arguments, e.g. [-p, "2222", -i, ~/.ssh/key]
     job_name: str = "ddp"
+    mail_user: str = ""  # where --mail sends Slurm's mails
     # The code snapshot (jobs.snapshot): the folder submitted from, copied into the run directory
     snapshot: bool = True  # false: tasks run the code on disk when they start (each requeue: what is there then)
     snapshot_limit_mb: float = 100  # refuse a larger snapshot (data or a virtual environment in the folder)

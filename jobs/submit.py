@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import trainer.tasks
-from jobs import launch
+from jobs import launch, oneoff
 from jobs.plan import (
     Plan,
     Script,
@@ -34,6 +34,7 @@ from jobs.remote import submit as remote_submit
 from jobs.remote import sync as remote_sync
 from jobs.snapshot import Snapshot, git_diff, git_state, ignored_files, ignored_note, plan_snapshot
 from jobs.snapshot import copy as copy_snapshot
+from jobs.tracking import find_all
 from trainer.config import TrainConfig, build_config, config_dict, flat, from_dict, section
 from trainer.data import filelist
 from trainer.errors import UserError, one_line_errors
@@ -91,6 +92,16 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--array-parallelism", type=int, help="sweep points running at once (overrides the profile)")
     parser.add_argument("--resume", metavar="RUN_DIR", help="continue a run from its newest checkpoint")
+    parser.add_argument("--dependency", metavar="SPEC", help="sbatch's --dependency, e.g. afterok:12345")
+    parser.add_argument(
+        "--after", action="append", default=[], metavar="RUN_DIR", help="start once that run's job finished well"
+    )
+    parser.add_argument(
+        "--env", action="append", default=[], metavar="KEY=VALUE", help="repeatable; exported for every task"
+    )
+    parser.add_argument(
+        "--mail", metavar="TYPES", help="mail on these events (e.g. END,FAIL) to the profile's mail_user"
+    )
     parser.add_argument("--dry-run", action="store_true", help="print the sbatch script and submit nothing")
     parser.add_argument("--wait", action="store_true", help="follow rank 0's output and exit with the job's outcome")
     parser.add_argument(
@@ -116,6 +127,18 @@ def profile_for(args: argparse.Namespace) -> Profile:
             "pass --profile NAME to resume it there"
         )
     return load_profile(DEFAULT_PROFILE)
+
+
+def after_jobs(run_dirs: list[str]) -> list[str]:
+    """The Slurm jobs of --after's runs (a sweep: its array job, once)."""
+    jobs: list[str] = []
+    for run_dir in run_dirs:
+        for _, target in find_all(run_dir):
+            if target.executor != "slurm":
+                raise UserError(f"--after {run_dir}: it ran with the {target.executor} executor, not on Slurm")
+            job = target.job_id.split("_")[0]
+            jobs += [] if job in jobs else [job]
+    return jobs
 
 
 def check_local_processes(count: int) -> None:
@@ -162,6 +185,7 @@ def prepare(argv: list[str] | None) -> Request:
         partition=args.partition,
         array_parallelism=args.array_parallelism,
     )
+    profile = oneoff.apply(profile, args.dependency, after_jobs(args.after), args.env, args.mail)
     if profile.login:  # a --dry-run of a profile for another machine: the script as the cluster would run it
         profile = dataclasses.replace(profile, run_root=profile.remote_root)
     run_root = Path(os.path.expandvars(profile.run_root)).expanduser().resolve()

@@ -40,6 +40,12 @@ def pairs(tmp_path: Path, sample_root: Path) -> Path:
         (["--gpus-per-node", "0"], "gpus_per_node must be at least 1"),
         (["--nodes", "2"], "the local executor runs on one node"),
         (["--nodes", "two"], "argument --nodes: invalid int value"),
+        (["--dependency", "afterok:1"], "--dependency is a Slurm option; profile test runs with the local executor"),
+        (["--env", "NCCL_DEBUG"], "--env 'NCCL_DEBUG' is not KEY=VALUE; write e.g. --env NCCL_DEBUG=INFO"),
+        (["--env", "1X=2"], "env key '1X' is not a variable name"),
+        (["--env", "A=b\nc"], "a newline or #SBATCH inside a value"),
+        (["--after", "/nonexistent/run"], "'/nonexistent/run' is neither a run directory nor a job id"),
+        (["dist.init_method=carrier-pigeon"], "dist.init_method: must be tcp or file"),
     ],
 )
 def test_bad_arguments(args: list[str], message: str, local_profile: Path, tmp_path: Path) -> None:

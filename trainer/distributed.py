@@ -46,10 +46,19 @@ def dump_flight_recorder(run_dir: Path, rank: int) -> str | None:
     return str(path)
 
 
+def rendezvous_file(env: DistEnv, run_dir: Path) -> Path:
+    """dist.init_method=file: the file the ranks of this attempt meet in, in the run directory every node sees;
+    a new one for each attempt (job, requeue, in-job restart), so no rank reads a store an earlier one left."""
+    return RunDir(run_dir).rendezvous / f"store_{env.job_id}_{env.restart_count}_{env.in_job_restart}"
+
+
 @contextlib.contextmanager
-def process_group(env: DistEnv, timeout_s: int, device: torch.device, run_dir: Path | None = None) -> Iterator[None]:
+def process_group(
+    env: DistEnv, timeout_s: int, device: torch.device, run_dir: Path | None = None, init: str = "tcp"
+) -> Iterator[None]:
     """Join the process group for the duration of the block, and always leave it. Its timeout is every
-    collective's: a peer that never answers fails the job after timeout_s (the watchdog usually first)."""
+    collective's: a peer that never answers fails the job after timeout_s (the watchdog usually first).
+    `init`: tcp (rank 0's MASTER_ADDR:MASTER_PORT) or file (rendezvous_file: no port to agree on)."""
     if not env.distributed:
         yield
         return
@@ -57,9 +66,12 @@ def process_group(env: DistEnv, timeout_s: int, device: torch.device, run_dir: P
     if backend == "nccl" and run_dir is not None:
         RunDir(run_dir).nccl_trace.mkdir(exist_ok=True)
         os.environ.update(nccl_diagnostics(os.environ, run_dir))
+    store = rendezvous_file(env, run_dir) if init == "file" and run_dir is not None else None
+    if store is not None:
+        store.parent.mkdir(exist_ok=True)
     dist.init_process_group(
         backend,
-        init_method=f"tcp://{env.master_addr}:{env.master_port}",
+        init_method=f"file://{store}" if store is not None else f"tcp://{env.master_addr}:{env.master_port}",
         rank=env.rank,
         world_size=env.world_size,
         timeout=timedelta(seconds=timeout_s),
@@ -69,6 +81,8 @@ def process_group(env: DistEnv, timeout_s: int, device: torch.device, run_dir: P
         yield
     finally:
         dist.destroy_process_group()
+        if store is not None and env.is_main:
+            store.unlink(missing_ok=True)  # torch's FileStore removes it when the last rank leaves; else here
 
 
 def pick_device(env: DistEnv) -> torch.device:

@@ -59,7 +59,10 @@ def train(
     stop_flag = stop_flag or StopFlag(settings.signal)
     device = pick_device(env)
     torch.set_num_threads(env.cpus_per_task)
-    with process_group(env, config.dist.timeout_s, device, Path(config.run_dir)), contextlib.ExitStack() as cleanup:
+    with (
+        process_group(env, config.dist.timeout_s, device, Path(config.run_dir), config.dist.init_method),
+        contextlib.ExitStack() as cleanup,
+    ):
         startup.mark("process_group_joined")
         watchdog = start_watchdog(config, env)
         cleanup.callback(watchdog.stop)

@@ -68,10 +68,14 @@ def test_same_seed_same_weights(reference_run: Path, tmp_path: Path, sample_root
     """The ranks forked here train what the submitted job trained, bit for bit."""
     data = f"data.root={sample_root / 'pix2pix'}"
     # DDP's bucket settings change how gradients travel, not their values; a loader worker (torch's DataLoader)
-    # changes how batches arrive, not what they hold: the reference loads in-process.
+    # changes how batches arrive, not what they hold: the reference loads in-process. The ranks meet through a
+    # file in the run directory (dist.init_method=file) rather than TCP: how they meet, not what they train.
     buckets = ["dist.bucket_cap_mb=0.05", "dist.gradient_as_bucket_view=true", "dist.static_graph=true"]
-    second = ranks.train(tmp_path / "second", data, *REFERENCE, *buckets, "data.num_workers=1").run_dir
+    second = ranks.train(
+        tmp_path / "second", data, *REFERENCE, *buckets, "data.num_workers=1", "dist.init_method=file"
+    ).run_dir
     assert summary(reference_run)["weights_sha256"] == summary(second)["weights_sha256"]
+    assert not list((second / "rendezvous").glob("store_*"))  # the attempt's file, gone with it
     assert summary(reference_run)["final_loss"] == summary(second)["final_loss"]
     third = ranks.train(tmp_path / "third", data, *REFERENCE, "seed=1").run_dir
     assert summary(third)["weights_sha256"] != summary(reference_run)["weights_sha256"]

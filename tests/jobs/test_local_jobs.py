@@ -479,3 +479,16 @@ def test_jobs_wait_reattaches_to_a_local_run_and_jobs_list_shows_it(local_profil
     assert row.split()[:5] == [run_dir.name, "test", json.loads((run_dir / "job.json").read_text())["job_id"],
                                "COMPLETED", "8"]  # fmt: skip
     assert cli("jobs.wait", str(run_dir / "nope")).returncode == 2
+
+
+def test_env_from_the_command_line_reaches_every_local_task(tmp_path: Path) -> None:
+    """--env KEY=VALUE (repeatable), as a profile's env: mapping, for the local executor's tasks too."""
+    profile = write_profile(tmp_path, f"executor: local\ngpus_per_node: 2\nrun_root: {tmp_path / 'runs'}\n")
+    (tmp_path / "show.py").write_text("import os\nprint('seen:', os.environ['RANK'], os.environ['GREETING'])\n")
+    result = submit(
+        "--profile", str(profile), "--env", "GREETING=hello world", "--wait", "--", "python", "show.py", cwd=tmp_path
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    run_dir = Path(re.search(r"^run directory: (.+)$", result.stdout, re.M).group(1))  # type: ignore[union-attr]
+    logs = "".join(p.read_text() for p in (run_dir / "logs").glob("*_log.out"))
+    assert "seen: 0 hello world" in logs and "seen: 1 hello world" in logs

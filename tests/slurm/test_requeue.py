@@ -230,6 +230,8 @@ def test_requeue_on_failure_resumes_from_the_last_checkpoint(
 ) -> None:
     profile = mini_profile(tmp_path, "requeue_on_failure: 1\n")
     args = [a if a != "checkpoint.every=100" else "checkpoint.every=20" for a in ARGS]
+    # The ranks meet through a file in the run directory (dist.init_method=file), a new one for each attempt.
+    args.append("dist.init_method=file")
     result = submit("--profile", str(profile), f"data.root={sample_root / 'pix2pix'}", *args)
     assert result.returncode == 0, result.stderr
     run_dir = run_dir_of(result)

@@ -248,3 +248,21 @@ def test_cancelling_a_finished_job_says_nothing_was_cancelled(mini: Path, tmp_pa
         cancelled = cli("jobs.cancel", str(run_dir))
         assert cancelled.returncode == 2, cancelled.stdout + cancelled.stderr
         assert cancelled.stderr == f"error: job {job} already ended (COMPLETED): nothing to cancel\n"
+
+
+def test_a_run_submitted_after_another_waits_for_it_on_the_scheduler(mini: Path, sample_root: Path) -> None:
+    """--after RUN_DIR: Slurm holds the second job (reason Dependency) until the first has finished well."""
+    data = f"data.root={sample_root / 'pix2pix'}"
+    first = submit("--profile", str(mini), data, "steps=30", "log.image_every=0")
+    assert first.returncode == 0, first.stderr
+    second = submit("--profile", str(mini), data, "steps=2", "--after", str(run_dir_of(first)), "--wait")
+    assert second.returncode == 0, second.stdout + second.stderr
+    job = re.search(r"^submitted job (\d+)", second.stdout, re.M).group(1)  # type: ignore[union-attr]
+    first_job = json.loads((run_dir_of(first) / "job.json").read_text())["job_id"]
+    record = cluster._run("sacct", "-j", f"{first_job},{job}", "-X", "-n", "-P", "-o", "JobID,Start,End").stdout
+    (_, _, first_end), (_, second_start, _) = [line.split("|") for line in record.split()]
+    assert second_start >= first_end  # ISO times: the second started once the first had ended
+    assert (
+        f"#SBATCH --dependency=afterok:{first_job}"
+        in (run_dir_of(second) / "logs" / f"{job}_submission.sh").read_text()
+    )

@@ -179,9 +179,13 @@ class DistConfig:
     )
     gradient_as_bucket_view: bool = setting(False, "gradients as views into DDP's buckets: one copy less per step")
     static_graph: bool = setting(False, "DDP may assume the same parameters get gradients every step")
+    init_method: str = setting(
+        "tcp", "how the ranks meet: tcp (MASTER_ADDR:MASTER_PORT) or file (a file in the run directory)"
+    )
 
     def __post_init__(self) -> None:
         _check(1 <= self.timeout_s <= WEEK_S, "dist.timeout_s", f"must be between 1 and {WEEK_S} (a week)")
+        _check(self.init_method in ("tcp", "file"), "dist.init_method", "must be tcp or file")
         _check(self.stop_check_every >= 1, "dist.stop_check_every", "must be >= 1")
         _check(self.bucket_cap_mb > 0, "dist.bucket_cap_mb", "must be > 0, e.g. 25 (DDP's default)")
 

@@ -1,0 +1,42 @@
+"""One-off settings from the command line (--dependency, --after, --env, --mail): what reaches the batch
+script, and the refusals that need a Slurm profile. The local profile's --env reaching its tasks:
+tests/jobs/test_local_jobs.py; a dependency held by the real scheduler: tests/slurm/test_slurm.py."""
+
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import submit, write_profile
+from tests.test_bad_input import assert_refused
+
+SLURM = "executor: slurm\npartition: gpu\nmail_user: ada@example.org\nrun_root: {root}\n"
+
+
+def dry_run(tmp_path: Path, *args: str, text: str = SLURM) -> str:
+    profile = write_profile(tmp_path, text.format(root=tmp_path / "runs"))
+    result = submit("--profile", str(profile), "--dry-run", "--name", "d", *args)
+    assert result.returncode == 0, result.stderr
+    return result.stdout
+
+
+def test_the_flags_reach_the_batch_script(tmp_path: Path) -> None:
+    script = dry_run(
+        tmp_path, "--dependency", "afterany:11:12", "--env", "NCCL_DEBUG=INFO", "--env", "A=x y", "--mail", "end,fail"
+    )
+    assert "#SBATCH --dependency=afterany:11:12\n" in script
+    assert "#SBATCH --mail-type=END,FAIL\n" in script and "#SBATCH --mail-user=ada@example.org\n" in script
+    assert "export NCCL_DEBUG=INFO\n" in script and "export A='x y'\n" in script
+
+
+@pytest.mark.parametrize(
+    ("args", "text", "message"),
+    [
+        (["--dependency", "afterok:12;rm -rf ~"], SLURM, "--dependency 'afterok:12;rm -rf ~' is not sbatch's form"),
+        (["--dependency", "whenever"], SLURM, "write e.g. afterok:12345 or afterany:12345:12346"),
+        (["--mail", "END"], "executor: slurm\nrun_root: {root}\n", "--mail needs an address: add mail_user:"),
+        (["--mail", "LUNCH"], SLURM, "--mail 'LUNCH': LUNCH is not a mail type; write e.g. END,FAIL"),
+    ],
+)
+def test_bad_one_off_settings_are_one_line(tmp_path: Path, args: list[str], text: str, message: str) -> None:
+    profile = write_profile(tmp_path, text.format(root=tmp_path / "runs"))
+    assert_refused(submit("--profile", str(profile), "--dry-run", *args), message, tmp_path / "runs")
