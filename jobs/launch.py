@@ -37,9 +37,11 @@ class SlurmExecutor(submitit.SlurmExecutor):  # type: ignore[misc]
     """submitit's, with srun in the background of the batch script (jobs.plan.in_background) and the
     interpreter's path quoted (submitit pastes it as it is)."""
 
+    launcher: list[str] = []  # a container runtime's words before python (jobs.containers)
+
     @property
     def _submitit_command_str(self) -> str:
-        return in_background(submit_command(self.python, self.folder))
+        return in_background(submit_command(self.python, self.folder, self.launcher))
 
 
 def make_executor(plan: Plan) -> submitit.Executor:
@@ -56,6 +58,7 @@ def make_executor(plan: Plan) -> submitit.Executor:
                     "(--dry-run prints the batch script anywhere)"
                 )
         executor = SlurmExecutor(plan.log_dir, max_num_timeout=plan.settings.max_num_timeout, python=plan.python)
+        executor.launcher = plan.launcher
     executor.update_parameters(**plan.parameters)
     return executor
 

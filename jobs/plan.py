@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from jobs import restarts
+from jobs import containers, restarts
 from jobs.profiles import Profile
 from trainer.config import TrainConfig
 from trainer.errors import UserError
@@ -39,6 +39,7 @@ class Plan:
     code_dir: Path | None = None  # the code snapshot every task runs in (jobs.snapshot); None: none
     array_parallelism: int = 0  # local sweeps: points at once (0: as many as the machine allows)
     spare_nodes: int = 0  # Slurm: nodes allocated beyond the step's, to take a failed node's place
+    launcher: list[str] = field(default_factory=list)  # Slurm: words before python (apptainer exec ... IMAGE)
     env: dict[str, str] = field(default_factory=dict)  # local: exported for the tasks (Slurm: in the setup lines)
 
     @property
@@ -52,12 +53,13 @@ class Plan:
 
     def submitit_command(self) -> str:
         """The command each task runs: the same string submitit's SlurmExecutor builds, in the background."""
-        return in_background(submit_command(self.python, self.log_dir))
+        return in_background(submit_command(self.python, self.log_dir, self.launcher))
 
 
-def submit_command(python: str, log_dir: Path) -> str:
-    """What srun starts in each task: submitit's entry, with the interpreter quoted (a path with a space)."""
-    return f"{shlex.quote(python)} -u -m submitit.core._submit {shlex.quote(str(log_dir))}"
+def submit_command(python: str, log_dir: Path, launcher: list[str] | None = None) -> str:
+    """What srun starts in each task: submitit's entry, with the interpreter quoted (a path with a space),
+    behind `launcher` (a container runtime's words) when there is one."""
+    return shlex.join([*(launcher or []), python, "-u", "-m", "submitit.core._submit", str(log_dir)])
 
 
 def in_background(srun_command: str) -> str:
@@ -159,6 +161,7 @@ def slurm_parameters(profile: Profile) -> dict[str, Any]:
         "setup": [*profile.setup, *exports],
         # srun stops every task when one fails, and since Slurm 22.05 does not inherit --cpus-per-task.
         "srun_args": ["--kill-on-bad-exit=1", f"--cpus-per-task={profile.cpus_per_task}", *profile.srun_args],
+        # the container (pyxis), its working folder the code snapshot the batch script runs in (chdir)
         "additional_parameters": {
             # B: the batch shell alone; signalled, every process of every task would get it (trainer.requeue.relay).
             "signal": profile.requeue.sbatch(),
@@ -225,18 +228,26 @@ def make_plan(
     `run_dirs` the runs' folders (default: the configs')."""
     settings = profile.requeue
     if profile.executor == "slurm":
-        python = profile.python or python
         folders = run_dirs if run_dirs is not None else [Path(c.run_dir) for c in configs]
         params = slurm_parameters(profile)
         params["setup"] = [*params["setup"], *signal_lines(log_dir, profile.signal)]
         # The restart loop's start (its end is in the teardown lines)
         params["setup"] = [*params["setup"], *restarts.setup_lines(profile, log_dir, folders)]
-        params["teardown"] = teardown_lines(profile, log_dir, python)
+        # The batch script runs on the node itself, outside any container: its python (for jobs.restarts' helper)
+        host_python = "python3" if profile.container_image else (profile.python or python)
+        params["teardown"] = teardown_lines(profile, log_dir, host_python)
         if code_dir is not None:  # the batch script, and so every task and requeue, runs in the snapshot
             params["additional_parameters"]["chdir"] = str(code_dir)
+        params["srun_args"] = [
+            *params["srun_args"],
+            *containers.srun_args(profile, str(code_dir) if code_dir else None),
+        ]
+        python = containers.python(profile, python)
+        launcher = containers.command_prefix(profile)
         return Plan(
-            "slurm", log_dir, params, configs, python, settings, code_dir=code_dir, spare_nodes=profile.spare_nodes
-        )
+            "slurm", log_dir, params, configs, python, settings, code_dir=code_dir, spare_nodes=profile.spare_nodes,
+            launcher=launcher,
+        )  # fmt: skip
     # The requeue signal and its delay travel in plan.settings (the local controller reads them there).
     parameters: dict[str, Any] = {"timeout_min": profile.timeout_min}
     if profile.executor == "local":

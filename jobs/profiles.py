@@ -61,6 +61,11 @@ class Profile:
     ssh_options: list = field(default_factory=list)  # extra ssh arguments, e.g. [-p, "2222", -i, ~/.ssh/key]
     job_name: str = "ddp"
     mail_user: str = ""  # where --mail sends Slurm's mails
+    # A container for the tasks (jobs.containers): pyxis/enroot through srun, or Apptainer around the command
+    container_image: str = ""  # pyxis: an image name or .sqsh; apptainer: a .sif; empty: no container
+    container_runtime: str = "pyxis"  # pyxis | apptainer
+    container_mounts: list = field(default_factory=list)  # more src:dst (or path) mounts; the run root always
+    apptainer_command: str = "apptainer"  # or singularity, on sites that still call it that
     # The code snapshot (jobs.snapshot): the folder submitted from, copied into the run directory
     snapshot: bool = True  # false: tasks run the code on disk when they start (each requeue: what is there then)
     snapshot_limit_mb: float = 100  # refuse a larger snapshot (data or a virtual environment in the folder)
@@ -96,6 +101,17 @@ class Profile:
             raise UserError("signal_delay_s, max_num_timeout, requeue_on_failure and array_parallelism must be >= 0")
         if not 0 <= self.restarts_in_job <= 100:
             raise UserError(f"restarts_in_job must be between 0 and 100, got {self.restarts_in_job}")
+        if self.container_runtime not in ("pyxis", "apptainer"):
+            raise UserError(f"container_runtime {self.container_runtime!r} is unknown; use pyxis or apptainer")
+        if self.container_image and self.executor != "slurm":
+            raise UserError(
+                f"container_image runs the tasks in a container on Slurm; the {self.executor} executor "
+                "runs them on this machine: drop container_image or use a Slurm profile"
+            )
+        if not all(isinstance(m, str) and m and "," not in m for m in self.container_mounts):
+            raise UserError(
+                f"container_mounts: {self.container_mounts!r} must be a list of src:dst paths, e.g. [/data:/data]"
+            )
         if not 0 <= self.spare_nodes <= 64:
             raise UserError(f"spare_nodes must be between 0 and 64, got {self.spare_nodes}")
         if self.spare_nodes and (self.executor != "slurm" or not self.restarts_in_job):
@@ -166,7 +182,7 @@ class Profile:
             value = getattr(self, f.name)
             if isinstance(value, str):
                 out.append((f.name, value))
-            elif f.name in ("setup", "srun_args", "ssh_options"):
+            elif f.name in ("setup", "srun_args", "ssh_options", "container_mounts"):
                 out.extend((f"{f.name}[{i}]", v) for i, v in enumerate(value))
             elif f.name in ("sbatch_args", "env"):
                 for key, v in value.items():

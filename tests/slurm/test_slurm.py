@@ -266,3 +266,34 @@ def test_a_run_submitted_after_another_waits_for_it_on_the_scheduler(mini: Path,
         f"#SBATCH --dependency=afterok:{first_job}"
         in (run_dir_of(second) / "logs" / f"{job}_submission.sh").read_text()
     )
+
+
+# Apptainer is not in Debian's archive (nor reachable from here): a stand-in with its command line. It records
+# its arguments and runs the command after the image, as `apptainer exec` would without the container.
+FAKE_APPTAINER = """#!/bin/sh
+printf '%s\\n' "$*" >> "$(dirname "$0")/calls.log"
+[ "$1" = exec ] || exit 64
+shift
+[ "$1" = --nv ] && shift
+[ "$1" = --bind ] && shift 2
+shift
+exec "$@"
+"""
+
+
+def test_an_apptainer_profile_runs_every_task_through_apptainer_exec(tmp_path: Path, sample_root: Path) -> None:
+    fake = tmp_path / "bin" / "apptainer"
+    fake.parent.mkdir()
+    fake.write_text(FAKE_APPTAINER)
+    fake.chmod(0o755)
+    extra = (
+        f"container_runtime: apptainer\ncontainer_image: /images/torch.sif\napptainer_command: {fake}\n"
+        f"container_mounts: ['{sample_root}']\npython: {sys.executable}\n"  # the container's python
+    )
+    profile = cluster.mini_profile(tmp_path / "p.yaml", tmp_path / "runs", extra)
+    result = submit("--profile", str(profile), "--wait", f"data.root={sample_root / 'pix2pix'}", "steps=4")
+    assert result.returncode == 0, result.stdout + result.stderr
+    calls = (fake.parent / "calls.log").read_text().splitlines()
+    runs = tmp_path / "runs"
+    expected = f"exec --nv --bind {runs}:{runs},{sample_root}:{sample_root} /images/torch.sif {sys.executable} -u -m "
+    assert len(calls) == 2 and all(c.startswith(expected + "submitit.core._submit ") for c in calls), calls
