@@ -72,18 +72,19 @@ def refusal(text: str) -> str:
 
 @contextlib.contextmanager
 def exported(env: dict[str, str], inner: Any) -> Any:
-    """`inner`, with `env` in this process's environment while the local controller starts (it inherits it)."""
-    saved = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
-    try:
-        with inner:
+    """`inner` (submitit's clean_env, which hides SLURM_* variables), then `env` in this process's environment
+    while the local controller starts (it inherits it)."""
+    with inner:
+        saved = {k: os.environ.get(k) for k in env}
+        os.environ.update(env)
+        try:
             yield
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
+        finally:
+            for key, value in saved.items():
+                if value is None:
+                    os.environ.pop(key, None)
+                else:
+                    os.environ[key] = value
 
 
 def submit(plan: Plan) -> list[submitit.Job[Any]]:

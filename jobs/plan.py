@@ -10,6 +10,7 @@ from typing import Any
 from jobs import containers, restarts
 from jobs.profiles import Profile
 from trainer.config import TrainConfig
+from trainer.env.launcher import GPUS_PER_TASK
 from trainer.errors import UserError
 from trainer.requeue import signals
 from trainer.requeue.relay import ATTEMPT
@@ -150,11 +151,13 @@ def slurm_parameters(profile: Profile) -> dict[str, Any]:
     exports = [f"export {k}={shlex.quote(shell_value(v))}" for k, v in profile.env.items()]
     # submitit installs its requeue handler for this signal in every task (the trainer replaces it).
     exports.append(f"export {signals.SUBMITIT_ENV}={profile.signal}")
+    if profile.gpus_per_task > 1:
+        exports.append(f"export {GPUS_PER_TASK}={profile.gpus_per_task}")
     params: dict[str, Any] = {
         "job_name": profile.job_name,
         "time": profile.timeout_min,
         "nodes": profile.nodes + profile.spare_nodes,  # the step asks for its own (jobs.restarts)
-        "ntasks_per_node": profile.gpus_per_node,  # one task per GPU
+        "ntasks_per_node": profile.tasks_per_node,  # one task per GPU, or per gpus_per_task
         "cpus_per_task": profile.cpus_per_task,
         "signal_delay_s": profile.signal_delay_s,
         "stderr_to_stdout": True,
@@ -168,7 +171,9 @@ def slurm_parameters(profile: Profile) -> dict[str, Any]:
             **{k: shell_value(v) for k, v in profile.sbatch_args.items()},
         },
     }
-    if profile.request_gpus:
+    if profile.request_gpus and profile.gpus_per_task > 1:  # Slurm binds each task's own GPUs
+        params["gpus_per_task"] = profile.gpus_per_task
+    elif profile.request_gpus:
         params["gpus_per_node"] = profile.gpus_per_node
     for name in ("partition", "account", "qos", "constraint", "exclude"):
         if getattr(profile, name):
@@ -252,7 +257,7 @@ def make_plan(
     parameters: dict[str, Any] = {"timeout_min": profile.timeout_min}
     if profile.executor == "local":
         # One process per GPU; on a machine without GPUs, gpus_per_node is the process count.
-        parameters |= {"nodes": 1, "tasks_per_node": profile.gpus_per_node}
+        parameters |= {"nodes": 1, "tasks_per_node": profile.tasks_per_node}
         if has_gpus:
             parameters["gpus_per_node"] = profile.gpus_per_node
             if gpus:  # the caller's CUDA_VISIBLE_DEVICES: without it submitit would use GPUs 0..n-1
@@ -266,7 +271,8 @@ def make_plan(
         settings=settings,
         code_dir=code_dir,
         array_parallelism=profile.array_parallelism,
-        env={k: shell_value(v) for k, v in profile.env.items()},
+        env={k: shell_value(v) for k, v in profile.env.items()}
+        | ({GPUS_PER_TASK: str(profile.gpus_per_task)} if profile.gpus_per_task > 1 else {}),
     )
 
 

@@ -28,6 +28,7 @@ class Profile:
     executor: str  # local: this machine, N processes; debug: in-process; slurm: sbatch
     nodes: int = 1
     gpus_per_node: int = 1  # one task per GPU; without GPUs, the number of processes per node
+    gpus_per_task: int = 1  # GPUs each task drives (a model split over them inside each DDP rank)
     timeout_min: int = 60
     run_root: str = "runs"  # run directories go here; on a cluster, a folder every node can see
     trainer: dict = field(default_factory=dict)  # trainer defaults for this profile, as key: value
@@ -84,6 +85,11 @@ class Profile:
         if self.gpus_per_node < 1:
             raise UserError(
                 f"gpus_per_node must be at least 1, got {self.gpus_per_node}; pass --gpus-per-node 1 or more"
+            )
+        if not 1 <= self.gpus_per_task <= 16 or self.gpus_per_node % self.gpus_per_task:
+            raise UserError(
+                f"gpus_per_task {self.gpus_per_task} must be between 1 and 16 and divide gpus_per_node "
+                f"{self.gpus_per_node}; e.g. gpus_per_node: 8 with gpus_per_task: 2 (4 tasks per node)"
             )
         if self.executor in ("local", "debug") and self.nodes != 1:
             raise UserError(
@@ -189,6 +195,10 @@ class Profile:
                     out.append((f"{f.name} key", key))
                     out.append((f"{f.name}.{key}", v if isinstance(v, str) else str(v)))
         return out
+
+    @property
+    def tasks_per_node(self) -> int:
+        return self.gpus_per_node // self.gpus_per_task
 
     @property
     def requeue(self) -> JobSettings:

@@ -193,7 +193,7 @@ def prepare(argv: list[str] | None) -> Request:
     if args.name is not None:
         check_name(args.name)
     if profile.executor == "local":
-        check_local_processes(profile.gpus_per_node)
+        check_local_processes(profile.tasks_per_node)
     if not args.dry_run:
         prepare_run_root(run_root)
         if args.resume and Path(args.resume).is_dir():
@@ -224,7 +224,7 @@ def prepare(argv: list[str] | None) -> Request:
     configs = [dataclasses.replace(c, run_dir=str(d)) for c, d in zip(configs, run_dirs, strict=True)]
     lists: dict[tuple[str, str], list[str]] = {}
     if not args.dry_run:
-        world_size = profile.nodes * profile.gpus_per_node  # one process per GPU (per local process)
+        world_size = profile.nodes * profile.tasks_per_node  # one process per GPU (per gpus_per_task)
         configs = resolve_all(configs, run_root / "sample_data", world_size)
         lists, configs = file_lists(configs, RunDir(folder).file_lists)
     if snapshot is not None:

@@ -1,6 +1,7 @@
 """The process group and what the ranks do together: join, wrap the model in DDP, average, share RNG state."""
 
 import contextlib
+import inspect
 import os
 import threading
 import time
@@ -15,6 +16,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 from trainer.config import DistConfig
 from trainer.env.launcher import DistEnv
+from trainer.errors import UserError
 from trainer.run.rundir import RunDir
 
 
@@ -85,12 +87,37 @@ def process_group(
             store.unlink(missing_ok=True)  # torch's FileStore removes it when the last rank leaves; else here
 
 
+def pick_devices(env: DistEnv) -> list[torch.device]:
+    """The devices this process drives: one per task, or gpus_per_task of them. On CUDA, the task's own K
+    GPUs when Slurm showed it only those (--gpus-per-task), else its share of the node's by local rank; on
+    CPU, K times the CPU (the same code path, for shape and exactness)."""
+    k = max(1, env.gpus_per_task)
+    if not torch.cuda.is_available():
+        return [torch.device("cpu")] * k
+    count = torch.cuda.device_count()
+    first = 0 if count == k else env.local_rank * k
+    devices = [torch.device("cuda", (first + j) % count) for j in range(k)]
+    torch.cuda.set_device(devices[0])
+    return devices
+
+
 def pick_device(env: DistEnv) -> torch.device:
-    if torch.cuda.is_available():
-        device = torch.device("cuda", env.local_rank % torch.cuda.device_count())
-        torch.cuda.set_device(device)
-        return device
-    return torch.device("cpu")
+    return pick_devices(env)[0]
+
+
+def make_model(task: Any, config: Any, dataset: Any, devices: list[torch.device]) -> torch.nn.Module:
+    """The task's model on its device; over several (gpus_per_task) the task places its parts itself: its
+    model() takes `devices=` (torch's DDP tutorial's ToyMpModel(dev0, dev1)), and inputs go to the first."""
+    takes_devices = "devices" in inspect.signature(task.model).parameters
+    if len(devices) > 1 and not takes_devices:
+        raise UserError(
+            f"gpus_per_task: {len(devices)} gives each task {len(devices)} devices, but {type(task).__name__}.model() "
+            "takes no devices=; add it and place the model's parts on them, or set gpus_per_task: 1"
+        )
+    if takes_devices:
+        model: torch.nn.Module = task.model(config, dataset, devices=devices)
+        return model if len(devices) > 1 else model.to(devices[0])
+    return task.model(config, dataset).to(devices[0])
 
 
 def mean_over_ranks(value: torch.Tensor, env: DistEnv) -> float:
@@ -224,7 +251,8 @@ def wrap(
         return model  # DDP needs a process group and adds nothing with one process
     ddp = DDP(
         model,
-        device_ids=[device.index] if device.type == "cuda" else None,
+        # A model over several devices (gpus_per_task) is wrapped without device_ids, as torch's tutorial does.
+        device_ids=[device.index] if device.type == "cuda" and env.gpus_per_task == 1 else None,
         bucket_cap_mb=settings.bucket_cap_mb,
         gradient_as_bucket_view=settings.gradient_as_bucket_view,
         static_graph=settings.static_graph,

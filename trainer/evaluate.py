@@ -38,7 +38,7 @@ def main(argv: list[str]) -> int:
     import torch
 
     from trainer import checkpoint, tasks, validation
-    from trainer.distributed import pick_device, process_group
+    from trainer.distributed import make_model, pick_device, process_group
     from trainer.train import AMP_DTYPES
 
     device = pick_device(env)
@@ -54,9 +54,8 @@ def main(argv: list[str]) -> int:
             raise UserError(
                 f"the data's classes differ from the checkpoint's {meta['classes']}; point data.root at its data"
             )
-        model = task.model(config, data.full)
+        model = make_model(task, config, data.full, [device])
         model.load_state_dict(state["model"])
-        model.to(device)
         loader = validation.shard_loader(data.val, config, env, device, task)
         amp = AMP_DTYPES.get(config.amp)
         autocast = torch.autocast(device.type, dtype=amp, enabled=amp is not None)

@@ -21,7 +21,16 @@ from trainer import checkpoint, validation
 from trainer.config import TrainConfig, config_dict, flat
 from trainer.data.checks import count_bad_images
 from trainer.data.loader import batches, make_loader, shutdown, to_device
-from trainer.distributed import CommTimer, dump_flight_recorder, gather_hosts, pick_device, process_group, wrap
+from trainer.distributed import (
+    CommTimer,
+    dump_flight_recorder,
+    gather_hosts,
+    make_model,
+    pick_device,
+    pick_devices,
+    process_group,
+    wrap,
+)
 from trainer.env.launcher import DistEnv
 from trainer.errors import UserError
 from trainer.meter import IntervalMeter, Progress
@@ -194,7 +203,7 @@ def setup(config: TrainConfig, env: DistEnv, device: torch.device, watchdog: Wat
             "lower batch_size or add data"
         )
     startup.mark("data_ready")
-    model = task.model(config, data.full).to(device)
+    model = make_model(task, config, data.full, pick_devices(env))
     timer = CommTimer(device) if config.log.stragglers and env.distributed else None
     ddp = wrap(model, env, device, config.dist, timer)
     startup.mark("model_ready")

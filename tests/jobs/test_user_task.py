@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests import ranks
-from tests.conftest import ROOT, poll
+from tests.conftest import ROOT, poll, run_dirs, submit, write_profile
 from tests.test_bad_input import assert_refused
 
 EXAMPLE = re.search(
@@ -281,3 +281,65 @@ def test_a_task_collates_its_own_samples_and_its_workers_open_their_own_handles(
     opened = sorted(p.name.rsplit("-", 1)[1] for p in run_dir.glob("opened-*"))
     assert opened == ["worker0", "worker0", "worker1", "worker1"], opened  # training's and validation's workers
     assert sorted(p.name for p in run_dir.glob("init-*")) == ["init-0", "init-1"]
+
+
+SPLIT = """
+import torch
+from torch import nn
+
+
+class ToyMpModel(nn.Module):  # torch's DDP tutorial: one model over two devices inside each DDP process
+    def __init__(self, dev0, dev1):
+        super().__init__()
+        self.dev0, self.dev1 = dev0, dev1
+        self.net1 = nn.Linear(10, 10).to(dev0)
+        self.relu = nn.ReLU()
+        self.net2 = nn.Linear(10, 5).to(dev1)
+
+    def forward(self, x):
+        x = self.relu(self.net1(x.to(self.dev0)))
+        return self.net2(x.to(self.dev1))
+
+
+class Pairs(torch.utils.data.Dataset):
+    def __len__(self):
+        return 256
+
+    def __getitem__(self, i):
+        g = torch.Generator().manual_seed(i)
+        return torch.randn(10, generator=g), torch.randn(5, generator=g)
+
+
+class Split:
+    def dataset(self, config):
+        return Pairs()
+
+    def model(self, config, dataset, devices):
+        return ToyMpModel(devices[0], devices[-1])
+
+    def forward(self, model, batch):
+        x, y = batch
+        out = model(x)
+        return nn.functional.mse_loss(out, y.to(out.device)), {}
+"""
+
+
+def test_a_model_split_over_two_devices_per_process_trains_what_one_device_does(tmp_path: Path) -> None:
+    """gpus_per_task: 2 with 4 "GPUs" (CPU here: each task's two devices are the CPU): 2 DDP processes, the
+    task's model() given devices= places its parts (the tutorial's ToyMpModel), DDP wraps it without
+    device_ids; the weights equal those of the same run with one device per process."""
+    (tmp_path / "split.py").write_text(SPLIT)
+    args = ["task=split.py:Split", "steps=8", "batch_size=4", "log.every=4", "log.image_every=0", "--wait"]
+    hashes = {}
+    for per_task, per_node in ((2, 4), (1, 2)):
+        root = tmp_path / f"runs{per_task}"
+        text = f"executor: local\ngpus_per_node: {per_node}\ngpus_per_task: {per_task}\nrun_root: {root}\n"
+        profile = write_profile(tmp_path, text, f"p{per_task}.yaml")
+        result = submit("--profile", str(profile), *args, cwd=tmp_path)
+        assert result.returncode == 0, result.stdout + result.stderr
+        assert "(1 x 2 task(s), local)" in result.stdout
+        [run_dir] = run_dirs(root)
+        hashes[per_task] = json.loads((run_dir / "summary.json").read_text())["weights_sha256"]
+        logs = "".join(p.read_text() for p in (run_dir / "logs").glob("*_log.out"))
+        assert logs.count(" gpus_per_task=2") == (2 if per_task == 2 else 0)  # each task was told
+    assert hashes[2] == hashes[1]

@@ -297,3 +297,18 @@ def test_an_apptainer_profile_runs_every_task_through_apptainer_exec(tmp_path: P
     runs = tmp_path / "runs"
     expected = f"exec --nv --bind {runs}:{runs},{sample_root}:{sample_root} /images/torch.sif {sys.executable} -u -m "
     assert len(calls) == 2 and all(c.startswith(expected + "submitit.core._submit ") for c in calls), calls
+
+
+def test_gpus_per_task_gives_each_task_its_own_gpus(tmp_path: Path) -> None:
+    """2 nodes, 2 fake GPUs each, gpus_per_task: 2: one task per node, each granted 2 GPUs by Slurm (the test
+    cluster's fake GPUs set no CUDA_VISIBLE_DEVICES: Slurm's own SLURM_GPUS_PER_TASK says what it granted)."""
+    (tmp_path / "show.py").write_text(
+        "import os\nprint('seen', os.environ['RANK'], os.environ['SLURM_GPUS_PER_TASK'], "
+        "os.environ['SLURM_DDP_GPUS_PER_TASK'])\n"
+    )
+    profile = cluster.mini_profile(tmp_path / "p.yaml", tmp_path / "runs", "gpus_per_task: 2\n")
+    args = ["--profile", str(profile), "--nodes", "2", "--gpus-per-node", "2", "--wait", "--", "python", "show.py"]
+    result = submit(*args, cwd=tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    logs = "".join(p.read_text() for p in (run_dir_of(result) / "logs").glob("*_log.out"))
+    assert sorted(re.findall(r"^seen (\d) (\S+) 2$", logs, re.M)) == [("0", "2"), ("1", "2")], logs

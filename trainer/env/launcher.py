@@ -27,6 +27,8 @@ PORT_BASE = 10000
 PORT_SPAN = 20000
 DEFAULT_PORT = 29500
 LOCAL_PORT = "SLURM_DDP_LOCAL_PORT"  # set by the local controller for each start of its tasks
+# The profile's gpus_per_task, exported by the batch script and the local executor: devices per process.
+GPUS_PER_TASK = "SLURM_DDP_GPUS_PER_TASK"
 
 
 @dataclass(frozen=True)
@@ -52,12 +54,14 @@ class DistEnv:
     port_derived: bool = False  # master_port comes from the job id, not from MASTER_PORT: it may be taken
     in_job_restart: int = 0  # this allocation's restarts after a failed step, before this start
     interactive: bool = False  # submitit's debug executor: in the submitting process, where pdb may stop it
+    gpus_per_task: int = 1  # devices this process drives (a model split over them inside each DDP rank)
 
     def describe(self) -> str:
         return (
             f"dist: source={self.source} rank={self.rank} local_rank={self.local_rank} world_size={self.world_size} "
             f"node={self.node_name} node_rank={self.node_rank} master={self.master_addr}:{self.master_port} "
             f"threads={self.cpus_per_task} pid={os.getpid()} restart={self.restart_count}"
+            + (f" gpus_per_task={self.gpus_per_task}" if self.gpus_per_task > 1 else "")
             + (f" ({self.note})" if self.note else "")
         )
 
@@ -131,6 +135,7 @@ def resolve(env: Mapping[str, str]) -> DistEnv:
         attempt=env.get(ATTEMPT) or None,
         in_job_restart=_int(env, IN_JOB_RESTART) if env.get(IN_JOB_RESTART) else 0,
         interactive="SUBMITIT_DEBUG_JOB_ID" in env,
+        gpus_per_task=_int(env, GPUS_PER_TASK) if env.get(GPUS_PER_TASK) else 1,
     )
 
 
