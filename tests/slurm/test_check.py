@@ -1,0 +1,81 @@
+"""jobs.check on the test cluster: a healthy profile passes; an interpreter without the project's dependencies,
+a node that cannot write the run root, more GPUs than a node has: each fails with the row that says so."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ROOT
+from tests.slurm import cluster
+
+
+def check(tmp_path: Path, extra: str, *args: str) -> subprocess.CompletedProcess[str]:
+    # The test cluster's GPUs are files: granted by Slurm, never seen by CUDA. A healthy profile here is a CPU one.
+    profile = cluster.mini_profile(tmp_path / "p.yaml", tmp_path / "runs", "request_gpus: false\n" + extra)
+    return subprocess.run(
+        [sys.executable, "-m", "jobs.check", "--profile", str(profile), "--nodes", "2", *args],
+        cwd=ROOT, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+
+
+def rows(output: str) -> dict[tuple[str, str], str]:
+    """(node, check) -> "ok"/"FAIL" from the table."""
+    out = {}
+    for line in output.splitlines()[2:]:
+        parts = line.split("  ")
+        cells = [c.strip() for c in parts if c.strip()]
+        if len(cells) >= 3:
+            out[(cells[0], cells[1])] = cells[2]
+    return out
+
+
+def test_a_healthy_profile_passes_every_row_and_leaves_nothing(tmp_path: Path) -> None:
+    result = check(tmp_path, "")
+    assert result.returncode == 0, result.stdout + result.stderr
+    table = rows(result.stdout)
+    assert {node for node, _ in table} == {"node1", "node2"} and set(table.values()) == {"ok"}, result.stdout
+    assert "gloo, " in result.stdout and "GB/s bus bandwidth" in result.stdout
+    assert not list((tmp_path / "runs").glob("check-*"))
+
+
+def test_an_interpreter_without_the_dependencies_fails_the_row_that_says_so(tmp_path: Path) -> None:
+    result = check(tmp_path, "python: /usr/bin/python3\n")  # Debian's own: no submitit, no torch
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "tasks reported  FAIL    0 of 4" in result.stdout
+    assert "the interpreter cannot import submitit: install the project's dependencies there" in result.stdout
+
+
+# node2's tasks see the run root read-only (a bind mount in their own mount namespace): a node that cannot write it.
+READ_ONLY_ON_NODE2 = """#!/bin/sh
+if [ "$SLURMD_NODENAME" = node2 ]; then
+    exec unshare -m sh -c 'mount --bind -o ro "$1" "$1" && shift && exec "$@"' sh {root} {python} "$@"
+fi
+exec {python} "$@"
+"""
+
+
+def test_a_node_that_cannot_write_the_run_root_fails_its_row(tmp_path: Path) -> None:
+    python = tmp_path / "python"
+    python.write_text(READ_ONLY_ON_NODE2.format(root=tmp_path / "runs", python=sys.executable))
+    python.chmod(0o755)
+    result = check(tmp_path, f"python: {python}\n")
+    assert result.returncode == 1, result.stdout + result.stderr
+    table = rows(result.stdout)
+    assert table[("node1", "run root writable")] == "ok" and table[("node2", "run root writable")] == "FAIL"
+    assert "Read-only file system; make run_root a folder every node can write" in result.stdout
+
+
+@pytest.mark.parametrize("gpus", ["16"])
+def test_more_gpus_than_a_node_has_fails_the_submit_row(tmp_path: Path, gpus: str) -> None:
+    profile = cluster.mini_profile(tmp_path / "p.yaml", tmp_path / "runs", "gpus_per_task: 2\n")
+    result = subprocess.run(
+        [sys.executable, "-m", "jobs.check", "--profile", str(profile), "--gpus-per-node", gpus],
+        cwd=ROOT, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert (
+        "submit  FAIL    Slurm refused the job: " in result.stdout and "Requested node configuration" in result.stdout
+    )
+    assert result.stderr == "" and not list((tmp_path / "runs").glob("check-*"))

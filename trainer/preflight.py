@@ -1,0 +1,96 @@
+"""What each task of `python -m jobs.check` finds on its node (the submitter's side: jobs/check.py).
+
+Every task writes `preflight/rank_N.json` in the check's folder: its node, whether it can write the run root
+and sees the code snapshot, the versions it imports, its GPUs and CUDA_VISIBLE_DEVICES, where rank 0 listens,
+and one all-reduce across all tasks with the job's backend (NCCL on GPUs, else gloo), timed. A fact it cannot
+establish is recorded with the error, never raised past the record: the table must say what failed.
+"""
+
+import json
+import os
+import socket
+import sys
+import time
+import traceback
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from trainer.env.launcher import resolve
+from trainer.run.atomic import write_text
+
+SIZE_MB = 32  # the all-reduce's payload: big enough to measure a bandwidth, small for a check
+
+
+def version(name: str) -> str:
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return ""
+
+
+def writable(folder: Path, rank: int) -> str:
+    """ "" when this node can create and remove a file in `folder`, else why not."""
+    probe = folder / f".preflight-write-{rank}-{os.getpid()}"
+    try:
+        probe.write_text("ok")
+        probe.unlink()
+        return ""
+    except OSError as exc:
+        return exc.strerror or str(exc)
+
+
+def all_reduce(env: Any, gpus: int) -> dict[str, Any]:
+    """One all-reduce of SIZE_MB across every task, the job's backend; its time and bus bandwidth."""
+    import torch
+    import torch.distributed as dist
+
+    from trainer.distributed import pick_device, process_group
+
+    device = pick_device(env) if gpus else torch.device("cpu")
+    with process_group(env, 120, device):
+        tensor = torch.ones(SIZE_MB * 2**20 // 4, device=device)
+        dist.all_reduce(tensor)  # a first one: connections and buffers are set up
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        tensor.fill_(1.0)
+        start = time.perf_counter()
+        dist.all_reduce(tensor)
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        seconds = time.perf_counter() - start
+        n = env.world_size
+        correct = bool(tensor[0].item() == n)
+        busbw = 2 * (n - 1) / n * SIZE_MB / 1024 / seconds  # GB/s, as nccl-tests count it
+        return {"backend": dist.get_backend(), "seconds": seconds, "busbw_gb_s": busbw, "correct": correct}
+
+
+def run(folder: str, code_dir: str, expected: dict[str, str]) -> None:
+    """One task's facts into folder/preflight/rank_N.json."""
+    env = resolve(os.environ)
+    facts: dict[str, Any] = {"rank": env.rank, "node": env.node_name, "local_rank": env.local_rank}
+    out = Path(folder) / "preflight" / f"rank_{env.rank}.json"
+    facts["run_root_error"] = writable(Path(folder), env.rank)
+    facts["code_seen"] = Path(code_dir, "trainer", "__init__.py").is_file() if code_dir else True
+    facts["cwd"] = os.getcwd()
+    facts["python"] = sys.executable
+    facts["versions"] = {name: version(name) for name in expected}
+    facts["cuda_visible_devices"] = os.environ.get("CUDA_VISIBLE_DEVICES", "")
+    facts["master"] = f"{env.master_addr}:{env.master_port}"
+    try:
+        facts["master_ip"] = socket.gethostbyname(env.master_addr)
+    except OSError as exc:
+        facts["master_ip"] = f"unresolved: {exc}"
+    try:
+        import torch
+
+        facts["gpus"] = torch.cuda.device_count()
+        facts["all_reduce"] = all_reduce(env, facts["gpus"])
+    except Exception as exc:
+        facts["all_reduce"] = {"error": f"{type(exc).__name__}: {exc}".splitlines()[0]}
+        traceback.print_exc()
+    try:
+        write_text(out, json.dumps(facts, indent=2) + "\n")
+    except Exception as exc:  # the run root itself is not writable here: the log still says it
+        print(f"preflight: could not write {out}: {exc}", flush=True)
+    print("preflight:", json.dumps(facts), flush=True)
