@@ -158,6 +158,9 @@ def pytest_itemcollected(item: pytest.Item) -> None:
         item.add_marker(pytest.mark.xdist_group("slow"))
 
 
+TESTS = Path(__file__).parent
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Leave the benchmarks out unless `-m` names them; hand the groups out first (the Slurm group is the
     longest chain)."""
@@ -165,8 +168,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     kept = [item for item in items if wants_bench or not item.get_closest_marker("bench")]
     if len(kept) < len(items):
         config.hook.pytest_deselected(items=[item for item in items if item not in kept])
+    # Then the quick modules of pure functions: the Slurm group's worker also takes the module after it from
+    # xdist's queue, and runs it after the Slurm tests, at the end of the critical path: it had better be short.
     order = {"slurm": 0, "slow": 1}
-    items[:] = sorted(kept, key=lambda item: order.get(group_of(item), 2))  # stable: each group in its own order
+    items[:] = sorted(kept, key=lambda item: order.get(group_of(item), 2 if item.path.parent == TESTS else 3))
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:

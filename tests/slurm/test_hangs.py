@@ -19,7 +19,7 @@ from tests.slurm.cluster import release_when_requeued
 from tests.slurm.test_requeue import attempts, job_id_of, summary
 from tests.slurm.test_slurm import cli, poll, run_dir_of
 
-HANG = ["hang.floor_s=10", "hang.factor=2", "hang.beat_s=2"]
+HANG = ["hang.floor_s=6", "hang.factor=2", "hang.beat_s=2"]  # the least budget allowed: 3 heartbeats
 
 # A user's task, shaped like theirs (no cooperation with this project): rank 1's loader worker stops delivering
 # after a few batches whenever it runs on node1 (a stuck read on that node's mount, a lock held across fork).
