@@ -26,7 +26,8 @@ def code_line(run_dir: Path) -> str:
 
 def report(target: Target) -> str:
     job = info(target)
-    lines = [f"job {target.job_id}: {job.state}", f"restarts: {job.restarts}", f"nodes: {job.nodes or '-'}"]
+    state = f"{job.state} ({job.note})" if job.note else job.state
+    lines = [f"job {target.job_id}: {state}", f"restarts: {job.restarts}", f"nodes: {job.nodes or '-'}"]
     if target.run_dir is not None:
         lines.append(f"run directory: {target.run_dir}")
         if not RunDir(target.run_dir).command.is_file():  # a script's steps and checkpoints are its own

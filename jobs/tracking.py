@@ -25,6 +25,7 @@ from trainer.run.failures import Failure
 from trainer.run.rundir import RunDir
 
 TERMINAL = {
+    "ENDED",  # a forgotten job without accounting, neither finished nor failed by its run directory
     "COMPLETED",
     "FAILED",
     "CANCELLED",
@@ -60,6 +61,7 @@ class JobInfo:
     state: str
     restarts: int
     nodes: str
+    note: str = ""  # where the state came from, when not from Slurm
 
 
 def parse_scontrol(text: str) -> list[dict[str, str]]:
@@ -208,6 +210,8 @@ def infos(targets: list[Target]) -> list[JobInfo]:
             out.append(local_info(target))
         elif target.job_id in slurm:
             out.append(slurm[target.job_id])
+        elif (found := run_dir_info(target)) is not None:  # forgotten, and no accounting to ask
+            out.append(found)
         else:
             raise UserError(f"Slurm knows no job {target.job_id}; check the id with squeue or sacct")
     return out
@@ -271,7 +275,28 @@ def _alive(pid: str) -> bool:
 
 
 def info(target: Target) -> JobInfo:
-    return slurm_info(target.job_id) if target.executor == "slurm" else local_info(target)
+    if target.executor != "slurm":
+        return local_info(target)
+    try:
+        return slurm_info(target.job_id)
+    except UserError:
+        if (found := run_dir_info(target)) is None:
+            raise
+        return found
+
+
+def run_dir_info(target: Target) -> JobInfo | None:
+    """A Slurm job the controller has forgotten, on a cluster without accounting (sacct fails): its state from
+    the run directory alone. None when there is none to read."""
+    if target.run_dir is None or not target.run_dir.is_dir():
+        return None
+    files = RunDir(target.run_dir)
+    note = "from the run directory: Slurm no longer knows the job and keeps no accounting"
+    if files.summary.exists():
+        return JobInfo("COMPLETED", 0, "", note)
+    if files.error.exists():
+        return JobInfo("FAILED", 0, "", note)
+    return JobInfo("ENDED", 0, "", note)  # no summary, no error: cancelled, or stopped past a budget
 
 
 def progress(run_dir: Path) -> tuple[int | None, Path | None]:

@@ -280,6 +280,38 @@ def squeue_state(job_id: str) -> str:
     return _run("squeue", "-h", "-j", job_id, "-o", "%T", check=False).stdout.strip()
 
 
+NO_ACCOUNTING = HOME / "etc" / "slurm-no-accounting.conf"
+
+
+def write_no_accounting_config() -> Path:
+    """The same cluster as a site without accounting runs it: no slurmdbd (sacct fails), and finished jobs
+    forgotten by the controller within seconds (MinJobAge=2), as they are minutes later on a busy site."""
+    text = CONF.read_text().replace("MinJobAge=600", "MinJobAge=2")
+    text = "\n".join(
+        line
+        for line in text.splitlines()
+        # Without slurmdbd slurmctld refuses to track GPUs as a TRES: those lines go too.
+        if not line.startswith(("AccountingStorageHost", "AccountingStoragePort", "AccountingStorageTRES"))
+    )
+    text = text.replace(
+        "AccountingStorageType=accounting_storage/slurmdbd", "AccountingStorageType=accounting_storage/none"
+    )
+    NO_ACCOUNTING.write_text(text + "\n")
+    return NO_ACCOUNTING
+
+
+def restart_controller(conf: Path) -> None:
+    """slurmctld again, with `conf` (the nodes and their jobs carry on: the state is saved; the slurmd daemons
+    keep the config they started with, which differs only in accounting)."""
+    pidfile = HOME / "run" / "slurmctld.pid"
+    _run("scontrol", "shutdown", "slurmctld", check=False)
+    wait_for("slurmctld to stop", lambda: not _alive(pidfile), timeout=60)
+    subprocess.run(["slurmctld", "-f", str(conf)], env={**os.environ, "SLURM_CONF": str(conf)}, check=True)
+    ping = {**os.environ, "SLURM_CONF": str(conf)}
+    wait_for("slurmctld", lambda: subprocess.run(["scontrol", "ping"], env=ping, capture_output=True).returncode == 0)
+    wait_for("both nodes idle", nodes_idle, timeout=120, explain=node_reasons)
+
+
 def preempt_normal_jobs() -> None:
     """Queue a one-second exclusive job on both nodes in `urgent`: it preempts whatever runs in `normal`."""
     _run("sbatch", "-p", "urgent", "--exclusive", "-N2", "-o", "/dev/null", "--wrap", "sleep 1")
