@@ -1,8 +1,16 @@
+import json
 from pathlib import Path
 
 import pytest
+import yaml
 
+from tests import ranks
+from tests.conftest import ROOT
 from tests.slurm import cluster
+from trainer.config import flat
+
+# 2 nodes x 1 task; long enough to be preempted twice, short enough for CI (tests/slurm/test_requeue.py).
+ARGS = ["--nodes", "2", "--gpus-per-node", "1", "steps=240", "log.every=5", "checkpoint.every=100", "log.image_every=0"]
 
 
 @pytest.fixture(autouse=True)
@@ -14,3 +22,18 @@ def _on_the_cluster(slurm_cluster: None) -> None:
 def mini(tmp_path: Path, slurm_cluster: None) -> Path:
     """The mini profile with its runs in this test's folder."""
     return cluster.mini_profile(tmp_path / "mini.yaml", tmp_path / "runs")
+
+
+@pytest.fixture(scope="session")  # the Slurm tests share one worker: made once
+def reference_hash(tmp_path_factory: pytest.TempPathFactory, sample_root: Path) -> str:
+    """The final weights of the same run, uninterrupted: 2 ranks of one thread each, as the 2 one-CPU tasks on
+    the cluster train, forked here (tests/ranks.py) rather than queued: the cluster's time goes to the runs
+    that are preempted. Equal hashes also show a Slurm job trains what a local one does, bit for bit."""
+    run_dir = tmp_path_factory.mktemp("reference") / "run"
+    profile = yaml.safe_load((ROOT / "cluster_profiles" / "mini.yaml").read_text())["trainer"]  # under ARGS
+    ranks.train(
+        run_dir, *[f"{k}={v}" for k, v in flat(profile).items()], f"data.root={sample_root / 'pix2pix'}", *ARGS[4:]
+    )
+    data = json.loads((run_dir / "summary.json").read_text())
+    assert (data["restarts"], data["world_size"], data["torch_threads"]) == (0, 2, 1), data
+    return data["weights_sha256"]

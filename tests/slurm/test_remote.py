@@ -18,7 +18,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 from tests.conftest import ROOT
 from tests.slurm import sshd
 from tests.slurm.cluster import preempt_normal_jobs, release_when_requeued
-from tests.slurm.test_requeue import ARGS, reference_hash  # noqa: F401 (a fixture)
+from tests.slurm.conftest import ARGS
 from tests.slurm.test_slurm import poll
 
 
@@ -117,7 +117,7 @@ def test_a_preempted_run_submitted_over_ssh_resumes_exactly_and_logs_follow_and_
     login_node: None,
     tmp_path: Path,
     sample_root: Path,
-    reference_hash: str,  # noqa: F811
+    reference_hash: str,
 ) -> None:
     """Submitted over SSH (2 nodes x 1 task), preempted, requeued and resumed on the cluster: it ends on the
     weights of the uninterrupted run. jobs.logs --follow by name follows it to its end over SSH; --resume of

@@ -10,19 +10,13 @@ import sys
 import time
 from pathlib import Path
 
-import pytest
-import yaml
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from tests import ranks
 from tests.conftest import ROOT, run_dirs, submit
 from tests.slurm import cluster
 from tests.slurm.cluster import preempt_normal_jobs, release_when_requeued, squeue_state
+from tests.slurm.conftest import ARGS
 from tests.slurm.test_slurm import cli, poll, run_dir_of
-from trainer.config import flat
-
-# 2 nodes x 1 task; long enough to be preempted twice, short enough for CI.
-ARGS = ["--nodes", "2", "--gpus-per-node", "1", "steps=240", "log.every=5", "checkpoint.every=100", "log.image_every=0"]
 
 
 def job_id_of(run_dir: Path) -> str:
@@ -52,21 +46,6 @@ def preempt(run_dir: Path, attempt: int) -> None:
 def summary(run_dir: Path, timeout: float = 240) -> dict:
     poll("the summary", lambda: (run_dir / "summary.json").exists(), timeout=timeout)
     return json.loads((run_dir / "summary.json").read_text())
-
-
-@pytest.fixture(scope="module")
-def reference_hash(tmp_path_factory: pytest.TempPathFactory, sample_root: Path) -> str:
-    """The final weights of the same run, uninterrupted: 2 ranks of one thread each, as the 2 one-CPU tasks on
-    the cluster train, forked here (tests/ranks.py) rather than queued: the cluster's time goes to the runs
-    that are preempted. Equal hashes also show a Slurm job trains what a local one does, bit for bit."""
-    run_dir = tmp_path_factory.mktemp("reference") / "run"
-    profile = yaml.safe_load((ROOT / "cluster_profiles" / "mini.yaml").read_text())["trainer"]  # under ARGS
-    ranks.train(
-        run_dir, *[f"{k}={v}" for k, v in flat(profile).items()], f"data.root={sample_root / 'pix2pix'}", *ARGS[4:]
-    )
-    data = json.loads((run_dir / "summary.json").read_text())
-    assert (data["restarts"], data["world_size"], data["torch_threads"]) == (0, 2, 1), data
-    return data["weights_sha256"]
 
 
 def mini_profile(folder: Path, extra: str = "") -> Path:
