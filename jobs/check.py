@@ -21,7 +21,6 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +32,7 @@ from jobs.profiles import load_profile
 from jobs.snapshot import copy, plan_snapshot
 from jobs.submit import has_local_gpus
 from jobs.tracking import TERMINAL, Target, info
+from trainer import preflight  # the tasks' side (torch only inside its functions)
 from trainer.errors import UserError, one_line_errors
 from trainer.run.prepare import prepare_run_root
 from trainer.run.rundir import RunDir
@@ -46,13 +46,6 @@ class Row:
     check: str
     ok: bool
     detail: str
-
-
-def version(name: str) -> str:
-    try:
-        return metadata.version(name)
-    except metadata.PackageNotFoundError:
-        return ""
 
 
 def missing_module(log: str) -> str:
@@ -152,13 +145,11 @@ def main(argv: list[str] | None = None) -> int:
         code_dir = RunDir(folder).code
         copy(plan_snapshot(Path.cwd(), [run_root], profile.snapshot_exclude, profile.snapshot_limit_mb), code_dir)
     plan = make_plan(profile, [], RunDir(folder).logs, has_local_gpus(), sys.executable, (), code_dir, [folder])
-    expected = {name: version(name) for name in PACKAGES}
-    import trainer.preflight  # the tasks' side; imports nothing heavy
-
+    expected = {name: preflight.version(name) for name in PACKAGES}
     captured = io.StringIO()  # submitit prints sbatch's refusal itself: it becomes the table's row instead
     try:
         with contextlib.redirect_stderr(captured):
-            job = launch.make_executor(plan).submit(trainer.preflight.run, str(folder), str(code_dir or ""), expected)
+            job = launch.make_executor(plan).submit(preflight.run, str(folder), str(code_dir or ""), expected)
     except (submitit.core.utils.FailedJobError, subprocess.CalledProcessError) as exc:
         shutil.rmtree(folder, ignore_errors=True)  # nothing ran
         reason = launch.refusal(str(exc) or captured.getvalue())

@@ -10,7 +10,6 @@ profile's `container_mounts`, and the tasks run the container's Python (`python:
 """
 
 import os
-import shlex
 
 from jobs.profiles import Profile
 
@@ -42,7 +41,3 @@ def command_prefix(profile: Profile) -> list[str]:
         return []
     gpu = ["--nv"] if profile.request_gpus else []
     return [profile.apptainer_command, "exec", *gpu, "--bind", ",".join(mounts(profile)), profile.container_image]
-
-
-def quoted(words: list[str]) -> str:
-    return shlex.join(words)

@@ -182,8 +182,8 @@ def target_outcome(target: Target, results: Callable[[], Any] | None = None) -> 
             results()
         except Exception as exc:  # submitit wraps the task's error; the ranks' records name the first failure
             problem = type(exc).__name__
-    elif well is None and info(target).state not in ("COMPLETED", "RUNNING", "PENDING"):
-        problem = info(target).state
+    elif well is None and (state := info(target).state) not in ("COMPLETED", "RUNNING", "PENDING"):
+        problem = state
     run_dir, log = target.run_dir, target.log0
     if problem is not None:
         if first := first_failure(target):

@@ -99,11 +99,6 @@ class Connection:
             raise UserError(self.explain(done.returncode, done.stderr.decode(errors="replace")))
         return done.stdout
 
-    def stream(self, action: str, *args: str) -> int:
-        """Run an agent action with its output going to ours as it comes; its exit code (255: the connection)."""
-        sys.stdout.flush()
-        return subprocess.run(self.argv(action, *args)).returncode
-
     def explain(self, code: int, stderr: str) -> str:
         """One line for what went wrong: the agent's own error line, else what ssh said, with the fix."""
         lines = [line.strip() for line in stderr.splitlines() if line.strip()]

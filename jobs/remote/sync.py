@@ -11,7 +11,7 @@ import tarfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from jobs.remote.agent import MANIFEST
+from jobs.remote.agent import MANIFEST, digest  # one checksum on both sides
 from jobs.remote.ssh import Connection
 from jobs.snapshot import Snapshot
 
@@ -44,14 +44,6 @@ def cache_dir(remote_root: str, workspace: Path) -> str:
     """The login node's copy of this folder: one per (machine, folder), so two laptops do not fight over it."""
     key = hashlib.sha256(f"{socket.gethostname()}:{workspace.resolve()}".encode()).hexdigest()[:16]
     return f"{remote_root.rstrip('/')}/.snapshots/{workspace.name or 'root'}-{key}"
-
-
-def digest(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def changed_tar(snapshot: Snapshot, remote: dict[str, str], extra: dict[str, bytes]) -> tuple[bytes, int]:
