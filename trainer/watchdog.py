@@ -12,13 +12,14 @@ the same way.
 On a hang the rank writes every thread's Python stack into its log (faulthandler), reads the heartbeats to
 name the rank that is stuck (one whose heartbeat stopped, a stopped or frozen process; else the one furthest
 behind: a lower step, or waiting on its own data while the others wait on it in a collective), records that
-in errors/ (error.txt names it), and exits: srun's --kill-on-bad-exit, or the local controller, stops the
+in errors/ (error.txt names it), and exits, its loader workers killed first: srun's --kill-on-bad-exit, or the local controller, stops the
 others. The stuck rank itself, when its process still runs (a deadlocked loader worker), does the same.
 """
 
 import contextlib
 import faulthandler
 import json
+import multiprocessing
 import os
 import threading
 import time
@@ -168,6 +169,7 @@ class Watchdog:
                 try:
                     self._hung(name, waited, step)
                 finally:
+                    end_children()
                     os._exit(HANG_EXIT)
 
     def _beats(self) -> None:
@@ -215,6 +217,15 @@ class Watchdog:
             failures.record(self.run_dir, failure)
         except (OSError, ValueError, UserError) as exc:
             self._say(f"warning: could not record the hang: {exc}")
+
+
+def end_children() -> None:
+    """Kill this rank's worker processes (its DataLoader's) before it exits. os._exit runs no clean-up, and a
+    worker stuck in a read never notices its parent is gone: it would outlive the job where Slurm tracks
+    processes by their parent (proctrack/linuxproc, pgid), keeping its memory and the task's open files."""
+    for child in multiprocessing.active_children():
+        with contextlib.suppress(OSError, ValueError):
+            child.kill()
 
 
 def read_beats(run_dir: Path) -> list[Beat]:

@@ -402,7 +402,8 @@ class Stalling(torch.utils.data.Dataset):
         if self.rank == 1 and torch.utils.data.get_worker_info() is not None:
             self.served = getattr(self, "served", 0) + 1
             if self.served > 40 and not os.path.exists(self.marker):
-                open(self.marker, "w").close()
+                with open(self.marker, "w") as f:
+                    f.write(str(os.getpid()))
                 time.sleep(3600)
         return torch.randn(4)
 
@@ -446,6 +447,9 @@ def test_a_deadlocked_loader_worker_is_named_and_the_job_restarts_in_place_to_th
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["in_job_restarts"] == 1 and summary["failures"] == 1
     assert summary["weights_sha256"] == json.loads((reference / "summary.json").read_text())["weights_sha256"]
+    # The stuck worker went with its rank, not left asleep for the hour (os._exit runs no clean-up).
+    worker = int((run_dir / "stalled-once").read_text())
+    poll("the stuck loader worker to end", lambda: process_start(worker) is None, timeout=10)
 
 
 def test_a_run_that_stops_on_purpose_is_not_started_again_in_its_allocation(tmp_path: Path) -> None:

@@ -332,7 +332,29 @@ def release_when_requeued(job_id: str) -> None:
             return False
         return _run("scontrol", "update", f"jobid={job_id}", "StartTime=now", check=False).returncode == 0
 
-    wait_for("the job's release (nodes idle, start time now)", released, timeout=60)
+    wait_for("the job's release (nodes idle, start time now)", released, timeout=60, explain=describe)
+
+
+def describe() -> str:
+    """The queue, the nodes and the job steps still running on this host: why the cluster is not quiet."""
+    queue = _run("squeue", "-h", "-o", "%i %T %r %N", check=False).stdout.strip().replace("\n", ", ")
+    steps = _run("pgrep", "-af", "slurmstepd", check=False).stdout.strip().replace("\n", ", ")
+    return f"queue: {queue or 'empty'}; nodes: {node_reasons()}; steps: {steps or 'none'}"
+
+
+def quiet() -> bool:
+    """No job in the queue, both nodes idle, no job step ending on this host."""
+    queue = _run("squeue", "-h", "-o", "%i", check=False)
+    steps = _run("pgrep", "-f", "slurmstepd", check=False).returncode == 0
+    return queue.returncode == 0 and not queue.stdout.strip() and nodes_idle() and not steps
+
+
+def clear() -> None:
+    """Cancel whatever a test left in the queue (a failed test's job, a job still in its teardown) and wait until
+    the cluster is quiet: the next test gets both nodes, and no step of this one ends under its job."""
+    if not quiet():
+        _run("scancel", "--full", "--user", "root", check=False)
+        wait_for("the queue to empty and the nodes to go idle", quiet, timeout=90, explain=describe)
 
 
 def down() -> None:

@@ -1,4 +1,5 @@
 import json
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -14,8 +15,11 @@ ARGS = ["--nodes", "2", "--gpus-per-node", "1", "steps=240", "log.every=5", "che
 
 
 @pytest.fixture(autouse=True)
-def _on_the_cluster(slurm_cluster: None) -> None:
-    """Every test here talks to the cluster: it is up, and SLURM_CONF names it, whichever test runs first."""
+def _on_the_cluster(slurm_cluster: None) -> Iterator[None]:
+    """Every test here talks to the cluster: it is up, and SLURM_CONF names it, whichever test runs first. After
+    each, what it left is cancelled and waited out, so one test's failure stays its own."""
+    yield
+    cluster.clear()
 
 
 @pytest.fixture
