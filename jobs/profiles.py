@@ -250,6 +250,18 @@ def check_shape(text: str) -> None:
     """Refuse what would blow up before any key is checked: aliases (a "billion laughs" expands nine of them
     into gigabytes) and deep nesting (recursion: a traceback, or a crash). Read as a stream of events, which
     the parser yields one by one, with no recursion and nothing expanded."""
+    try:
+        _check_events(text)
+    except yaml.MarkedYAMLError as exc:
+        # PyYAML 6.0.4 stops at 1000 levels itself (its own error names no line of ours): the same refusal.
+        if "nesting depth" not in (exc.problem or "") or exc.problem_mark is None:
+            raise
+        raise UserError(
+            f"nesting deeper than {MAX_DEPTH} levels (line {exc.problem_mark.line + 1}); flatten it"
+        ) from None
+
+
+def _check_events(text: str) -> None:
     depth = 0
     for event in yaml.parse(text, Loader=_UniqueKeyLoader):
         if isinstance(event, yaml.AliasEvent):
