@@ -152,13 +152,21 @@ def pytest_itemcollected(item: pytest.Item) -> None:
     if folder in FOLDER_MARKERS:
         item.add_marker(FOLDER_MARKERS[folder])
     if item.get_closest_marker("slurm"):
-        # One cluster: a preemption test must not meet another test's jobs in its partition.
-        item.add_marker(pytest.mark.xdist_group("slurm"))
+        # A preemption test must not meet another test's jobs in its partition: one worker per cluster.
+        item.add_marker(pytest.mark.xdist_group(SLURM_GROUPS[cluster_side(item)]))
     elif item.get_closest_marker("slow"):
         item.add_marker(pytest.mark.xdist_group("slow"))
 
 
 TESTS = Path(__file__).parent
+# Two Slurm test clusters (tests/slurm/cluster.py), each with its own worker: these modules run on the second,
+# the rest on the first, about half of the Slurm tests' time each.
+ON_CLUSTER_B = ("test_script.py", "test_hangs.py", "test_check.py", "test_torchrun.py", "test_no_accounting.py")
+SLURM_GROUPS = {"a": "slurm", "b": "slurm-b"}
+
+
+def cluster_side(item: pytest.Item) -> str:
+    return "b" if Path(item.path).name in ON_CLUSTER_B else "a"
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -170,7 +178,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         config.hook.pytest_deselected(items=[item for item in items if item not in kept])
     # Then the quick modules of pure functions: the Slurm group's worker also takes the module after it from
     # xdist's queue, and runs it after the Slurm tests, at the end of the critical path: it had better be short.
-    order = {"slurm": 0, "slow": 1}
+    order = {"slurm": 0, "slurm-b": 0, "slow": 1}
     items[:] = sorted(kept, key=lambda item: order.get(group_of(item), 2 if item.path.parent == TESTS else 3))
 
 

@@ -1,11 +1,15 @@
-"""A real two-node Slurm test cluster on this one machine: `python -m tests.slurm.cluster up|down|status`.
+"""Two real two-node Slurm test clusters on this one machine: `python -m tests.slurm.cluster up|down|status`.
 
-munge, MariaDB + slurmdbd (accounting), slurmctld, and two slurmd daemons (node1, node2: 8 CPUs and 8 fake
-GPUs each), with a `normal` partition that an `urgent` one preempts (REQUEUE, user signal, grace time).
-Everything lives under one folder it owns; the only system file touched is /etc/hosts (node names).
+munge, MariaDB + slurmdbd (accounting), and per cluster a slurmctld and two slurmd daemons (node1, node2: 8
+CPUs and 8 fake GPUs each), with a `normal` partition that an `urgent` one preempts (REQUEUE, user signal,
+grace time). Two clusters, one accounting database: two xdist workers run Slurm tests side by side (a
+preemption preempts its own cluster's jobs only), and each cluster's nodes keep the names node1 and node2.
+`use(side)` points this module (and SLURM_CONF, through env()) at one of them; "a" is the default.
+Everything lives under one folder per cluster; the only system file touched is /etc/hosts (node names).
 """
 
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -13,13 +17,36 @@ import sys
 import time
 from pathlib import Path
 
-HOME = Path(os.environ.get("SLURM_DDP_CLUSTER_DIR", "/tmp/slurm-ddp-cluster"))
-CONF = HOME / "etc" / "slurm.conf"
+BASE = Path(os.environ.get("SLURM_DDP_CLUSTER_DIR", "/tmp/slurm-ddp-cluster"))
 PROJECT = Path(__file__).resolve().parents[2]
 PACKAGES = ["munge", "slurmctld", "slurmd", "slurm-client", "slurmdbd", "mariadb-server"]
-NODES = {"node1": ("127.0.0.2", 17001), "node2": ("127.0.0.3", 17002)}
-CTLD_PORT, DBD_PORT, DB_PORT = 16817, 16819, 16306
-CLUSTER = "ddptest"
+ADDRESSES = {"node1": "127.0.0.2", "node2": "127.0.0.3"}
+DBD_PORT, DB_PORT = 16819, 16306
+# Per cluster: its folder, controller port, slurmd ports, and first job id. The ids are apart, so that a job id
+# and a slurmstepd's name belong to one cluster, and the master ports derived from them (10000 + id % 20000,
+# trainer.env.launcher) do not meet: a's first 10,000 jobs get 10000-19999, b's 20000-29999.
+SIDES = {
+    "a": (BASE, "ddptest", 16817, (17001, 17002), 1),
+    "b": (BASE.with_name(BASE.name + "-b"), "ddptestb", 16827, (17011, 17012), 10_010_000),
+}
+SIDE = "a"
+HOME, CLUSTER, CTLD_PORT, PORTS, FIRST_JOB_ID = SIDES["a"]
+CONF = HOME / "etc" / "slurm.conf"
+NO_ACCOUNTING = HOME / "etc" / "slurm-no-accounting.conf"
+
+
+def use(side: str) -> None:
+    """Point this module's functions (and env(), hence SLURM_CONF for the commands they run) at a cluster."""
+    global SIDE, HOME, CLUSTER, CTLD_PORT, PORTS, FIRST_JOB_ID, CONF, NO_ACCOUNTING
+    SIDE = side
+    HOME, CLUSTER, CTLD_PORT, PORTS, FIRST_JOB_ID = SIDES[side]
+    CONF = HOME / "etc" / "slurm.conf"
+    NO_ACCOUNTING = HOME / "etc" / "slurm-no-accounting.conf"
+
+
+def own_job(job_id: int) -> bool:
+    """Whether a job id is this cluster's (the clusters' ids are apart: FirstJobId)."""
+    return (job_id >= SIDES["b"][4]) == (SIDE == "b")
 
 
 class Unavailable(RuntimeError):
@@ -80,7 +107,7 @@ def write_configs() -> None:
         (HOME / "gpu" / f"fakegpu{i}").touch()
     nodes = "\n".join(
         f"NodeName={name} NodeHostname={host} NodeAddr={addr} Port={port} CPUs=8 RealMemory=16000 Gres=gpu:8 State=UNKNOWN"
-        for name, (addr, port) in NODES.items()
+        for (name, addr), port in zip(ADDRESSES.items(), PORTS, strict=True)
     )
     CONF.write_text(f"""\
 ClusterName={CLUSTER}
@@ -107,6 +134,7 @@ MpiDefault=none
 KillWait=10
 InactiveLimit=0
 MinJobAge=600
+FirstJobId={FIRST_JOB_ID}
 JobAcctGatherType=jobacct_gather/none
 AccountingStorageType=accounting_storage/slurmdbd
 AccountingStorageHost=127.0.0.1
@@ -143,7 +171,7 @@ StorageLoc=slurm_acct_db
 def update_hosts() -> None:
     hosts = Path("/etc/hosts")
     text = hosts.read_text()
-    missing = [f"{addr} {name}" for name, (addr, _) in NODES.items() if f"{addr} {name}" not in text]
+    missing = [f"{addr} {name}" for name, addr in ADDRESSES.items() if f"{addr} {name}" not in text]
     if missing:
         hosts.write_text(text.rstrip("\n") + "\n" + "\n".join(missing) + "\n")
 
@@ -159,13 +187,13 @@ def start_munge() -> None:
 
 
 def start_mariadb() -> None:
-    data, sock = HOME / "mysql" / "data", HOME / "mysql" / "mysqld.sock"
+    data, sock = BASE / "mysql" / "data", BASE / "mysql" / "mysqld.sock"
     if _port_open(DB_PORT):
         return
-    shutil.chown(HOME / "mysql", "mysql", "mysql")
+    shutil.chown(BASE / "mysql", "mysql", "mysql")
     if not (data / "mysql").exists():
         _run("mariadb-install-db", "--user=mysql", f"--datadir={data}", "--auth-root-authentication-method=socket")
-    log = open(HOME / "log" / "mariadb.log", "a")  # noqa: SIM115 - handed to the daemon
+    log = open(BASE / "log" / "mariadb.log", "a")  # noqa: SIM115 - handed to the daemon
     subprocess.Popen(
         [
             "mariadbd",
@@ -174,7 +202,7 @@ def start_mariadb() -> None:
             f"--socket={sock}",
             f"--port={DB_PORT}",
             "--bind-address=127.0.0.1",
-            f"--pid-file={HOME / 'mysql' / 'mariadb.pid'}",
+            f"--pid-file={BASE / 'mysql' / 'mariadb.pid'}",
             "--skip-log-bin",
         ],
         stdout=log,
@@ -191,8 +219,8 @@ def start_mariadb() -> None:
 
 
 def start_slurmdbd() -> None:
-    if not _alive(HOME / "run" / "slurmdbd.pid"):
-        _run("slurmdbd")
+    if not _port_open(DBD_PORT) and not _alive(BASE / "run" / "slurmdbd.pid"):
+        _run("slurmdbd")  # one for both clusters, with side a's configuration (up() starts that side first)
     wait_for("slurmdbd", lambda: _port_open(DBD_PORT))
     if CLUSTER not in _run("sacctmgr", "-n", "-P", "list", "cluster", "format=cluster", check=False).stdout:
         _run("sacctmgr", "-i", "add", "cluster", CLUSTER)
@@ -202,7 +230,7 @@ def start_slurm() -> None:
     if not _alive(HOME / "run" / "slurmctld.pid"):
         _run("slurmctld")
     wait_for("slurmctld", lambda: _run("scontrol", "ping", check=False).returncode == 0)
-    for name in NODES:
+    for name in ADDRESSES:
         if not _alive(HOME / "run" / f"slurmd-{name}.pid"):
             _run("slurmd", "-N", name)
     wait_for("both nodes idle", nodes_idle, timeout=180, explain=node_reasons)
@@ -240,7 +268,18 @@ def up_for_benchmark() -> None:
 
 
 def up() -> None:
+    """Both clusters (a no-op for one that runs), then this module pointed at the one it was."""
     check_platform()
+    side = SIDE
+    try:
+        for each in SIDES:
+            use(each)
+            up_one()
+    finally:
+        use(side)
+
+
+def up_one() -> None:
     if status_ok():
         before = CONF.read_text()
         write_configs()
@@ -278,9 +317,6 @@ def steps_left(job_id: str) -> bool:
 def squeue_state(job_id: str) -> str:
     """The job's state as squeue shows it; empty once the job has left the queue."""
     return _run("squeue", "-h", "-j", job_id, "-o", "%T", check=False).stdout.strip()
-
-
-NO_ACCOUNTING = HOME / "etc" / "slurm-no-accounting.conf"
 
 
 def write_no_accounting_config() -> Path:
@@ -338,15 +374,21 @@ def release_when_requeued(job_id: str) -> None:
 def describe() -> str:
     """The queue, the nodes and the job steps still running on this host: why the cluster is not quiet."""
     queue = _run("squeue", "-h", "-o", "%i %T %r %N", check=False).stdout.strip().replace("\n", ", ")
-    steps = _run("pgrep", "-af", "slurmstepd", check=False).stdout.strip().replace("\n", ", ")
+    steps = ", ".join(own_steps())
     return f"queue: {queue or 'empty'}; nodes: {node_reasons()}; steps: {steps or 'none'}"
+
+
+def own_steps() -> list[str]:
+    """This cluster's slurmstepd processes on this host ("slurmstepd: [JOB.STEP]"), by their job ids."""
+    lines = _run("pgrep", "-af", "slurmstepd", check=False).stdout.splitlines()
+    found = [(line, re.search(r"\[(\d+)\.", line)) for line in lines]
+    return [line for line, match in found if match and own_job(int(match[1]))]
 
 
 def quiet() -> bool:
     """No job in the queue, both nodes idle, no job step ending on this host."""
     queue = _run("squeue", "-h", "-o", "%i", check=False)
-    steps = _run("pgrep", "-f", "slurmstepd", check=False).returncode == 0
-    return queue.returncode == 0 and not queue.stdout.strip() and nodes_idle() and not steps
+    return queue.returncode == 0 and not queue.stdout.strip() and nodes_idle() and not own_steps()
 
 
 def clear() -> None:
@@ -358,7 +400,17 @@ def clear() -> None:
 
 
 def down() -> None:
-    """Stop what `up` started, and nothing else."""
+    """Stop what `up` started, and nothing else: side b's daemons, then side a's and what they share."""
+    side = SIDE
+    try:
+        for each in reversed(SIDES):
+            use(each)
+            down_one()
+    finally:
+        use(side)
+
+
+def down_one() -> None:
     run = HOME / "run"
     pidfiles = [run / "slurmd-node1.pid", run / "slurmd-node2.pid", run / "slurmctld.pid", run / "slurmdbd.pid"]
     pidfiles.append(HOME / "mysql" / "mariadb.pid")
@@ -386,7 +438,7 @@ def main(argv: list[str]) -> int:
             from tests.slurm import sshd  # its login node, for the tests that submit over SSH
 
             sshd.up()
-            print(f"Slurm test cluster up, its login node's sshd on 127.0.0.1:{sshd.PORT}; export SLURM_CONF={CONF}")
+            print(f"Slurm test clusters up, the login node's sshd on 127.0.0.1:{sshd.PORT}; export SLURM_CONF={CONF}")
         elif command == "down":
             from tests.slurm import sshd
 
@@ -394,9 +446,11 @@ def main(argv: list[str]) -> int:
             down()
             print("Slurm test cluster down")
         elif command == "status":
-            print("up" if status_ok() else "down")
-            if status_ok():
-                print(_run("sinfo").stdout, end="")
+            for side in SIDES:
+                use(side)
+                print(f"cluster {CLUSTER} ({CONF}):", "up" if status_ok() else "down")
+                if status_ok():
+                    print(_run("sinfo").stdout, end="")
         else:
             print("usage: python -m tests.slurm.cluster up|down|status", file=sys.stderr)
             return 2

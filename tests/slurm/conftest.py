@@ -1,4 +1,5 @@
 import json
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -6,12 +7,19 @@ import pytest
 import yaml
 
 from tests import ranks
-from tests.conftest import ROOT
+from tests.conftest import ROOT, cluster_side
 from tests.slurm import cluster
 from trainer.config import flat
 
 # 2 nodes x 1 task; long enough to be preempted twice, short enough for CI (tests/slurm/test_requeue.py).
 ARGS = ["--nodes", "2", "--gpus-per-node", "1", "steps=240", "log.every=5", "checkpoint.every=100", "log.image_every=0"]
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """Before any fixture of the test (a module's too): the helpers and SLURM_CONF point at its cluster."""
+    cluster.use(cluster_side(item))
+    os.environ["SLURM_CONF"] = str(cluster.CONF)
 
 
 @pytest.fixture(autouse=True)

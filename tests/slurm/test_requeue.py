@@ -220,7 +220,9 @@ def test_requeue_on_failure_resumes_from_the_last_checkpoint(
     data = summary(run_dir)
     assert (data["failures"], data["restarts"]) == (1, 1)
     assert data["weights_sha256"] == reference_hash
-    assert data["stragglers"] == []  # an even run names none (a slowed rank: tests/slurm/test_hangs.py)
+    # Not asserted: that this run names no straggler. Two one-thread ranks on a shared two-core machine are not
+    # even (CI saw rank 1 at 1.36x the median for three intervals). An even run naming none, and a short slow
+    # spell naming none: tests/test_stragglers.py; a rank slowed on purpose named: tests/slurm/test_hangs.py.
     # The last attempt's outcome: not the first attempt's killed rank (srun's lines stay in rank 0's log).
     poll("COMPLETED", lambda: ": COMPLETED" in cli("jobs.status", str(run_dir)).stdout, timeout=60)
     status = cli("jobs.status", str(run_dir)).stdout
