@@ -253,7 +253,7 @@ def check_shape(text: str) -> None:
     try:
         _check_events(text)
     except yaml.MarkedYAMLError as exc:
-        # PyYAML 6.0.4 stops at 1000 levels itself (its own error names no line of ours): the same refusal.
+        # PyYAML 6.0.4's parser stops at 1000 levels itself, before our count reaches 32: the same refusal.
         if "nesting depth" not in (exc.problem or "") or exc.problem_mark is None:
             raise
         raise UserError(

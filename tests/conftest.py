@@ -142,6 +142,14 @@ def run_dirs(run_root: Path) -> list[Path]:
 
 # The marker each folder gives its tests (tests/README.md says what each is for).
 FOLDER_MARKERS = {"slurm": "slurm", "jobs": "job", "benchmarks": "bench"}
+# Two Slurm test clusters (tests/slurm/cluster.py), each with its own worker: these modules run on the second,
+# the rest on the first, about half of the Slurm tests' time each.
+ON_CLUSTER_B = ("test_script.py", "test_hangs.py", "test_check.py", "test_torchrun.py", "test_no_accounting.py")
+SLURM_GROUPS = {"a": "slurm", "b": "slurm-b"}
+
+
+def cluster_side(item: pytest.Item) -> str:
+    return "b" if Path(item.path).name in ON_CLUSTER_B else "a"
 
 
 def pytest_itemcollected(item: pytest.Item) -> None:
@@ -159,14 +167,6 @@ def pytest_itemcollected(item: pytest.Item) -> None:
 
 
 TESTS = Path(__file__).parent
-# Two Slurm test clusters (tests/slurm/cluster.py), each with its own worker: these modules run on the second,
-# the rest on the first, about half of the Slurm tests' time each.
-ON_CLUSTER_B = ("test_script.py", "test_hangs.py", "test_check.py", "test_torchrun.py", "test_no_accounting.py")
-SLURM_GROUPS = {"a": "slurm", "b": "slurm-b"}
-
-
-def cluster_side(item: pytest.Item) -> str:
-    return "b" if Path(item.path).name in ON_CLUSTER_B else "a"
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

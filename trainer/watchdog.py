@@ -12,8 +12,8 @@ the same way.
 On a hang the rank writes every thread's Python stack into its log (faulthandler), reads the heartbeats to
 name the rank that is stuck (one whose heartbeat stopped, a stopped or frozen process; else the one furthest
 behind: a lower step, or waiting on its own data while the others wait on it in a collective), records that
-in errors/ (error.txt names it), and exits, its loader workers killed first: srun's --kill-on-bad-exit, or the local controller, stops the
-others. The stuck rank itself, when its process still runs (a deadlocked loader worker), does the same.
+in errors/ (error.txt names it), and exits, its loader workers killed first: srun's --kill-on-bad-exit, or
+the local controller, stops the others. The stuck rank itself, when its process still runs (a deadlocked loader worker), does the same.
 """
 
 import contextlib

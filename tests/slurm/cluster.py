@@ -8,6 +8,7 @@ preemption preempts its own cluster's jobs only), and each cluster's nodes keep 
 Everything lives under one folder per cluster; the only system file touched is /etc/hosts (node names).
 """
 
+import contextlib
 import os
 import re
 import shutil
@@ -15,24 +16,32 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
+from typing import NamedTuple
 
 BASE = Path(os.environ.get("SLURM_DDP_CLUSTER_DIR", "/tmp/slurm-ddp-cluster"))
 PROJECT = Path(__file__).resolve().parents[2]
 PACKAGES = ["munge", "slurmctld", "slurmd", "slurm-client", "slurmdbd", "mariadb-server"]
 ADDRESSES = {"node1": "127.0.0.2", "node2": "127.0.0.3"}
 DBD_PORT, DB_PORT = 16819, 16306
+
+
 # Per cluster: its folder, controller port, slurmd ports, and first job id. The ids are apart, so that a job id
 # and a slurmstepd's name belong to one cluster, and the master ports derived from them (10000 + id % 20000,
 # trainer.env.launcher) do not meet: a's first 10,000 jobs get 10000-19999, b's 20000-29999.
+class Side(NamedTuple):
+    home: Path
+    name: str
+    ctld_port: int
+    slurmd_ports: tuple[int, int]
+    first_job_id: int
+
+
 SIDES = {
-    "a": (BASE, "ddptest", 16817, (17001, 17002), 1),
-    "b": (BASE.with_name(BASE.name + "-b"), "ddptestb", 16827, (17011, 17012), 10_010_000),
+    "a": Side(BASE, "ddptest", 16817, (17001, 17002), 1),
+    "b": Side(BASE.with_name(BASE.name + "-b"), "ddptestb", 16827, (17011, 17012), 10_010_000),
 }
-SIDE = "a"
-HOME, CLUSTER, CTLD_PORT, PORTS, FIRST_JOB_ID = SIDES["a"]
-CONF = HOME / "etc" / "slurm.conf"
-NO_ACCOUNTING = HOME / "etc" / "slurm-no-accounting.conf"
 
 
 def use(side: str) -> None:
@@ -44,9 +53,32 @@ def use(side: str) -> None:
     NO_ACCOUNTING = HOME / "etc" / "slurm-no-accounting.conf"
 
 
+# The cluster this module's functions act on (use() sets them): a's unless a test says otherwise.
+SIDE: str
+HOME: Path
+CLUSTER: str
+CTLD_PORT: int
+PORTS: tuple[int, int]
+FIRST_JOB_ID: int
+CONF: Path
+NO_ACCOUNTING: Path
+use("a")
+
+
+@contextlib.contextmanager
+def on(side: str) -> Iterator[None]:
+    """The block on one cluster, then this module on the one it was."""
+    before = SIDE
+    use(side)
+    try:
+        yield
+    finally:
+        use(before)
+
+
 def own_job(job_id: int) -> bool:
     """Whether a job id is this cluster's (the clusters' ids are apart: FirstJobId)."""
-    return (job_id >= SIDES["b"][4]) == (SIDE == "b")
+    return (job_id >= SIDES["b"].first_job_id) == (SIDE == "b")
 
 
 class Unavailable(RuntimeError):
@@ -270,13 +302,9 @@ def up_for_benchmark() -> None:
 def up() -> None:
     """Both clusters (a no-op for one that runs), then this module pointed at the one it was."""
     check_platform()
-    side = SIDE
-    try:
-        for each in SIDES:
-            use(each)
+    for side in SIDES:
+        with on(side):
             up_one()
-    finally:
-        use(side)
 
 
 def up_one() -> None:
@@ -401,13 +429,9 @@ def clear() -> None:
 
 def down() -> None:
     """Stop what `up` started, and nothing else: side b's daemons, then side a's and what they share."""
-    side = SIDE
-    try:
-        for each in reversed(SIDES):
-            use(each)
+    for side in reversed(SIDES):
+        with on(side):
             down_one()
-    finally:
-        use(side)
 
 
 def down_one() -> None:
@@ -447,10 +471,11 @@ def main(argv: list[str]) -> int:
             print("Slurm test cluster down")
         elif command == "status":
             for side in SIDES:
-                use(side)
-                print(f"cluster {CLUSTER} ({CONF}):", "up" if status_ok() else "down")
-                if status_ok():
-                    print(_run("sinfo").stdout, end="")
+                with on(side):
+                    running = status_ok()
+                    print(f"cluster {CLUSTER} ({CONF}):", "up" if running else "down")
+                    if running:
+                        print(_run("sinfo").stdout, end="")
         else:
             print("usage: python -m tests.slurm.cluster up|down|status", file=sys.stderr)
             return 2

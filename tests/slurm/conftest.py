@@ -36,7 +36,7 @@ def mini(tmp_path: Path, slurm_cluster: None) -> Path:
     return cluster.mini_profile(tmp_path / "mini.yaml", tmp_path / "runs")
 
 
-@pytest.fixture(scope="session")  # the Slurm tests share one worker: made once
+@pytest.fixture(scope="session")  # its users (requeue, SSH) are all on cluster a's worker: made once
 def reference_hash(tmp_path_factory: pytest.TempPathFactory, sample_root: Path) -> str:
     """The final weights of the same run, uninterrupted: 2 ranks of one thread each, as the 2 one-CPU tasks on
     the cluster train, forked here (tests/ranks.py) rather than queued: the cluster's time goes to the runs
