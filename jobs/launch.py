@@ -76,6 +76,8 @@ def exported(env: dict[str, str], inner: Any) -> Any:
     while the local controller starts (it inherits it)."""
     with inner:
         saved = {k: os.environ.get(k) for k in env}
+        if env.get("PYTHONPATH") and os.environ.get("PYTHONPATH"):  # the tool's folder first, then yours
+            env = env | {"PYTHONPATH": f"{env['PYTHONPATH']}{os.pathsep}{os.environ['PYTHONPATH']}"}
         os.environ.update(env)
         try:
             yield

@@ -9,6 +9,7 @@ from typing import Any
 
 from jobs import containers, restarts
 from jobs.profiles import Profile
+from jobs.snapshot import tool_dir, tool_environment
 from trainer.config import TrainConfig
 from trainer.env.launcher import GPUS_PER_TASK
 from trainer.errors import UserError
@@ -68,6 +69,16 @@ def in_background(srun_command: str) -> str:
     runs a trap only between commands; `wait` returns for one: see teardown_lines). Before the command, the
     step's own srun options (jobs.restarts: spare nodes, a node left out), empty unless set."""
     return f"{restarts.STEP_ARGS} {srun_command} &"
+
+
+def tool_lines(code_dir: Path | None) -> list[str]:
+    """Batch-script lines: every process of the tool on the nodes imports it from the run's tool/ (or the
+    installed tool), never from the working folder, your code (jobs.snapshot.tool_environment)."""
+    env = tool_environment(tool_dir(code_dir) if code_dir is not None else None)
+    lines = [f"export PYTHONSAFEPATH={env['PYTHONSAFEPATH']}"]
+    if "PYTHONPATH" in env:
+        lines.append(f'export PYTHONPATH={shlex.quote(env["PYTHONPATH"])}"${{PYTHONPATH:+:$PYTHONPATH}}"')
+    return lines
 
 
 def signal_lines(log_dir: Path, signal: str) -> list[str]:
@@ -235,7 +246,7 @@ def make_plan(
     if profile.executor == "slurm":
         folders = run_dirs if run_dirs is not None else [Path(c.run_dir) for c in configs]
         params = slurm_parameters(profile)
-        params["setup"] = [*params["setup"], *signal_lines(log_dir, profile.signal)]
+        params["setup"] = [*params["setup"], *tool_lines(code_dir), *signal_lines(log_dir, profile.signal)]
         # The restart loop's start (its end is in the teardown lines)
         params["setup"] = [*params["setup"], *restarts.setup_lines(profile, log_dir, folders)]
         # The batch script runs on the node itself, outside any container: its python (for jobs.restarts' helper)
@@ -263,6 +274,7 @@ def make_plan(
             if gpus:  # the caller's CUDA_VISIBLE_DEVICES: without it submitit would use GPUs 0..n-1
                 parameters["visible_gpus"] = gpus
     code_dir = code_dir if profile.executor == "local" else None  # debug runs in this process, as it is
+    tool = tool_environment(tool_dir(code_dir) if code_dir is not None else None)
     return Plan(
         profile.executor,
         log_dir,
@@ -272,7 +284,8 @@ def make_plan(
         code_dir=code_dir,
         array_parallelism=profile.array_parallelism,
         env={k: shell_value(v) for k, v in profile.env.items()}
-        | ({GPUS_PER_TASK: str(profile.gpus_per_task)} if profile.gpus_per_task > 1 else {}),
+        | ({GPUS_PER_TASK: str(profile.gpus_per_task)} if profile.gpus_per_task > 1 else {})
+        | (tool if profile.executor == "local" else {}),
     )
 
 

@@ -4,8 +4,13 @@ As submitit's RsyncSnapshot and TorchX's workspace do, the folder you submit fro
 directory (`code/`), and every task, requeue and --resume runs with that copy as its working folder, so
 `python -m`, the pickled trainer and `task=my_pkg.mod:Task` import from it. In a git working tree the copy is
 `git ls-files` (tracked and untracked, not ignored: uncommitted changes included); elsewhere a walk that skips
-hidden entries, caches and virtual environments. The project's own packages (trainer/, jobs/) are added when
-the folder does not hold them. Listing is separate from copying: a refusal (too large) writes nothing.
+hidden entries, caches and virtual environments. Outputs never travel: a folder holding a CACHEDIR.TAG (every
+run root this tool makes has one) and the folders frameworks write (lightning_logs/, wandb/, mlruns/) are left
+out. Listing is separate from copying: a refusal (too large) writes nothing.
+
+The tool's own packages (trainer/, jobs/) are copied beside it, into `tool/`, never into your folder's copy:
+your `trainer.py` or `jobs.py` stays yours. The tool's processes import from `tool/` first and never from the
+working folder (tool_environment); your command's imports find your folder first, as Python's own rule says.
 """
 
 import fnmatch
@@ -16,9 +21,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from trainer.errors import UserError
+from trainer.run.prepare import CACHEDIR_SIGNATURE, CACHEDIR_TAG
 
-PACKAGES = ("trainer", "jobs")  # the project's own code, which every task imports
-SKIP_DIRS = {"__pycache__", "node_modules", "site-packages", "wandb"}
+PACKAGES = ("trainer", "jobs")  # the tool's own code, which every task imports (from tool/, see tool_environment)
+# Where frameworks write their outputs inside a project: runs and logs, never code.
+OUTPUT_DIRS = {"lightning_logs", "wandb", "mlruns"}
+SKIP_DIRS = {"__pycache__", "node_modules", "site-packages"} | OUTPUT_DIRS
+
 MAX_FILES = 100_000
 # Git-ignored files nobody misses in code/: caches, build output, virtual environments.
 NOISE_DIRS = SKIP_DIRS | {".git", ".venv", "venv", ".tox", ".pytest_cache", ".ruff_cache", ".mypy_cache", "build"}
@@ -39,6 +48,8 @@ class Snapshot:
     git: dict[str, str | bool] = field(default_factory=dict)  # the workspace's commit, branch, dirty
     project_git: dict[str, str | bool] = field(default_factory=dict)  # the project's, when elsewhere
     ignored: list[str] = field(default_factory=list)  # git-ignored files left out (see ignored_files)
+    tool_files: list[tuple[Path, str]] = field(default_factory=list)  # the tool's packages, copied into tool/
+    outputs: list[str] = field(default_factory=list)  # run roots and framework output folders left out
 
 
 def _git(folder: Path, *args: str) -> str | None:
@@ -61,12 +72,14 @@ def ignored_files(folder: Path, excluded: list[Path], include: list[str]) -> lis
     out = _git(folder, "ls-files", "-z", "--others", "--ignored", "--exclude-standard")
     if not out:
         return []
-    found = []
+    found, cache = [], {}
     for name in out.split("\0"):
         parts = name.split("/")
         if not name or any(p in NOISE_DIRS or p.endswith(NOISE_SUFFIXES) for p in parts):
             continue
         if (folder / parts[0] / "pyvenv.cfg").exists() or any(e in (folder / name).parents for e in excluded):
+            continue
+        if output_folder(folder, name, cache) is not None:  # runs and framework logs: never advised in
             continue
         if not any(fnmatch.fnmatch(name, p) for p in include):
             found.append(name)
@@ -106,6 +119,29 @@ def git_diff(folder: Path) -> str:
     return diff
 
 
+def is_output_dir(folder: Path) -> bool:
+    """A folder that holds outputs, not code: a tagged run root, or one a framework writes."""
+    if folder.name in OUTPUT_DIRS:
+        return True
+    try:
+        with (folder / CACHEDIR_TAG).open("rb") as f:
+            return f.read(len(CACHEDIR_SIGNATURE)) == CACHEDIR_SIGNATURE.encode()
+    except OSError:
+        return False
+
+
+def output_folder(workspace: Path, name: str, cache: dict[str, bool]) -> str | None:
+    """The folder (relative to `workspace`) of outputs that `name` lies in, if it lies in one."""
+    parts = name.split("/")[:-1]
+    for depth in range(1, len(parts) + 1):
+        key = "/".join(parts[:depth])
+        if key not in cache:
+            cache[key] = is_output_dir(workspace / key)
+        if cache[key]:
+            return key
+    return None
+
+
 def left_out(name: str, patterns: list[str], is_dir: bool = False) -> bool:
     """`name` (a path inside the folder) matches a snapshot_exclude pattern, or lies under one that names a folder."""
     names = [name, name + "/"] if is_dir else [name]
@@ -125,6 +161,7 @@ def walk_files(folder: Path, excluded: list[Path], patterns: list[str], limit: i
             if not d.startswith(".")
             and d not in SKIP_DIRS
             and not (here / d / "pyvenv.cfg").exists()
+            and not is_output_dir(here / d)
             and (here / d) not in excluded
             and not left_out(str((here / d).relative_to(folder)), patterns, is_dir=True)
         )
@@ -163,28 +200,27 @@ def plan_snapshot(
         ignored = ignored_files(workspace, excluded, [])
         names = sorted({*names, *(n for n in ignored if any(fnmatch.fnmatch(n, p) for p in include or []))})
         ignored = [n for n in ignored if n not in set(names)]
-    files = []
+    files, cache, outputs = [], {}, set()
     for name in names:
         path = workspace / name
         if any(path == e or e in path.parents for e in excluded):
             continue
         if left_out(name, patterns):
             continue
+        if (output := output_folder(workspace, name, cache)) is not None:
+            outputs.add(output + "/")
+            continue
         if path.is_file():  # a tracked file deleted in the work tree, a submodule's folder: nothing to copy
             files.append((path, name))
-    project_git: dict[str, str | bool] = {}
-    for package_name in PACKAGES:
-        package = Path(__file__).resolve().parents[1] / package_name
-        if (workspace / package_name).resolve() == package:
-            continue  # submitted from the project itself: already listed
-        files = [(s, n) for s, n in files if n.split("/", 1)[0] != package_name]  # ours wins: the tasks need it
-        files += [(package.parent / n, n) for n in package_files(package)]
-        project_git = project_git or git_state(package.parent)
+    tool_root = Path(__file__).resolve().parents[1]
+    tool_files = [(tool_root / n, n) for package in PACKAGES for n in package_files(tool_root / package)]
+    project_git = git_state(tool_root) if tool_root != workspace.resolve() else {}
     sizes = [(_size(source), name) for source, name in files]
     size = sum(s for s, _ in sizes)
     if size > limit or len(files) > MAX_FILES:
         raise UserError(too_large(workspace, sizes, limit_mb, listed is not None))
-    return Snapshot(workspace, files, size, git_state(workspace) if listed is not None else {}, project_git, ignored)
+    git = git_state(workspace) if listed is not None else {}
+    return Snapshot(workspace, files, size, git, project_git, ignored, tool_files, sorted(outputs))
 
 
 def too_large(workspace: Path, sizes: list[tuple[int, str]], limit_mb: float, in_git: bool) -> str:
@@ -203,15 +239,43 @@ def too_large(workspace: Path, sizes: list[tuple[int, str]], limit_mb: float, in
     )
 
 
+def tool_dir(code_dir: Path) -> Path:
+    """Where the tool's own packages lie beside a code snapshot."""
+    return code_dir.parent / "tool"
+
+
 def copy(snapshot: Snapshot, destination: Path) -> None:
-    """Copy the listed files into `destination` (a new folder). Copies, not links: an edit of the working
-    tree must not reach a job that is already queued."""
+    """Copy the listed files into `destination` (a new folder), and the tool's packages beside it (tool/).
+    Copies, not links: an edit of the working tree must not reach a job that is already queued."""
+    _copy(snapshot.files, destination)
+    _copy(snapshot.tool_files, tool_dir(destination))
+
+
+def _copy(files: list[tuple[Path, str]], destination: Path) -> None:
     destination.mkdir()
     made: set[Path] = set()
-    for source, name in snapshot.files:
+    for source, name in files:
         target = destination / name
         if target.parent not in made:
             target.parent.mkdir(parents=True, exist_ok=True)
             made.add(target.parent)
         shutil.copyfile(source, target)
         shutil.copymode(source, target)
+
+
+def installed_tool_root() -> Path:
+    """The folder this tool's packages are imported from now (a checkout, or site-packages)."""
+    return Path(__file__).resolve().parents[1]
+
+
+def tool_environment(tool: Path | None) -> dict[str, str]:
+    """What every process of the tool runs with, on every node: imports from `tool` (the run's tool/, or the
+    installed tool when there is no snapshot) before anything else, and never from the working folder (it is
+    the code snapshot, which may hold a trainer.py or jobs.py of yours). PYTHONSAFEPATH (Python 3.11) keeps
+    the working folder off sys.path; trainer.script takes it out again for your command."""
+    env = {"PYTHONSAFEPATH": "1"}
+    if tool is None:
+        tool = installed_tool_root()
+        if tool.name in ("site-packages", "dist-packages"):  # installed: found as it is, stdlib first
+            return env
+    return env | {"PYTHONPATH": str(tool)}

@@ -207,7 +207,7 @@ def prepare(argv: list[str] | None) -> Request:
         folder = Path(args.resume).resolve()
         snapshot, code_dir = code_for(args, profile, folder, run_root)  # once: it reads job.json
         if code_dir is not None:
-            sys.path.insert(0, str(code_dir))  # your task module as the job imports it: from the run's snapshot
+            trainer.tasks.code_folder = code_dir  # your task module as the job imports it: from the run's snapshot
         base = load_config_file(folder)
         refuse_task_change(base, args.overrides)
     else:
@@ -291,6 +291,7 @@ def code_for(
     # The run root is left out of the snapshot when it lies inside the folder; not when the folder lies inside
     # it (a submit over SSH runs in a copy kept under remote_root/.snapshots).
     excluded = [] if run_root in Path.cwd().resolve().parents else [run_root]
+    excluded.append(Path(remote_runs.LOCAL_ROOT).resolve())  # a laptop's records of its cluster runs
     if args.dry_run:
         return Snapshot(Path.cwd(), [], 0, ignored=ignored_files(Path.cwd(), excluded, profile.snapshot_include)), code
     limit = profile.snapshot_limit_mb

@@ -65,14 +65,15 @@ def test_only_new_or_changed_files_travel(tmp_path: Path) -> None:
         (tmp_path / name).parent.mkdir(exist_ok=True)
         (tmp_path / name).write_text(text)
     files = [(tmp_path / n, n) for n in ("a.py", "b.py", "pkg/c.py")]
-    snapshot = Snapshot(tmp_path, files, 3)
-    there = {"a.py": digest(tmp_path / "a.py"), "b.py": "0" * 64}  # b changed since, c new
+    snapshot = Snapshot(tmp_path, files, 3, tool_files=[(tmp_path / "a.py", "jobs/x.py")])
+    there = {"code/a.py": digest(tmp_path / "a.py"), "code/b.py": "0" * 64, "tool/jobs/x.py": digest(tmp_path / "a.py")}
     data, sent = changed_tar(snapshot, there, {".slurm-ddp/profile.yaml": b"executor: slurm\n"})
     with tarfile.open(fileobj=io.BytesIO(data)) as tar:
         names = tar.getnames()
         manifest = json.loads(tar.extractfile(MANIFEST).read())  # type: ignore[union-attr]
-    assert sent == 2 and sorted(names) == sorted(["b.py", "pkg/c.py", MANIFEST, ".slurm-ddp/profile.yaml"])
-    assert manifest == ["a.py", "b.py", "pkg/c.py", ".slurm-ddp/profile.yaml"]  # what the copy keeps
+    # b changed since, c new; your files under code/, the tool's beside them under tool/, never mixed
+    assert sent == 2 and sorted(names) == sorted(["code/b.py", "code/pkg/c.py", MANIFEST, "code/.slurm-ddp/profile.yaml"])
+    assert manifest == ["code/a.py", "code/b.py", "code/pkg/c.py", "tool/jobs/x.py", "code/.slurm-ddp/profile.yaml"]
 
 
 def test_the_agent_refuses_a_path_outside_its_folder(tmp_path: Path) -> None:

@@ -24,6 +24,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -31,6 +32,7 @@ from typing import Any
 from trainer.env.launcher import DistEnv, resolve, torchrun_variables
 from trainer.env.rendezvous import agree_port
 from trainer.errors import UserError
+from trainer.imports import user_imports
 from trainer.requeue import PROGRESS_ENV, REQUEUE_EXIT, relay, signals
 from trainer.requeue.signals import JobSettings
 from trainer.run import failures, provenance
@@ -40,6 +42,7 @@ from trainer.run.rundir import RunDir
 from trainer.watchdog import CHECK_S, Beat, CommandWatch, culprit, progress_path, read_beats
 
 RANK_PREFIX = re.compile(r"^\[rank\d+\]: ?")
+PYTHON_ENV = "SLURM_DDP_PYTHON"
 PEER_WAIT_S = 30.0  # rank 0, after its command asked for a requeue: how long the others get to save and exit
 
 
@@ -49,7 +52,14 @@ def variables(env: DistEnv, run_dir: str, settings: JobSettings) -> dict[str, st
     if "OMP_NUM_THREADS" in os.environ:
         del given["OMP_NUM_THREADS"]
     # PYTHONFAULTHANDLER: a Python command stopped as hung (SIGABRT) writes every thread's stack first.
-    return given | {"RUN_DIR": run_dir, signals.ENV: settings.signal, "PYTHONFAULTHANDLER": "1"}
+    # PYTHON_ENV: the interpreter the task runs in, for a command that names it (bash -c), whatever PATH holds.
+    return given | {"RUN_DIR": run_dir, signals.ENV: settings.signal, "PYTHONFAULTHANDLER": "1", PYTHON_ENV: sys.executable}
+
+
+def command_environment(environ: Mapping[str, str], given: dict[str, str]) -> dict[str, str]:
+    """The command's environment: the task's, less PYTHONSAFEPATH (the tool's own, jobs.snapshot: your script's
+    folder comes first on its sys.path, as Python's rule says), plus `given`."""
+    return {k: v for k, v in environ.items() if k != "PYTHONSAFEPATH"} | given
 
 
 def run(command: list[str], cwd: str, run_dir: str, job: dict[str, Any], in_process: bool = False) -> None:
@@ -206,7 +216,7 @@ def _run(command: list[str], cwd: str, env: DistEnv, run_dir: str, settings: Job
         child = subprocess.Popen(
             command,
             cwd=cwd,
-            env=os.environ | variables(env, run_dir, settings) | {PROGRESS_ENV: progress},
+            env=command_environment(os.environ, variables(env, run_dir, settings) | {PROGRESS_ENV: progress}),
             preexec_fn=relay.die_with_parent,
         )
     except OSError as exc:  # not found, not executable: the rank says so, as a shell would
@@ -316,23 +326,26 @@ def _run_in_process(command: list[str], cwd: str, env: DistEnv, run_dir: str, se
     """The debug profile: `python X.py ...` or `python -m mod ...` in this process, so breakpoints work."""
     if Path(command[0]).name not in ("python", "python3", Path(sys.executable).name) or len(command) < 2:
         return _run(command, cwd, env, run_dir, settings)
-    saved_env, saved_argv, saved_cwd = dict(os.environ), list(sys.argv), os.getcwd()
+    saved_env, saved_argv, saved_cwd, saved_path = dict(os.environ), list(sys.argv), os.getcwd(), list(sys.path)
     os.environ.update(variables(env, run_dir, settings))
     os.chdir(cwd)
+    # As Python would run it: the script's folder (or, for -m, the working folder) first on sys.path.
+    first = Path(cwd) if command[1] == "-m" else (Path(cwd) / command[1]).resolve().parent
     try:
-        if command[1] == "-m":
-            sys.argv = command[2:]
-            runpy.run_module(command[2], run_name="__main__", alter_sys=True)
-        else:
-            sys.argv = command[1:]
-            runpy.run_path(command[1], run_name="__main__")
+        with user_imports(first):
+            if command[1] == "-m":
+                sys.argv = command[2:]
+                runpy.run_module(command[2], run_name="__main__", alter_sys=True)
+            else:
+                sys.argv = command[1:]
+                runpy.run_path(command[1], run_name="__main__")
         return Ended(0)
     except SystemExit as exc:
         return Ended(exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1))
     finally:
         os.environ.clear()
         os.environ.update(saved_env)
-        sys.argv = saved_argv
+        sys.argv, sys.path[:] = saved_argv, saved_path
         os.chdir(saved_cwd)
 
 

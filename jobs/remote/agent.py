@@ -7,7 +7,8 @@ modules, the project's dependencies. Standard library only; no import of this pr
     python -c AGENT receive DIR < TAR             unpack changed files into DIR; drop files not in its manifest
     python -c AGENT read PATH OFFSET [LIMIT]      the bytes of PATH from OFFSET (a log, tailed)
     python -c AGENT pack RUN_DIR > TAR            the run's records and TensorBoard events, for jobs.fetch
-    python -c AGENT run CWD MODULE ARGS...        python -m MODULE ARGS in CWD (the run's code snapshot)
+    python -c AGENT run CWD MODULE ARGS...        python -m MODULE ARGS in CWD (a code snapshot), the tool from
+                                                  CWD/../tool
 
 Paths arrive quoted, never through a shell; `$VARS` and `~` in them are expanded here, on the cluster.
 Exit 2 with one `error: ...` line on stderr for what the laptop should report as bad input.
@@ -134,8 +135,15 @@ def run(cwd: str, module: str, *args: str) -> None:
     missing = [name for name in ("submitit", "yaml") if importlib.util.find_spec(name) is None]
     if missing:
         fail(f"the cluster's python ({sys.executable}) cannot import {', '.join(missing)}: install the project there")
+    # The tool's own packages lie beside the code, in tool/ (a run made before they did: inside it). The
+    # working folder is your code: never on this process's sys.path (`python -c` put "" there), so your
+    # trainer.py or jobs.py stays yours, and what this process starts imports the tool the same way.
+    tool = os.path.join(os.path.dirname(folder), "tool")
+    tool = tool if os.path.isdir(os.path.join(tool, "jobs")) else folder
+    sys.path[:] = [tool, *(p for p in sys.path if p not in ("", ".") and os.path.abspath(p) != folder)]
+    os.environ["PYTHONSAFEPATH"] = "1"
+    os.environ["PYTHONPATH"] = tool + (os.pathsep + os.environ["PYTHONPATH"] if os.environ.get("PYTHONPATH") else "")
     os.chdir(folder)
-    sys.path.insert(0, folder)
     sys.argv = [module, *args]
     runpy.run_module(module, run_name="__main__", alter_sys=True)
 

@@ -73,12 +73,14 @@ def submit(argv: list[str], profile: Profile, wait: bool, resume: RemoteRun | No
             Path.cwd(), [Path(runs.LOCAL_ROOT).resolve()], profile.snapshot_exclude, profile.snapshot_limit_mb,
             profile.snapshot_include,
         )  # fmt: skip
-        cwd = sync.cache_dir(login.remote_root, Path.cwd())
+        cache = sync.cache_dir(login.remote_root, Path.cwd())
+        cwd = f"{cache}/code"  # the tool beside it, in tool/ (jobs.remote.agent's run)
         text = yaml.safe_dump(cluster_profile(profile), sort_keys=False).encode()
         extra = {PROFILE: text, **sync.origin_files(snapshot, git_diff(Path.cwd()) if snapshot.git else "")}
-        sent = sync.send(connection, snapshot, cwd, extra)
+        sent = sync.send(connection, snapshot, cache, extra)
+        total = len(snapshot.files) + len(snapshot.tool_files)
         print(
-            f"sent {sent.files} new or changed file(s) of {len(snapshot.files)} ({sent.bytes} bytes) to {login.login}",
+            f"sent {sent.files} new or changed file(s) of {total} ({sent.bytes} bytes) to {login.login}",
             flush=True,
         )
         args = with_profile(argv, PROFILE)  # relative: the submit there runs in that copy

@@ -47,12 +47,15 @@ def cache_dir(remote_root: str, workspace: Path) -> str:
 
 
 def changed_tar(snapshot: Snapshot, remote: dict[str, str], extra: dict[str, bytes]) -> tuple[bytes, int]:
-    """A tar of the files the login node lacks or holds otherwise, the manifest of every file, and `extra`
-    (name: content, written every time); and how many snapshot files were sent."""
+    """A tar of the files the login node lacks or holds otherwise (yours under code/, the tool's under tool/),
+    the manifest of every file, and `extra` (name in code/: content, written every time); and how many
+    snapshot files were sent."""
     buffer, sent = io.BytesIO(), 0
-    names = [name for _, name in snapshot.files]
+    files = [(s, f"code/{n}") for s, n in snapshot.files] + [(s, f"tool/{n}") for s, n in snapshot.tool_files]
+    extra = {f"code/{name}": content for name, content in extra.items()}
+    names = [name for _, name in files]
     with tarfile.open(fileobj=buffer, mode="w") as tar:
-        for source, name in snapshot.files:
+        for source, name in files:
             if remote.get(name) != digest(source):
                 tar.add(str(source), arcname=name, recursive=False)
                 sent += 1
@@ -67,4 +70,4 @@ def send(connection: Connection, snapshot: Snapshot, folder: str, extra: dict[st
     remote = json.loads(connection.call("manifest", folder) or b"{}")
     data, sent = changed_tar(snapshot, remote, extra)
     connection.call("receive", folder, data=data)
-    return Sent(sent, len(snapshot.files) - sent, len(data))
+    return Sent(sent, len(snapshot.files) + len(snapshot.tool_files) - sent, len(data))

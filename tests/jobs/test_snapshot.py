@@ -58,7 +58,8 @@ def test_git_tree_snapshot_is_what_git_would_commit(tmp_path: Path) -> None:
     names = {name for _, name in snapshot.files}
     assert {".gitignore", "pkg/model.py", "new.py"} <= names
     assert not any(n.startswith(("data/", "runs/")) or n.endswith(".log") for n in names)
-    assert {"trainer/entry.py", "jobs/submit.py"} <= names  # the project's own code, from elsewhere
+    assert not any(n.startswith(("trainer/", "jobs/")) for n in names)  # the tool's code: never in yours
+    assert {"trainer/entry.py", "jobs/submit.py"} <= {name for _, name in snapshot.tool_files}  # but beside it
     assert snapshot.git["dirty"] is True and len(str(snapshot.git["commit"])) == 40
 
 
@@ -113,7 +114,7 @@ def test_a_resume_runs_the_submitted_code_not_the_edited_tree(workspace: Path) -
     assert json.loads((run_dir / "summary.json").read_text())["final_step"] == 4
     assert (run_dir / "code" / "my_tasks.py").read_text() == EXAMPLE
     code = run_dir / "code"
-    assert [(Path(r["cwd"]), Path(r["trainer"])) for r in ranks(run_dir)] == [(code, code / "trainer")] * 2
+    assert [(Path(r["cwd"]), Path(r["trainer"])) for r in ranks(run_dir)] == [(code, run_dir / "tool" / "trainer")] * 2
     assert not (code / "runs").exists() and len(list((code / "photos").iterdir())) == 16  # untracked: copied
     submitted = json.loads((run_dir / "provenance" / "submit.json").read_text())
     assert submitted["argv"][3:] == ["--profile", "local.yaml", "--name", "r", "--wait", "steps=2", *RUN]

@@ -188,7 +188,7 @@ def test_slurm_refusals_are_one_line(
     assert result.returncode == 2, result.stdout + result.stderr
     assert result.stderr.count("\n") == 1 and "Traceback" not in result.stderr
     assert message.lower() in result.stderr.lower(), result.stderr
-    assert run_dirs(tmp_path / "runs") == [] and not any(p.name != "sample_data" for p in (tmp_path / "runs").glob("*"))
+    assert run_dirs(tmp_path / "runs") == [] and not any(p.name not in ("sample_data", "CACHEDIR.TAG") for p in (tmp_path / "runs").glob("*"))
 
 
 def test_smuggled_newline_is_refused_before_sbatch(tmp_path: Path, slurm_cluster: None) -> None:

@@ -85,10 +85,20 @@ def point_name(index: int, overrides: list[str]) -> str:
     return f"{index}-{re.sub(r'[^A-Za-z0-9._-]+', '_', values)}"[:128]
 
 
+# The Cache Directory Tagging Specification (https://bford.info/cachedir/): tar --exclude-caches, borg and
+# restic skip a folder holding this file. Every run root gets one, so that no code snapshot copies runs.
+CACHEDIR_TAG = "CACHEDIR.TAG"
+CACHEDIR_SIGNATURE = "Signature: 8a477f597d28d172789f06886806bc55"
+
+
 def prepare_run_root(run_root: Path) -> None:
-    """Create run_root now, so an unwritable one is one line before anything else is written."""
+    """Create run_root now, so an unwritable one is one line before anything else is written; tag it as
+    output (CACHEDIR.TAG), so that a snapshot of a folder holding it leaves it out."""
     try:
         run_root.mkdir(parents=True, exist_ok=True)
+        if not (run_root / CACHEDIR_TAG).exists():
+            text = f"{CACHEDIR_SIGNATURE}\n# slurm-ddp run root: runs, not code; code snapshots leave it out\n"
+            (run_root / CACHEDIR_TAG).write_text(text)
         probe = tempfile.TemporaryFile(dir=run_root)
         probe.close()
     except OSError as exc:

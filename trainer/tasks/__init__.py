@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from trainer.errors import UserError
+from trainer.imports import user_imports
 
 if TYPE_CHECKING:
     import torch
@@ -97,6 +98,9 @@ class UserTask:
 
     def images(self, model: "torch.nn.Module", batch: Any) -> "torch.Tensor | None":
         return self.obj.images(model, batch) if hasattr(self.obj, "images") else None
+
+
+code_folder: Path | None = None  # where `my_pkg.mod:Task` is imported from: the working folder, unless set (a --resume: the run's snapshot)
 
 
 def available() -> list[str]:
@@ -177,11 +181,11 @@ def _load(source: str, name: str) -> Any:
             assert spec is not None and spec.loader is not None
             module = importlib.util.module_from_spec(spec)
             sys.modules[module_name] = module  # dataclasses and pickling look modules up here
-            spec.loader.exec_module(module)
+            with user_imports(path.resolve().parent):  # its imports: its own folder first, as Python runs it
+                spec.loader.exec_module(module)
             return module
-        if "" not in sys.path and os.getcwd() not in sys.path:
-            sys.path.insert(0, os.getcwd())  # as `python -m` would: your package next to where you submit
-        return importlib.import_module(source)
+        with user_imports(code_folder or Path.cwd()):  # as `python -m` would: your package where you submit
+            return importlib.import_module(source)
     except UserError:
         raise
     except ModuleNotFoundError as exc:

@@ -1,0 +1,43 @@
+"""`slurm-ddp COMMAND ...`: the installed command, the same as `python -m jobs.COMMAND ...`, from any folder.
+
+`python -m jobs.submit` cannot start in a folder that holds a `jobs.py` of yours (Python imports yours as
+`jobs` before any code of this tool runs); an installed command imports the tool from where it is installed.
+"""
+
+import importlib
+import sys
+
+COMMANDS = {
+    "submit": "queue a run (the trainer, your task or your command after --)",
+    "status": "a run's state, restarts, nodes, last step and checkpoint",
+    "logs": "a task's output [--rank N] [--follow]",
+    "cancel": "stop every task of a run",
+    "wait": "follow a run until it ends; exit with its outcome",
+    "list": "the runs under ./runs, newest first",
+    "fetch": "bring a cluster run's records and TensorBoard events here",
+    "check": "a one-minute preflight job with a profile's settings",
+    "picture": "the curves and the newest image grid of a run, as a PNG",
+}
+
+
+def usage() -> str:
+    lines = ["usage: slurm-ddp COMMAND [ARGS...]   (slurm-ddp COMMAND --help for its flags)", ""]
+    return "\n".join([*lines, *(f"  {name:<8} {what}" for name, what in COMMANDS.items())])
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in ("-h", "--help", "help"):
+        print(usage())
+        return 0 if argv else 2
+    name, rest = argv[0], argv[1:]
+    if name not in COMMANDS:
+        print(f"error: unknown command {name!r}; choose one of {', '.join(COMMANDS)} (slurm-ddp --help)", file=sys.stderr)
+        return 2
+    module = importlib.import_module(f"jobs.{name}")
+    sys.argv = [f"slurm-ddp {name}", *rest]
+    return int(module.main(rest) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
