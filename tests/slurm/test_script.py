@@ -10,8 +10,10 @@ from pathlib import Path
 
 import pytest
 
+from tests import userproject
 from tests.conftest import submit
 from tests.jobs.test_script import DDP, PLAIN, RAISES, REQUEUEING, TORCHRUN
+from tests.jobs.test_user_project import slurm_ddp
 from tests.slurm.cluster import preempt_normal_jobs, release_when_requeued, squeue_state
 from tests.slurm.test_requeue import job_id_of, mini_profile
 from tests.slurm.test_slurm import cli, poll, run_dir_of
@@ -156,3 +158,23 @@ def test_a_hand_requeue_is_counted_as_a_requeue_not_a_failure(slurm_cluster: Non
     assert [a["stop"]["reason"] for a in attempts] == ["requeued", "finished"], attempts
     summary = json.loads((run_dir / "summary.json").read_text())
     assert (summary["requeues"], summary["failures"], summary["restarts"]) == (1, 0, 1), summary
+
+
+def test_a_project_with_its_own_trainer_and_jobs_modules_on_two_nodes(slurm_cluster: None, tmp_path: Path) -> None:
+    """tests/userproject.py's project, submitted with the installed command from its own folder: each start
+    (the first, its in-job restart, the requeue's, a --resume's) imports the project's own modules on both
+    nodes; its old local runs/ (2 MiB, over the 1 MiB limit) and lightning_logs/ never travel."""
+    project = userproject.make(tmp_path / "project", outputs_mb=2)
+    profile = mini_profile(tmp_path, "restarts_in_job: 1\nsnapshot_limit_mb: 1\n")
+    args = ["submit", "--profile", str(profile), "--nodes", "2", "--gpus-per-node", "1", "--wait"]
+    result = slurm_ddp(project, *args, "--", "python", "train.py", "fail,requeue")
+    assert result.returncode == 0, result.stdout + result.stderr
+    run_dir = run_dir_of(result)
+    for rank in (0, 1):
+        records = userproject.starts(run_dir, rank)
+        assert len(records) == 3 and all(userproject.all_from(run_dir, r) for r in records), records
+    assert not (run_dir / "code" / "runs").exists() and not (run_dir / "code" / "lightning_logs").exists()
+    again = slurm_ddp(project, "submit", "--resume", str(run_dir), "--wait")
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert [len(userproject.starts(run_dir, r)) for r in (0, 1)] == [4, 4]
+    assert all(userproject.all_from(run_dir, userproject.starts(run_dir, r)[-1]) for r in (0, 1))
