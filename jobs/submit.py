@@ -32,8 +32,9 @@ from jobs.profiles import Profile, load_profile
 from jobs.remote import runs as remote_runs
 from jobs.remote import submit as remote_submit
 from jobs.remote import sync as remote_sync
-from jobs.snapshot import Snapshot, git_diff, git_state, ignored_files, ignored_note, plan_snapshot
+from jobs.snapshot import Snapshot, git_diff, git_state, ignored_files, ignored_note, plan_snapshot, tool_dir
 from jobs.snapshot import copy as copy_snapshot
+from jobs.status import code_line
 from jobs.tracking import find_all
 from trainer.config import TrainConfig, build_config, config_dict, flat, from_dict, section
 from trainer.data import filelist
@@ -92,6 +93,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--array-parallelism", type=int, help="sweep points running at once (overrides the profile)")
     parser.add_argument("--resume", metavar="RUN_DIR", help="continue a run from its newest checkpoint")
+    parser.add_argument(
+        "--current-code",
+        action="store_true",
+        help="with --resume: run this folder's code as it is now, not the run's snapshot (kept in superseded/)",
+    )
     parser.add_argument("--dependency", metavar="SPEC", help="sbatch's --dependency, e.g. afterok:12345")
     parser.add_argument(
         "--after", action="append", default=[], metavar="RUN_DIR", help="start once that run's job finished well"
@@ -170,6 +176,7 @@ class Request:
     profile: Profile | None = None  # as resolved, for provenance
     argv: tuple[str, ...] = ()  # the command line, for provenance
     lists: dict[tuple[str, str], list[str]] = dataclasses.field(default_factory=dict)  # (root, csv): file list
+    code_note: str = ""  # a --resume: which code it runs, in one line
 
 
 def prepare(argv: list[str] | None) -> Request:
@@ -178,6 +185,10 @@ def prepare(argv: list[str] | None) -> Request:
     given = tuple(argv)
     argv, command = split_command(argv)
     args = parse_args(argv)
+    if args.current_code and not args.resume:
+        raise UserError(
+            "--current-code goes with --resume RUN_DIR (a new run always takes this folder's code); drop it"
+        )
     profile = profile_for(args).with_overrides(
         nodes=args.nodes,
         gpus_per_node=args.gpus_per_node,
@@ -206,7 +217,7 @@ def prepare(argv: list[str] | None) -> Request:
             raise UserError("--resume continues one run; drop --sweep")
         folder = Path(args.resume).resolve()
         snapshot, code_dir = code_for(args, profile, folder, run_root)  # once: it reads job.json
-        if code_dir is not None:
+        if code_dir is not None and snapshot is None:
             trainer.tasks.code_folder = code_dir  # your task module as the job imports it: from the run's snapshot
         base = load_config_file(folder)
         refuse_task_change(base, args.overrides)
@@ -227,7 +238,7 @@ def prepare(argv: list[str] | None) -> Request:
         world_size = profile.nodes * profile.tasks_per_node  # one process per GPU (per gpus_per_task)
         configs = resolve_all(configs, run_root / "sample_data", world_size)
         lists, configs = file_lists(configs, RunDir(folder).file_lists)
-    if snapshot is not None:
+    if snapshot is not None and not args.resume:  # a --current-code resume's task is in the run's code/
         snapshot = with_task_files(snapshot, configs)
     gpus = visible_gpus(os.environ.get("CUDA_VISIBLE_DEVICES")) if profile.executor == "local" else ()
     plan = make_plan(profile, configs, RunDir(folder).logs, has_local_gpus(), sys.executable, gpus, code_dir)
@@ -237,7 +248,8 @@ def prepare(argv: list[str] | None) -> Request:
             f"--dry-run prints an sbatch script; profile {profile.name} runs with the {plan.executor} executor"
         )
     request = Request(plan, folder, wait, args.dry_run, bool(args.resume), finished, snapshot, profile, given)
-    return dataclasses.replace(request, lists=lists if not args.dry_run and not args.resume else {})
+    note = code_note(args, folder, code_dir, snapshot) if args.resume else ""
+    return dataclasses.replace(request, lists=lists if not args.dry_run and not args.resume else {}, code_note=note)
 
 
 def resolve_all(configs: list[TrainConfig], sample_root: Path, world_size: int) -> list[TrainConfig]:
@@ -278,16 +290,15 @@ def code_for(
 
     --dry-run copies nothing (its snapshot lists only what is left out); --resume runs in the run's snapshot.
     """
+    code = RunDir(folder).code
     if args.resume:  # job.json names it: a sweep point's snapshot is the sweep's
         job = RunDir(folder).job
-        record = (
-            read_json(job, f"remove it to resume with {RunDir(folder).code}", valid_record) if job.is_file() else {}
-        )
-        code = Path(record.get("code", RunDir(folder).code))
-        return None, code if code.is_dir() else None
-    if not profile.snapshot or profile.executor == "debug":  # debug: your breakpoints in your files
+        record = read_json(job, f"remove it to resume with {code}", valid_record) if job.is_file() else {}
+        code = Path(record.get("code", code))
+        if not args.current_code or args.dry_run or not code.is_dir():
+            return None, code if code.is_dir() else None
+    elif not profile.snapshot or profile.executor == "debug":  # debug: your breakpoints in your files
         return None, None
-    code = RunDir(folder).code
     # The run root is left out of the snapshot when it lies inside the folder; not when the folder lies inside
     # it (a submit over SSH runs in a copy kept under remote_root/.snapshots).
     excluded = [] if run_root in Path.cwd().resolve().parents else [run_root]
@@ -296,6 +307,32 @@ def code_for(
         return Snapshot(Path.cwd(), [], 0, ignored=ignored_files(Path.cwd(), excluded, profile.snapshot_include)), code
     limit = profile.snapshot_limit_mb
     return plan_snapshot(Path.cwd(), excluded, profile.snapshot_exclude, limit, profile.snapshot_include), code
+
+
+def code_note(args: argparse.Namespace, folder: Path, code_dir: Path | None, snapshot: Snapshot | None) -> str:
+    """Which code a --resume runs, in one line."""
+    if code_dir is None:
+        return "code: the code on disk as the tasks start (the run has no snapshot)"
+    if snapshot is not None:
+        git = snapshot.git
+        what = (
+            f"commit {str(git['commit'])[:12]}{' with uncommitted changes' if git.get('dirty') else ''}"
+            if git
+            else "not a git tree"
+        )
+        return f"code: this folder's as it is now ({what}); the run's earlier snapshot is kept in superseded/"
+    return (
+        f"code: the run's own snapshot in {code_dir} ({code_line(folder)}); --current-code runs this folder's instead"
+    )
+
+
+def supersede(code_dir: Path) -> None:
+    """Set a run's snapshot (code/ and tool/) aside under superseded/DATE-TIME/, for a --current-code resume."""
+    aside = code_dir.parent / "superseded" / time.strftime("%Y%m%d-%H%M%S")
+    aside.mkdir(parents=True)
+    for folder in (code_dir, tool_dir(code_dir)):
+        if folder.exists():
+            folder.rename(aside / folder.name)
 
 
 def valid_record(value: Any) -> bool:
@@ -360,7 +397,8 @@ def prepare_script(
             f"--dry-run prints an sbatch script; profile {profile.name} runs with the {plan.executor} executor"
         )
     wait = args.wait or profile.executor == "debug"
-    return Request(plan, folder, wait, args.dry_run, bool(args.resume), snapshot=snapshot)
+    note = code_note(args, folder, code_dir, snapshot) if args.resume else ""
+    return Request(plan, folder, wait, args.dry_run, bool(args.resume), snapshot=snapshot, code_note=note)
 
 
 _claims: list[Any] = []  # the open lock files of this process's --resume (see claim_resume)
@@ -445,6 +483,9 @@ def create_and_submit(request: Request) -> list:  # type: ignore[type-arg]
     plan = request.plan
     if request.resuming:
         # config.yaml stays as it is: the job's rank 0 replaces it once it has loaded the checkpoint.
+        if request.snapshot is not None and plan.code_dir is not None:  # --current-code
+            supersede(plan.code_dir)
+            copy_snapshot(request.snapshot, plan.code_dir)
         jobs = launch.submit(plan)
         write_job_record(plan.run_dirs[0], jobs[0], plan, request.profile)
         return jobs
@@ -531,6 +572,8 @@ def main(argv: list[str] | None = None) -> int:
     request = prepare(argv)
     if request.snapshot is not None and (note := ignored_note(request.snapshot.workspace, request.snapshot.ignored)):
         print(note, file=sys.stderr)
+    if request.code_note and not request.finished:
+        print(request.code_note, flush=True)
     if request.finished:
         print(request.finished)
         return 0

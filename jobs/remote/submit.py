@@ -64,37 +64,44 @@ def submit(argv: list[str], profile: Profile, wait: bool, resume: RemoteRun | No
             f"the cluster's python ({hello['python']}) cannot import {', '.join(hello['missing'])}: install the "
             "project's dependencies there (pip install -e . in a clone), or set python: in the profile"
         )
-    if resume:  # in the run's own snapshot, with the profile it ran with (its job.json there)
+    if resume and "--current-code" not in argv:  # in the run's own snapshot, with the profile it ran with
         args = [a for a in argv if a != "--wait"]
         args[args.index("--resume") + 1] = resume.run_dir
         cwd = resume.cwd
+    elif resume:  # --current-code: this folder's code, sent as for a new run, resumed from there
+        cwd = send_folder(connection, login, profile)
+        args = [a for a in argv if a != "--wait"]
+        args[args.index("--resume") + 1] = resume.run_dir
     else:
-        snapshot = plan_snapshot(
-            Path.cwd(), [Path(runs.LOCAL_ROOT).resolve()], profile.snapshot_exclude, profile.snapshot_limit_mb,
-            profile.snapshot_include,
-        )  # fmt: skip
-        cache = sync.cache_dir(login.remote_root, Path.cwd())
-        cwd = f"{cache}/code"  # the tool beside it, in tool/ (jobs.remote.agent's run)
-        text = yaml.safe_dump(cluster_profile(profile), sort_keys=False).encode()
-        extra = {PROFILE: text, **sync.origin_files(snapshot, git_diff(Path.cwd()) if snapshot.git else "")}
-        sent = sync.send(connection, snapshot, cache, extra)
-        total = len(snapshot.files) + len(snapshot.tool_files)
-        print(
-            f"sent {sent.files} new or changed file(s) of {total} ({sent.bytes} bytes) to {login.login}",
-            flush=True,
-        )
+        cwd = send_folder(connection, login, profile)
         args = with_profile(argv, PROFILE)  # relative: the submit there runs in that copy
     out = submit_there(connection, cwd, args)
     run_dir = re.search(r"^run directory: (.+)$", out, re.M)
     job = re.search(r"^submitted (?:array )?job (\S+)", out, re.M)
     if run_dir is None or job is None:
         return 0  # a --dry-run's script, or a run that had already finished: nothing to record
-    where = f"{run_dir.group(1)}/code" if profile.snapshot and not resume else cwd
+    fresh = (profile.snapshot and not resume) or "--current-code" in argv
+    where = f"{run_dir.group(1)}/code" if fresh else cwd
     run = RemoteRun(login, run_dir.group(1), job.group(1), resume.profile if resume else profile.name, where)
     folder = runs.local_folder(run.run_dir)
     runs.save(folder, run)
     print(f"here:          {folder} (jobs.status, jobs.logs, jobs.wait, jobs.fetch take it or its name)", flush=True)
     return follow.wait(run) if wait else 0
+
+
+def send_folder(connection: Connection, login: Login, profile: Profile) -> str:
+    """This folder's snapshot into the login node's copy of it; the folder there the submit runs in."""
+    snapshot = plan_snapshot(
+        Path.cwd(), [Path(runs.LOCAL_ROOT).resolve()], profile.snapshot_exclude, profile.snapshot_limit_mb,
+        profile.snapshot_include,
+    )  # fmt: skip
+    cache = sync.cache_dir(login.remote_root, Path.cwd())
+    text = yaml.safe_dump(cluster_profile(profile), sort_keys=False).encode()
+    extra = {PROFILE: text, **sync.origin_files(snapshot, git_diff(Path.cwd()) if snapshot.git else "")}
+    sent = sync.send(connection, snapshot, cache, extra)
+    total = len(snapshot.files) + len(snapshot.tool_files)
+    print(f"sent {sent.files} new or changed file(s) of {total} ({sent.bytes} bytes) to {login.login}", flush=True)
+    return f"{cache}/code"  # the tool beside it, in tool/ (jobs.remote.agent's run)
 
 
 def submit_there(connection: Connection, cwd: str, args: list[str]) -> str:

@@ -37,11 +37,27 @@ def test_a_project_with_its_own_trainer_and_jobs_modules_runs_restarts_requeues_
     assert "note:" not in result.stderr  # nothing to advise: runs/ and lightning_logs/ are outputs
     status = slurm_ddp(project, "status", str(run_dir))
     assert status.returncode == 0 and "COMPLETED" in status.stdout, status.stdout + status.stderr
+    (project / "utils.py").write_text("def seed():\n    return 1  # fixed after the submit\n")
     again = slurm_ddp(project, "submit", "--resume", str(run_dir), "--wait")
     assert again.returncode == 0, again.stdout + again.stderr
-    assert len(userproject.starts(run_dir, 0)) == 4 and userproject.all_from(
-        run_dir, userproject.starts(run_dir, 0)[-1]
-    )
+    assert again.stdout.startswith(f"code: the run's own snapshot in {run_dir / 'code'} ")  # said, in one line
+    assert "return 0" in (run_dir / "code" / "utils.py").read_text()
+    last = userproject.starts(run_dir, 0)
+    assert len(last) == 4 and userproject.all_from(run_dir, last[-1])
+    fixed = slurm_ddp(project, "submit", "--resume", str(run_dir), "--current-code", "--wait")
+    assert fixed.returncode == 0, fixed.stdout + fixed.stderr
+    assert fixed.stdout.startswith("code: this folder's as it is now")
+    assert "return 1" in (run_dir / "code" / "utils.py").read_text() and len(userproject.starts(run_dir, 0)) == 5
+    [aside] = (run_dir / "superseded").iterdir()
+    assert "return 0" in (aside / "code" / "utils.py").read_text() and (aside / "tool" / "trainer").is_dir()
+
+
+def test_current_code_without_resume_is_refused_in_one_line(tmp_path: Path) -> None:
+    project = userproject.make(tmp_path / "project")
+    result = slurm_ddp(project, "submit", "--current-code", "--", "python", "train.py")
+    assert result.returncode == 2 and result.stderr.startswith("error: ") and "--current-code" in result.stderr
+    assert len(result.stderr.splitlines()) == 1 and "Traceback" not in result.stderr
+    assert not (project / "runs").exists() or not any((project / "runs").glob("*/job.json"))
 
 
 def test_a_task_class_imports_the_projects_own_trainer_module(tmp_path: Path) -> None:
