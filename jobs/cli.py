@@ -32,7 +32,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0 if argv else 2
     name, rest = argv[0], argv[1:]
     if name not in COMMANDS:
-        print(f"error: unknown command {name!r}; choose one of {', '.join(COMMANDS)} (slurm-ddp --help)", file=sys.stderr)
+        print(
+            f"error: unknown command {name!r}; choose one of {', '.join(COMMANDS)} (slurm-ddp --help)", file=sys.stderr
+        )
         return 2
     module = importlib.import_module(f"jobs.{name}")
     sys.argv = [f"slurm-ddp {name}", *rest]

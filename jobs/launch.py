@@ -127,7 +127,15 @@ def calls_of(plan: Plan) -> list[tuple[Any, ...]]:
 
     script, debug = plan.script, plan.executor == "debug"
     return [
-        (trainer.script.run, command, script.cwd, run_dir, dataclasses.asdict(plan.settings), debug)
+        (
+            trainer.script.run,
+            command,
+            script.cwd,
+            run_dir,
+            dataclasses.asdict(plan.settings),
+            debug,
+            script.restart_args,
+        )
         for command, run_dir in zip(script.commands, script.run_dirs, strict=True)
     ]
 

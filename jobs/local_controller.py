@@ -57,9 +57,16 @@ class Controller(local.Controller):  # type: ignore[misc]
         self.cancelled = False
         self.signalled = False  # this start's tasks were sent the requeue signal
         signal.signal(signal.SIGTERM, self._cancel)  # replaces submitit's forwarding to tasks that ignore it
+        # The requeue signal sent to the controller (kill -USR2 JOB_ID) is a preemption: the tasks get it now,
+        # as a Slurm job's do when a higher-priority job needs its nodes.
+        self.preempted = False
+        signal.signal(self.requeue_signal, self._preempt)
 
     def _cancel(self, signum: int, frame: Any) -> None:
         self.cancelled = True  # acted on by wait(), which polls: nothing blocking in a handler
+
+    def _preempt(self, signum: int, frame: Any) -> None:
+        self.preempted = True  # acted on by wait()
 
     def _stop(self, running: list[subprocess.Popen[Any]], notice_s: float = 0.0) -> None:
         """SIGCONT (a stopped task cannot act on SIGTERM), SIGTERM, then SIGKILL after GRACE_S; first, up to
@@ -96,7 +103,8 @@ class Controller(local.Controller):  # type: ignore[misc]
                 running = [t for t, c in zip(self.tasks, codes, strict=True) if c is None]
                 self._stop(running, PEER_NOTICE_S if failed and not self.cancelled else 0.0)
                 break
-            if not self.signalled and time.monotonic() >= signal_at:
+            if not self.signalled and (time.monotonic() >= signal_at or self.preempted):
+                self.preempted = False
                 self._forward_signal(self.requeue_signal)
                 self.signalled = True
             time.sleep(1.0 / freq)

@@ -25,6 +25,7 @@ class Script:
     commands: list[list[str]]
     cwd: str  # where it runs: the folder it was submitted from
     run_dirs: list[str]
+    restart_args: list[str] = field(default_factory=list)  # added on a start once their last word's file exists
 
 
 @dataclass(frozen=True, eq=False)
@@ -104,13 +105,14 @@ def sweep_points(sweeps: list[str]) -> list[list[str]]:
 
 
 PLACEHOLDER = re.compile(r"\{([A-Za-z_][\w.]*)\}")
+RUN_DIR_WORD = "RUN_DIR"  # {RUN_DIR} in a command: the run directory, filled in by each task (trainer.script)
 
 
 def script_commands(command: list[str], points: list[list[str]]) -> list[list[str]]:
     """The command of each sweep point: `{key}` in its words replaced by the point's value of key. A `{name}`
     that no --sweep defines would reach the script as it is: refused."""
     keys = {item.split("=", 1)[0] for point in points for item in point}
-    undefined = [name for word in command for name in PLACEHOLDER.findall(word) if name not in keys]
+    undefined = [name for word in command for name in PLACEHOLDER.findall(word) if name not in keys | {RUN_DIR_WORD}]
     if undefined:
         raise UserError(
             f"{{{undefined[0]}}} in the command is not a --sweep key; add --sweep {undefined[0]}=V1,V2 to sweep it, "

@@ -50,6 +50,9 @@ class Profile:
     restarts_in_job: int = 0  # before those: srun again in the same allocation after a failed step (no queue)
     spare_nodes: int = 0  # allocated beyond `nodes`: one takes the place of a node that failed twice
     script_hang_s: float = 1800  # a -- COMMAND rank using no CPU, printing nothing for this long: a hang; 0: never
+    # A command that takes the requeue signal and keeps running is stopped this long after it, and requeued
+    # (-1: what signal_delay_s leaves once the stop and the requeue are done, see requeue_grace)
+    requeue_grace_s: float = -1
     array_parallelism: int = 0  # sweeps: array tasks running at once; 0: no limit
     setup: list = field(default_factory=list)  # shell lines before srun: module load, source activate
     srun_args: list = field(default_factory=list)
@@ -133,6 +136,11 @@ class Profile:
                 f"signal_delay_s={self.signal_delay_s} s before it; use --time {self.signal_delay_s // 60 + 1} "
                 "or more, or a smaller signal_delay_s in the profile"
             )
+        if self.requeue_grace_s != -1 and not 0 <= self.requeue_grace_s < self.signal_delay_s:
+            raise UserError(
+                f"requeue_grace_s must be -1 (what signal_delay_s leaves) or from 0 to below signal_delay_s="
+                f"{self.signal_delay_s}, got {self.requeue_grace_s}; e.g. requeue_grace_s: {self.signal_delay_s - min(30, self.signal_delay_s / 2):g}"
+            )
         if self.snapshot_limit_mb <= 0:
             raise UserError(f"snapshot_limit_mb must be above 0, got {self.snapshot_limit_mb}; or set snapshot: false")
         for name in ("snapshot_exclude", "snapshot_include"):
@@ -204,8 +212,17 @@ class Profile:
     def requeue(self) -> JobSettings:
         """What every task is told about requeueing."""
         return JobSettings(
-            self.signal, self.signal_delay_s, self.max_num_timeout, self.restarts_in_job, float(self.script_hang_s)
-        )
+            self.signal, self.signal_delay_s, self.max_num_timeout, self.restarts_in_job, float(self.script_hang_s),
+            self.requeue_grace,
+        )  # fmt: skip
+
+    @property
+    def requeue_grace(self) -> float:
+        """How long a command that handled the requeue signal may keep running: requeue_grace_s, or what
+        signal_delay_s leaves after the stop and the requeue (half of it, at most 30 s)."""
+        if self.requeue_grace_s != -1:
+            return float(self.requeue_grace_s)
+        return float(self.signal_delay_s - min(30, self.signal_delay_s / 2))
 
     def with_overrides(self, **values: Any) -> "Profile":
         """The profile with command-line flags applied (None means not given)."""

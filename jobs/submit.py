@@ -108,6 +108,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--mail", metavar="TYPES", help="mail on these events (e.g. END,FAIL) to the profile's mail_user"
     )
+    parser.add_argument(
+        "--restart-args",
+        metavar="WORDS",
+        help="with -- COMMAND: words added to it on a start once their last word's file exists, e.g. "
+        "'--resume {RUN_DIR}/checkpoint.pth'",
+    )
     parser.add_argument("--dry-run", action="store_true", help="print the sbatch script and submit nothing")
     parser.add_argument("--wait", action="store_true", help="follow rank 0's output and exit with the job's outcome")
     parser.add_argument(
@@ -189,6 +195,8 @@ def prepare(argv: list[str] | None) -> Request:
         raise UserError(
             "--current-code goes with --resume RUN_DIR (a new run always takes this folder's code); drop it"
         )
+    if args.restart_args is not None and (not command or args.resume):
+        raise UserError("--restart-args goes with a new -- COMMAND (a --resume keeps the run's own); drop it")
     profile = profile_for(args).with_overrides(
         nodes=args.nodes,
         gpus_per_node=args.gpus_per_node,
@@ -373,6 +381,7 @@ def prepare_script(
             f"{args.overrides[0]} configures the built-in trainer; with a command, pass your script's own "
             "arguments after --"
         )
+    restart_args = shlex.split(args.restart_args) if args.restart_args else []
     cwd, code_dir, snapshot = os.getcwd(), None, None
     if args.resume:
         if command or args.sweep:
@@ -380,6 +389,7 @@ def prepare_script(
         folder = Path(args.resume).resolve()
         record = json.loads(RunDir(folder).command.read_text())
         command, cwd, commands, run_dirs = record["command"], record["cwd"], [record["command"]], [folder]
+        restart_args = record.get("restart_args") or []
         refuse_if_running(folder)
         snapshot, code_dir = code_for(args, profile, folder, run_root)
     else:
@@ -391,7 +401,7 @@ def prepare_script(
         cwd = str(code_dir) if code_dir is not None else cwd  # the snapshot mirrors the folder submitted from
     gpus = visible_gpus(os.environ.get("CUDA_VISIBLE_DEVICES")) if profile.executor == "local" else ()
     plan = make_plan(profile, [], RunDir(folder).logs, has_local_gpus(), sys.executable, gpus, code_dir, run_dirs)
-    plan = dataclasses.replace(plan, script=Script(commands, cwd, [str(d) for d in run_dirs]))
+    plan = dataclasses.replace(plan, script=Script(commands, cwd, [str(d) for d in run_dirs], restart_args))
     if args.dry_run and plan.executor != "slurm":
         raise UserError(
             f"--dry-run prints an sbatch script; profile {profile.name} runs with the {plan.executor} executor"
@@ -504,6 +514,7 @@ def create_and_submit(request: Request) -> list:  # type: ignore[type-arg]
                 write_config(run_dir, plan.configs[index])
             else:
                 record = {"command": plan.script.commands[index], "cwd": plan.script.cwd, "submitted_from": os.getcwd()}
+                record["restart_args"] = plan.script.restart_args
                 write_text(RunDir(run_dir).command, json.dumps(record, indent=2) + "\n")
         jobs = launch.submit(plan)
     except BaseException:

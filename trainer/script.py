@@ -51,9 +51,23 @@ def variables(env: DistEnv, run_dir: str, settings: JobSettings) -> dict[str, st
     given = torchrun_variables(env)
     if "OMP_NUM_THREADS" in os.environ:
         del given["OMP_NUM_THREADS"]
+    if not has_gpu_devices() and "ACCELERATE_USE_CPU" not in os.environ:
+        # accelerate distributes over CPU processes only when told (`accelerate launch` says so on a machine
+        # without GPUs); without it every rank trains alone, undistributed
+        given["ACCELERATE_USE_CPU"] = "true"
     # PYTHONFAULTHANDLER: a Python command stopped as hung (SIGABRT) writes every thread's stack first.
     # PYTHON_ENV: the interpreter the task runs in, for a command that names it (bash -c), whatever PATH holds.
-    return given | {"RUN_DIR": run_dir, signals.ENV: settings.signal, "PYTHONFAULTHANDLER": "1", PYTHON_ENV: sys.executable}
+    return given | {
+        "RUN_DIR": run_dir,
+        signals.ENV: settings.signal,
+        "PYTHONFAULTHANDLER": "1",
+        PYTHON_ENV: sys.executable,
+    }
+
+
+def has_gpu_devices() -> bool:
+    """This node has an NVIDIA device (the driver's control file), without importing torch."""
+    return os.path.exists("/dev/nvidiactl")
 
 
 def command_environment(environ: Mapping[str, str], given: dict[str, str]) -> dict[str, str]:
@@ -62,10 +76,18 @@ def command_environment(environ: Mapping[str, str], given: dict[str, str]) -> di
     return {k: v for k, v in environ.items() if k != "PYTHONSAFEPATH"} | given
 
 
-def run(command: list[str], cwd: str, run_dir: str, job: dict[str, Any], in_process: bool = False) -> None:
+def run(
+    command: list[str],
+    cwd: str,
+    run_dir: str,
+    job: dict[str, Any],
+    in_process: bool = False,
+    restart_args: list[str] | None = None,
+) -> None:
     """Run `command` as this task's rank; `job` is the JobSettings as a plain dict (what submitit sends)."""
     settings = JobSettings(**job)
     folder = Path(run_dir)
+    command = with_restart_args(command, restart_args or [], run_dir, cwd)
     env = agree_port(resolve(os.environ), folder)
     print(env.describe(), flush=True)
     provenance.record_start(folder, env)
@@ -83,9 +105,11 @@ def run(command: list[str], cwd: str, run_dir: str, job: dict[str, Any], in_proc
     )
     if ended.terminated:  # a cancel, a requeue, a peer's failure: whoever stopped the job says why
         raise SystemExit(128 + signal.SIGTERM)
-    if ended.code == REQUEUE_EXIT or (ended.signalled and ended.code != 0):
-        # Asked for (exit 144), or the command stopped after the requeue signal: saved what it could, or was
-        # stopped for the requeue because nothing in it handles the signal. Either way: requeue, not fail.
+    if ended.code == REQUEUE_EXIT or ended.signalled:
+        # Asked for (exit 144), or the command ended after the requeue signal, whatever its code: it saved what
+        # it could and stopped (an exit 0 from a handler too: Lightning's), or was stopped for the requeue
+        # (no handler, or past its grace). The tool cannot know it had finished its work: it is requeued, and
+        # a command that resumes from its own save finishes at once. Requeue, neither fail nor finish.
         exited = RunDir(folder).exits
         write_text(exited / f"rank_{env.rank}", str(ended.code))
         if attempts is None:
@@ -106,7 +130,25 @@ def run(command: list[str], cwd: str, run_dir: str, job: dict[str, Any], in_proc
         attempts.stop("finished", None)
         summary = {"command": command, "exit_code": 0, "world_size": env.world_size}
         summary |= {"wall_time_s": round(attempts.wall_time_s(), 3), "last_attempt_s": round(time.time() - started, 3)}
-        write_text(RunDir(folder).summary, _json(summary | attempts.totals()))
+        write_text(RunDir(folder).summary, _json(summary | script_totals(attempts)))
+
+
+def script_totals(attempts: Attempts) -> dict[str, Any]:
+    """What the tool knows of a command's attempts: how many, why each stopped, how long each ran. Not the
+    steps it redid or the time that lost: only the command knows where it stopped and where it started again."""
+    totals = {k: v for k, v in attempts.totals().items() if k not in ("time_lost_s", "steps_recomputed")}
+    ran = [round(a["stop"]["time"] - a["started"], 3) for a in attempts.items if a.get("stop")]
+    return totals | {"attempts": len(attempts.items), "attempt_s": ran}
+
+
+def with_restart_args(command: list[str], words: list[str], run_dir: str, cwd: str) -> list[str]:
+    """`command` with {RUN_DIR} filled in, and `words` (--restart-args, the same) added once their last word
+    names a file that exists: the script's own checkpoint, after a start that saved one (never the first)."""
+    command, words = (
+        [w.replace("{RUN_DIR}", run_dir) for w in command],
+        [w.replace("{RUN_DIR}", run_dir) for w in words],
+    )
+    return [*command, *words] if words and (Path(cwd) / words[-1]).is_file() else command
 
 
 def finished_by_rank_0(folder: Path) -> bool:
@@ -226,6 +268,7 @@ def _run(command: list[str], cwd: str, env: DistEnv, run_dir: str, settings: Job
     watch = CommandWatch(settings.script_hang_s, progress)
     hung, checked, beat_due = "", time.monotonic(), 0.0
     stuck: tuple[int, str] | None = None
+    over = False  # the command outlived its grace after the requeue signal, and was stopped
     while (code := _wait(child, 0.1)) is None:
         for signum in sorted(set(received) - acted):
             acted.add(signum)
@@ -233,6 +276,11 @@ def _run(command: list[str], cwd: str, env: DistEnv, run_dir: str, settings: Job
                 _pass_on(child.pid, requeue)
             else:
                 relay.stop_tree(child.pid)
+        if requeue in received and not over and time.time() - received[requeue] > settings.grace_s:
+            over = True  # it took the signal and kept going (a handler that logs a line): the job still ends
+            name = signal.Signals(requeue).name
+            print(f"requeue signal: the command still runs {settings.grace_s:g} s after {name}; stopping it to requeue")
+            relay.stop_tree(child.pid)
         if settings.script_hang_s and not hung and time.monotonic() - checked >= CHECK_S:
             checked = time.monotonic()
             pids = relay.tree(child.pid)

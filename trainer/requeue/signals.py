@@ -44,6 +44,7 @@ class JobSettings:
     max_num_timeout: int = DEFAULT_MAX_NUM_TIMEOUT  # requeues after a time limit before the job is left to end
     restarts_in_job: int = 0  # after a failed step, the tasks started again in the same allocation (no queue)
     script_hang_s: float = 1800.0  # a -- COMMAND rank idle this long is stopped as hung (0: never)
+    grace_s: float = DEFAULT_DELAY_S - 30  # a -- COMMAND still running this long after the signal is stopped
 
     @property
     def signum(self) -> Signals:

@@ -100,7 +100,9 @@ class UserTask:
         return self.obj.images(model, batch) if hasattr(self.obj, "images") else None
 
 
-code_folder: Path | None = None  # where `my_pkg.mod:Task` is imported from: the working folder, unless set (a --resume: the run's snapshot)
+code_folder: Path | None = (
+    None  # where `my_pkg.mod:Task` is imported from: the working folder, unless set (a --resume: the run's snapshot)
+)
 
 
 def available() -> list[str]:

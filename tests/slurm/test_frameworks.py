@@ -1,0 +1,43 @@
+"""README's framework matrix on the two-node cluster: each of tests/frameworks.py's scripts as its own job, 2
+nodes x 1 task, all four running at once, preempted together once each has saved, requeued, resumed from its
+own save, and finished with both ranks seeing a world of 2."""
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests import frameworks
+from tests.conftest import submit
+from tests.slurm.cluster import preempt_normal_jobs, release_when_requeued
+from tests.slurm.test_requeue import job_id_of, mini_profile
+from tests.slurm.test_slurm import poll, run_dir_of
+
+pytestmark = pytest.mark.slurm
+
+
+def test_each_frameworks_script_is_preempted_on_two_nodes_and_resumes(slurm_cluster: None, tmp_path: Path) -> None:
+    profile = mini_profile(tmp_path)
+    runs = {}
+    for name in frameworks.FRAMEWORKS:
+        folder = tmp_path / name
+        folder.mkdir()
+        command, flags = frameworks.write(folder, name)
+        command = [sys.executable, *command[1:]]
+        args = ["--profile", str(profile), "--nodes", "2", "--gpus-per-node", "1", *flags]
+        result = submit(*args, "--", *command, cwd=folder)
+        assert result.returncode == 0, result.stdout + result.stderr
+        runs[name] = run_dir_of(result)
+    for name, run_dir in runs.items():
+        poll(f"{name}'s first save", lambda r=run_dir, n=name: frameworks.saved(r, n), timeout=240)
+    preempt_normal_jobs()
+    for run_dir in runs.values():
+        release_when_requeued(job_id_of(run_dir))
+    for name, run_dir in runs.items():
+        poll(f"{name}'s summary", lambda r=run_dir: (r / "summary.json").exists(), timeout=300)
+        starts = frameworks.starts(run_dir)
+        assert len(starts) == 2 and starts[0] == 0 and starts[1] > 0, (name, starts)
+        assert frameworks.worlds(run_dir, 2) == [{2}, {2}], name
+        summary = json.loads((run_dir / "summary.json").read_text())
+        assert summary["attempts"] == 2 and summary["preemptions"] == 1, (name, summary)
