@@ -78,6 +78,20 @@ dist.destroy_process_group()
 """
 
 
+# PLAIN with a handler, as many scripts have, that takes the requeue signal (and SIGTERM), logs a line and
+# carries on: it never stops by itself.
+STUBBORN = (
+    """
+import signal
+def carry_on(signum, frame):
+    print(f"got {signal.Signals(signum).name}; carrying on", flush=True)
+for s in (signal.SIGUSR1, signal.SIGUSR2, signal.SIGTERM):
+    signal.signal(s, carry_on)
+"""
+    + PLAIN
+)
+
+
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run"]  # `torchrun`, wherever the venv's bin/ is on PATH
 
 
@@ -527,3 +541,37 @@ def test_a_frozen_rank_of_a_script_is_named_by_every_task(tmp_path: Path, frozen
         assert "stopped or in uninterruptible sleep (frozen)" in line, line
     else:
         assert "; seen by rank 0, idle itself: its command uses no CPU and prints nothing for 1" in line, line
+
+
+def test_a_script_that_takes_the_signal_and_carries_on_is_stopped_after_its_grace_and_requeued(tmp_path: Path) -> None:
+    """Preempted (the requeue signal to the local controller), a script that handles the signal and goes on is
+    stopped requeue_grace_s later (SIGTERM, which it ignores too, then SIGKILL), requeued, and resumes."""
+    (tmp_path / "train.py").write_text(STUBBORN)
+    profile = f"executor: local\ngpus_per_node: 2\ntimeout_min: 30\nrequeue_grace_s: 3\nrun_root: {tmp_path / 'runs'}\n"
+    result = submit_in(tmp_path, "--", "python", "train.py", "60", "0.2", profile=profile)
+    assert result.returncode == 0, result.stdout + result.stderr
+    run_dir = run_dir_of(result.stdout)
+    poll("a snapshot", lambda: (run_dir / "ckpt.pt").exists(), timeout=120)
+    os.kill(int(json.loads((run_dir / "job.json").read_text())["job_id"]), signal.SIGUSR2)
+    waited = subprocess.run(
+        [sys.executable, "-m", "jobs.wait", str(run_dir)], cwd=ROOT, capture_output=True, text=True, timeout=300
+    )
+    assert waited.returncode == 0, waited.stdout + waited.stderr
+    attempts = json.loads((run_dir / "attempts.json").read_text())
+    assert [a["stop"]["reason"] for a in attempts][-1] == "finished" and len(attempts) == 2, attempts
+    starts = (run_dir / "starts").read_text().split()
+    assert len(starts) == 4 and all(int(s.split(":")[1]) > 0 for s in starts[2:]), starts
+    log = next((run_dir / "logs").glob("*_0_log.out")).read_text()
+    assert "got SIGUSR2; carrying on" in log and "the command still runs 3 s after SIGUSR2; stopping it" in log
+
+
+def test_a_shell_form_command_gets_its_variables_and_the_tasks_interpreter(tmp_path: Path) -> None:
+    """README's `bash -c` form: $WORLD_SIZE expanded by the shell, `"$SLURM_DDP_PYTHON"` the task's interpreter
+    even where PATH has no python at all; {RUN_DIR} in the command filled in by each task."""
+    (tmp_path / "echo.py").write_text("import sys; open(sys.argv[2] + '/w.' + sys.argv[3], 'w').write(sys.argv[1])\n")
+    script = 'exec "$SLURM_DDP_PYTHON" echo.py "$WORLD_SIZE" {RUN_DIR} "$RANK"'
+    profile = f"executor: local\ngpus_per_node: 2\nenv:\n  PATH: /usr/bin:/bin\nrun_root: {tmp_path / 'runs'}\n"
+    result = submit_in(tmp_path, "--wait", "--", "bash", "-c", script, profile=profile)
+    assert result.returncode == 0, result.stdout + result.stderr
+    run_dir = run_dir_of(result.stdout)
+    assert [(run_dir / f"w.{r}").read_text() for r in (0, 1)] == ["2", "2"]

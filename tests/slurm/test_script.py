@@ -12,7 +12,7 @@ import pytest
 
 from tests import userproject
 from tests.conftest import submit
-from tests.jobs.test_script import DDP, PLAIN, RAISES, REQUEUEING, TORCHRUN
+from tests.jobs.test_script import DDP, PLAIN, RAISES, REQUEUEING, STUBBORN, TORCHRUN
 from tests.jobs.test_user_project import slurm_ddp
 from tests.slurm.cluster import preempt_normal_jobs, release_when_requeued, squeue_state
 from tests.slurm.test_requeue import job_id_of, mini_profile
@@ -87,8 +87,10 @@ def started(run_dir: Path, attempt: int, ranks: int) -> bool:
     return len(lines) >= ranks * (attempt + 1) and ckpt.exists() and ckpt.stat().st_mtime > starts.stat().st_mtime
 
 
-def plain_run(tmp_path: Path, extra: str, args: list[str], steps: int, launcher: tuple[str, ...] = ("python",)) -> Path:
-    (tmp_path / "train.py").write_text(PLAIN)
+def plain_run(
+    tmp_path: Path, extra: str, args: list[str], steps: int, launcher: tuple[str, ...] = ("python",), text: str = PLAIN
+) -> Path:
+    (tmp_path / "train.py").write_text(text)
     profile = mini_profile(tmp_path)
     profile.write_text(profile.read_text() + extra)
     result = submit("--profile", str(profile), *args, "--", *launcher, "train.py", str(steps), "0.3", cwd=tmp_path)
@@ -108,7 +110,9 @@ def finish_releasing(run_dir: Path) -> None:
     poll("the summary", done, timeout=300)
 
 
-def assert_resumed_and_completed(run_dir: Path, reason: str) -> None:
+def assert_resumed_and_completed(
+    run_dir: Path, reason: str, said: str = "requeue signal: the command does not handle SIGUSR2"
+) -> None:
     """Every attempt but the last stopped for `reason` and was requeued; a later one resumed from the script's
     own snapshot; the last finished; the job COMPLETED, with no error and no failure counted."""
     finish_releasing(run_dir)
@@ -124,7 +128,7 @@ def assert_resumed_and_completed(run_dir: Path, reason: str) -> None:
     job = job_id_of(run_dir)
     poll("COMPLETED", lambda: ": COMPLETED" in cli("jobs.status", str(run_dir)).stdout, timeout=60)
     assert not (run_dir / "error.txt").exists(), (run_dir / "error.txt").read_text()
-    assert "requeue signal: the command does not handle SIGUSR2" in (run_dir / "logs" / f"{job}_0_log.out").read_text()
+    assert said in (run_dir / "logs" / f"{job}_0_log.out").read_text()
 
 
 @pytest.mark.parametrize("launcher", ["python", "torchrun"])
@@ -178,3 +182,20 @@ def test_a_project_with_its_own_trainer_and_jobs_modules_on_two_nodes(slurm_clus
     assert again.returncode == 0, again.stdout + again.stderr
     assert [len(userproject.starts(run_dir, r)) for r in (0, 1)] == [4, 4]
     assert all(userproject.all_from(run_dir, userproject.starts(run_dir, r)[-1]) for r in (0, 1))
+
+
+@pytest.mark.parametrize("stop", ["preempted", "timeout"])
+def test_a_script_that_takes_the_signal_and_carries_on_is_still_requeued(
+    slurm_cluster: None, tmp_path: Path, stop: str
+) -> None:
+    """A handler that logs a line and goes on (SIGUSR2 and SIGTERM alike): requeue_grace_s after the signal the
+    task stops it (SIGKILL, as it ignores SIGTERM), and the job is requeued, not lost to its time limit."""
+    grace = "requeue_grace_s: 5\n"
+    said = "the command still runs 5 s after SIGUSR2; stopping it to requeue"
+    if stop == "preempted":
+        run_dir = plain_run(tmp_path, grace, ["--nodes", "2", "--gpus-per-node", "1"], steps=50, text=STUBBORN)
+        poll("a snapshot", lambda: started(run_dir, 0, 2), timeout=120)
+        preempt_normal_jobs()
+    else:
+        run_dir = plain_run(tmp_path, grace + "max_num_timeout: 6\n", ["--time", "1"], steps=150, text=STUBBORN)
+    assert_resumed_and_completed(run_dir, stop, said)
