@@ -179,7 +179,16 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     # Then the quick modules of pure functions: the Slurm group's worker also takes the module after it from
     # xdist's queue, and runs it after the Slurm tests, at the end of the critical path: it had better be short.
     order = {"slurm": 0, "slurm-b": 0, "slow": 1}
-    items[:] = sorted(kept, key=lambda item: order.get(group_of(item), 2 if item.path.parent == TESTS else 3))
+    # The framework matrix runs four two-node jobs at once: last in its group, once the timing-calibrated tests
+    # (which cannot start torch in time on a machine that busy) are done.
+    last = ("test_frameworks.py",)
+    items[:] = sorted(
+        kept,
+        key=lambda item: (
+            order.get(group_of(item), 2 if item.path.parent == TESTS else 3),
+            item.path.name in last and bool(group_of(item)),
+        ),
+    )
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:

@@ -21,9 +21,9 @@ if os.path.exists(ckpt):
 open(os.path.join(out, f"world.{rank}"), "a").write(f"{dist.get_world_size()}\\n")
 if rank == 0:
     open(os.path.join(out, "starts"), "a").write(f"{step}\\n")
-while step < 400:
+while step < 200:
     model(torch.ones(2, 4)).sum().backward()
-    time.sleep(0.1)
+    time.sleep(0.05)
     step += 1
     if step % 10 == 0 and rank == 0:
         torch.save({"model": model.module.state_dict(), "step": step}, ckpt + ".tmp")
@@ -54,7 +54,7 @@ class Model(L.LightningModule):
             open(os.path.join(out, "starts"), "a").write(f"{self.global_step}\\n")
 
     def training_step(self, batch, batch_idx):
-        time.sleep(0.1)
+        time.sleep(0.05)
         x, y = batch
         return torch.nn.functional.mse_loss(self.net(x), y)
 
@@ -66,7 +66,7 @@ if __name__ == "__main__":
     nodes = int(os.environ["WORLD_SIZE"]) // int(os.environ["LOCAL_WORLD_SIZE"])
     every = ModelCheckpoint(dirpath=os.path.join(os.environ["RUN_DIR"], "checkpoints"), save_last=True, every_n_train_steps=10)
     trainer = L.Trainer(
-        max_epochs=25, accelerator="cpu", devices=int(os.environ["LOCAL_WORLD_SIZE"]), num_nodes=nodes,
+        max_epochs=12, accelerator="cpu", devices=int(os.environ["LOCAL_WORLD_SIZE"]), num_nodes=nodes,
         strategy="ddp", callbacks=[every], enable_progress_bar=False, logger=False,
     )
     data = DataLoader(TensorDataset(torch.randn(256, 8), torch.randn(256, 1)), batch_size=16)
@@ -96,20 +96,20 @@ if os.path.exists(os.path.join(state, "step.txt")):
 open(os.path.join(out, f"world.{accelerator.process_index}"), "a").write(f"{accelerator.num_processes}\\n")
 if accelerator.is_main_process:
     open(os.path.join(out, "starts"), "a").write(f"{step}\\n")
-while step < 400:
+while step < 200:
     for x, y in data:
         loss = torch.nn.functional.mse_loss(model(x), y)
         accelerator.backward(loss)
         optimizer.step()
         optimizer.zero_grad()
-        time.sleep(0.1)
+        time.sleep(0.05)
         step += 1
         if step % 10 == 0:
             accelerator.save_state(state)
             accelerator.wait_for_everyone()
             if accelerator.is_main_process:
                 open(os.path.join(state, "step.txt"), "w").write(str(step))
-        if step >= 400:
+        if step >= 200:
             break
 accelerator.wait_for_everyone()
 """
@@ -122,7 +122,7 @@ import torch, torch.distributed as dist
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--output-dir", required=True)
-parser.add_argument("--epochs", type=int, default=40)
+parser.add_argument("--epochs", type=int, default=20)
 parser.add_argument("--resume", default="")
 args = parser.parse_args()
 dist.init_process_group("gloo")
@@ -142,7 +142,7 @@ for epoch in range(start_epoch, args.epochs):
     for _ in range(10):
         model(torch.ones(2, 4)).sum().backward()
         optimizer.step()
-        time.sleep(0.1)
+        time.sleep(0.05)
     if rank == 0:
         checkpoint = {"model": model.module.state_dict(), "optimizer": optimizer.state_dict(), "epoch": epoch}
         torch.save(checkpoint, os.path.join(args.output_dir, "checkpoint.pth.tmp"))

@@ -46,6 +46,8 @@ def pairs(tmp_path: Path, sample_root: Path) -> Path:
         (["--env", "A=b\nc"], "a newline or #SBATCH inside a value"),
         (["--after", "/nonexistent/run"], "'/nonexistent/run' is neither a run directory nor a job id"),
         (["dist.init_method=carrier-pigeon"], "dist.init_method: must be tcp or file"),
+        (["--current-code"], "--current-code goes with --resume RUN_DIR"),
+        (["--restart-args", "--resume x.pth"], "--restart-args goes with a new -- COMMAND"),
     ],
 )
 def test_bad_arguments(args: list[str], message: str, local_profile: Path, tmp_path: Path) -> None:
@@ -63,6 +65,8 @@ def test_bad_arguments(args: list[str], message: str, local_profile: Path, tmp_p
         ("executor: local\nrestarts_in_job: 101\n", "restarts_in_job must be between 0 and 100, got 101"),
         ("executor: local\nscript_hang_s: 5\n", "script_hang_s must be 0 (never) or between 10 s and a week, got 5"),
         ("executor: local\nspare_nodes: -1\n", "spare_nodes must be between 0 and 64, got -1"),
+        ("executor: local\nrequeue_grace_s: 500\n", "requeue_grace_s must be -1 (what signal_delay_s leaves) or from 0"),
+        ("executor: local\nrequeue_grace_s: -5\n", "e.g. requeue_grace_s: 90"),
         ("executor: local\nrestarts_in_job: 1\nspare_nodes: 1\n", "spare_nodes: 1 takes a failed node's place in an"),
         ("executor: slurm\nspare_nodes: 2\n", "set restarts_in_job: 1 or more with executor: slurm, or spare_nodes: 0"),
     ],

@@ -172,3 +172,28 @@ def test_dry_run_copies_nothing_and_no_snapshot_runs_in_place(workspace: Path) -
     run_dir = workspace / "runs" / "n"
     assert not (run_dir / "code").exists() and {Path(r["cwd"]) for r in ranks(run_dir)} == {workspace}
     assert "(no snapshot: the code on disk)" in cli("jobs.status", str(run_dir)).stdout
+
+
+def test_outputs_stay_out_of_the_snapshot_and_out_of_the_ignored_note(tmp_path: Path) -> None:
+    """A run root this tool made (tagged CACHEDIR.TAG), untracked or git-ignored, and the folders frameworks
+    write: never copied, never named in the note (which must never advise including a run folder)."""
+    from jobs.snapshot import ignored_files
+    from trainer.run.prepare import prepare_run_root
+
+    folder = tmp_path / "repo"
+    folder.mkdir()
+    (folder / ".gitignore").write_text("old_runs/\ndata/\n")
+    (folder / "train.py").write_text("")
+    for name in ["runs/r1/checkpoints/step_1.pt", "old_runs/r0/summary.json", "lightning_logs/version_0/x.ckpt"]:
+        (folder / name).parent.mkdir(parents=True)
+        (folder / name).write_bytes(b"\0" * 4096)
+    (folder / "data").mkdir()
+    (folder / "data" / "train.csv").write_text("a,b\n")
+    prepare_run_root(folder / "runs")  # untracked, not ignored: git would list it
+    prepare_run_root(folder / "old_runs")
+    git(folder, "init", "-q")
+    snapshot = plan_snapshot(folder, [], [], 1)
+    names = {name for _, name in snapshot.files}
+    assert names == {".gitignore", "train.py"}, names
+    assert snapshot.outputs == ["lightning_logs/", "runs/"]
+    assert ignored_files(folder, [], []) == ["data/train.csv"]  # the only thing worth a note

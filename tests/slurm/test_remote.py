@@ -110,7 +110,8 @@ def test_submit_over_ssh_waits_through_a_cut_connection_then_status_fetch_and_li
     assert again.returncode == 2 and "sent 0 new or changed file(s)" in again.stdout, again.stdout + again.stderr
     assert len(again.stderr.strip().splitlines()) == 1 and "steps" in again.stderr
     assert not pwned.exists()
-    assert len(list((tmp_path / "cluster-runs").iterdir())) == 2  # the run and the snapshot copy: nothing more
+    entries = [p.name for p in (tmp_path / "cluster-runs").iterdir() if p.name != "CACHEDIR.TAG"]
+    assert len(entries) == 2, entries  # the run and the snapshot copy: nothing more
 
 
 def test_a_preempted_run_submitted_over_ssh_resumes_exactly_and_logs_follow_and_cancel_work(
@@ -185,3 +186,23 @@ def test_a_hostile_script_argument_reaches_the_script_as_text(login_node: None, 
     remote = Path(re.search(r"^run directory: (.+)$", result.stdout, re.M).group(1))  # type: ignore[union-attr]
     assert json.loads((remote / "code" / "argv.json").read_text()) == words
     assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
+
+
+def test_a_project_with_its_own_trainer_and_jobs_modules_over_ssh(login_node: None, tmp_path: Path) -> None:
+    """tests/userproject.py's project on the laptop, submitted with the installed command over SSH: the login
+    node's submit and both nodes' tasks import the tool from tool/ and the project's modules from code/."""
+    from tests import userproject
+
+    folder = userproject.make(laptop(tmp_path), outputs_mb=2)
+    env = {k: v for k, v in sshd.laptop_env(tmp_path).items() if k != "PYTHONPATH"}
+    args = ["submit", "--profile", "site.yaml", "--nodes", "2", "--gpus-per-node", "1", "--wait"]
+    result = subprocess.run(
+        [userproject.slurm_ddp(), *args, "--", "python", "train.py"], cwd=folder, env=env,
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout + result.stderr
+    run_dir = tmp_path / "cluster-runs" / name_of(result)
+    for rank in (0, 1):
+        records = userproject.starts(run_dir, rank)
+        assert len(records) == 1 and userproject.all_from(run_dir, records[0]), records
+    assert not (run_dir / "code" / "runs").exists() and (run_dir / "tool" / "jobs" / "submit.py").is_file()

@@ -96,8 +96,8 @@ def test_preempted_run_resumes_the_submitted_code_to_the_same_weights(
     assert {"restarts/time_lost_s", "restarts/steps_recomputed"} <= set(events.Tags()["scalars"])
     ranks = [json.loads(p.read_text()) for p in sorted((run_dir / "provenance" / "ranks").glob("rank_*.json"))]
     assert [(r["host"], r["trainer"]) for r in ranks] == [
-        ("node1", f"{run_dir}/code/trainer"),
-        ("node2", f"{run_dir}/code/trainer"),
+        ("node1", f"{run_dir}/tool/trainer"),  # the tool's own copy, beside the submitted code/
+        ("node2", f"{run_dir}/tool/trainer"),
     ]
     job_id = job_id_of(run_dir)
     poll("sacct's record", lambda: (run_dir / "provenance" / f"sacct_{job_id}.txt").exists(), timeout=60)

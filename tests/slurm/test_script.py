@@ -170,10 +170,19 @@ def test_a_project_with_its_own_trainer_and_jobs_modules_on_two_nodes(slurm_clus
     nodes; its old local runs/ (2 MiB, over the 1 MiB limit) and lightning_logs/ never travel."""
     project = userproject.make(tmp_path / "project", outputs_mb=2)
     profile = mini_profile(tmp_path, "restarts_in_job: 1\nsnapshot_limit_mb: 1\n")
-    args = ["submit", "--profile", str(profile), "--nodes", "2", "--gpus-per-node", "1", "--wait"]
+    args = ["submit", "--profile", str(profile), "--nodes", "2", "--gpus-per-node", "1"]
     result = slurm_ddp(project, *args, "--", "python", "train.py", "fail,requeue")
     assert result.returncode == 0, result.stdout + result.stderr
     run_dir = run_dir_of(result)
+    job = job_id_of(run_dir)
+
+    def ended() -> bool:  # its requeue released at once (Slurm holds a requeued job ~120 s)
+        if squeue_state(job) == "PENDING":
+            release_when_requeued(job)
+        counts = [len(userproject.starts(run_dir, r)) for r in (0, 1)]
+        return counts == [3, 3] and squeue_state(job) in ("", "COMPLETED")
+
+    poll("the third start on both nodes and the job's end", ended, timeout=300)
     for rank in (0, 1):
         records = userproject.starts(run_dir, rank)
         assert len(records) == 3 and all(userproject.all_from(run_dir, r) for r in records), records
