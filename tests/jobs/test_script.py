@@ -178,14 +178,14 @@ def test_a_script_that_saves_on_the_signal_is_requeued_and_resumes(tmp_path: Pat
 @pytest.mark.slow  # the signal comes a fixed 12 s in: the script must have snapshotted by then
 @pytest.mark.parametrize("launcher", ["python", "torchrun"])
 def test_a_script_without_signal_code_is_requeued_at_the_time_limit_and_resumes(tmp_path: Path, launcher: str) -> None:
-    """The requeue signal comes about 16 s in (on a loaded machine, 12 s was once too early for the script's
+    """The requeue signal comes about 20 s in (on a loaded machine, 12 s and then 16 s were too early for the script's
     first snapshot); the script has no handler, so its task stops it and the job is requeued (not failed); the
     next start resumes from the script's own snapshot and finishes. The same with torchrun as the command (its
     agent has no handler either; no `trap "" USR2` needed)."""
     (tmp_path / "train.py").write_text(PLAIN)
     tasks, command = (2, ["python"]) if launcher == "python" else (1, [*TORCHRUN, "--nproc-per-node", "2"])
     profile = (
-        f"executor: local\ngpus_per_node: {tasks}\ntimeout_min: 1\nsignal_delay_s: 44\nmax_num_timeout: 5\n"
+        f"executor: local\ngpus_per_node: {tasks}\ntimeout_min: 1\nsignal_delay_s: 40\nmax_num_timeout: 5\n"
         f"run_root: {tmp_path / 'runs'}\n"
     )
     result = submit_in(tmp_path, "--wait", "--", *command, "train.py", "120", "0.2", profile=profile)
