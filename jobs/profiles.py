@@ -8,7 +8,7 @@ from typing import Any
 
 import yaml
 
-from jobs.remote.ssh import check_login
+from jobs.remote.ssh import check_login, check_remote_root
 from trainer.config import from_dict
 from trainer.errors import UserError
 from trainer.requeue import signals
@@ -158,6 +158,7 @@ class Profile:
                 "(the folder for runs on the cluster)"
             )
         check_login(self.login)
+        check_remote_root(self.remote_root)
         if not all(isinstance(o, str) and o for o in self.ssh_options):
             raise UserError(f"ssh_options: {self.ssh_options!r} must be a list of ssh arguments, e.g. [-p, '2222']")
         if self.executor != "slurm":

@@ -69,6 +69,8 @@ def test_bad_arguments(args: list[str], message: str, local_profile: Path, tmp_p
         ("executor: local\nrequeue_grace_s: -5\n", "e.g. requeue_grace_s: 90"),
         ("executor: local\nrestarts_in_job: 1\nspare_nodes: 1\n", "spare_nodes: 1 takes a failed node's place in an"),
         ("executor: slurm\nspare_nodes: 2\n", "set restarts_in_job: 1 or more with executor: slurm, or spare_nodes: 0"),
+        ("executor: slurm\nlogin: a@b\nremote_root: runs\n", "remote_root runs is relative: the login node would put"),
+        ("executor: slurm\nlogin: a@b\nremote_root: ./scratch/runs\n", "write an absolute folder, e.g. /scratch/$USER"),
     ],
 )
 def test_bad_profiles(text: str, message: str, tmp_path: Path) -> None:

@@ -47,9 +47,9 @@ def test_a_login_that_is_not_a_user_at_a_host_is_refused(login: str) -> None:
 
 
 def test_the_login_nodes_profile_has_every_field_but_the_connection_and_runs_in_remote_root() -> None:
-    profile = Profile("site", "slurm", nodes=2, login="a@h", remote_root="/scratch/runs", ssh_options=["-p", "2"])
-    seen = cluster_profile(profile)
-    assert seen["run_root"] == "/scratch/runs" and seen["nodes"] == 2
+    profile = Profile("site", "slurm", nodes=2, login="a@h", remote_root="$SCRATCH/runs", ssh_options=["-p", "2"])
+    seen = cluster_profile(profile, "/scratch/alice/runs")  # as the login node expanded it
+    assert seen["run_root"] == "/scratch/alice/runs" and seen["nodes"] == 2
     assert not {"name", "login", "remote_root", "ssh_options"} & seen.keys()
     Profile("site", **seen)  # a valid profile there: no login, so it submits with sbatch
 
@@ -72,7 +72,9 @@ def test_only_new_or_changed_files_travel(tmp_path: Path) -> None:
         names = tar.getnames()
         manifest = json.loads(tar.extractfile(MANIFEST).read())  # type: ignore[union-attr]
     # b changed since, c new; your files under code/, the tool's beside them under tool/, never mixed
-    assert sent == 2 and sorted(names) == sorted(["code/b.py", "code/pkg/c.py", MANIFEST, "code/.slurm-ddp/profile.yaml"])
+    assert sent == 2 and sorted(names) == sorted(
+        ["code/b.py", "code/pkg/c.py", MANIFEST, "code/.slurm-ddp/profile.yaml"]
+    )
     assert manifest == ["code/a.py", "code/b.py", "code/pkg/c.py", "tool/jobs/x.py", "code/.slurm-ddp/profile.yaml"]
 
 
@@ -105,3 +107,142 @@ def test_a_dry_run_of_a_profile_for_another_machine_prints_the_clusters_script_w
     assert "#SBATCH" in done.stdout and "/scratch/runs/d/logs/%j_%t_log.out" in done.stdout
     assert "/opt/py/bin/python -u -m submitit.core._submit" in done.stdout
     assert not (tmp_path / "runs").exists()
+
+
+def agent(*args: str, data: bytes = b"", env: dict[str, str] | None = None) -> subprocess.CompletedProcess[bytes]:
+    """The login node's agent as ssh runs it: `python -c TEXT ACTION ARGS...`."""
+    text = (ROOT / "jobs" / "remote" / "agent.py").read_text()
+    return subprocess.run([sys.executable, "-c", text, *args], input=data, capture_output=True, env=env)
+
+
+@pytest.mark.parametrize(
+    ("root", "message"),
+    [
+        ("$NOT_SET_THERE/runs", "NOT_SET_THERE is not set on the login node (ssh runs no login shell)"),
+        ("${NOT_SET_THERE}/runs", "NOT_SET_THERE is not set on the login node"),
+        ("$RELATIVE/runs", "is rel/runs on the login node, not an absolute folder"),
+    ],
+)
+def test_the_login_node_refuses_a_remote_root_that_is_not_absolute_once_expanded_there(
+    tmp_path: Path, root: str, message: str
+) -> None:
+    """A `$VAR` the login node's shell-less ssh command does not set, or one that expands to a relative path,
+    would have put runs inside the snapshot cache (the folder the submit runs in): refused, nothing made."""
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "RELATIVE": "rel"}
+    done = agent("hello", root, env=env)
+    assert done.returncode == 2 and done.stdout == b"", done.stderr
+    lines = done.stderr.decode().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: remote_root ") and message in lines[0], lines
+    assert not (tmp_path / "rel").exists() and not Path("rel").exists()
+    expanded = json.loads(agent("hello", "~/$RELATIVE/runs", env=env).stdout)
+    assert expanded["root"] == str(tmp_path / "rel" / "runs")
+
+
+def snapshot_tar(files: dict[str, bytes]) -> bytes:
+    """What the laptop sends: the files, and the manifest naming them."""
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as tar:
+        for name, content in {**files, MANIFEST: json.dumps(list(files)).encode()}.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(content)
+            tar.addfile(info, io.BytesIO(content))
+    return buffer.getvalue()
+
+
+def test_the_snapshot_cache_clean_up_deletes_only_files_it_put_there(tmp_path: Path) -> None:
+    """A file the laptop deleted goes from the login node's copy; a run that a relative run_root once put
+    inside the copy (checkpoints of a running job) stays, and is neither read nor sent back as the copy's."""
+    cache = tmp_path / "cache"
+    first = agent("receive", str(cache), data=snapshot_tar({"code/a.py": b"a", "code/b.py": b"b"}))
+    assert first.returncode == 0, first.stderr
+    run = cache / "code" / "runs" / "r1"
+    run.mkdir(parents=True)
+    (run / "ckpt.pt").write_bytes(b"weights")
+    (cache / "code" / "notes.txt").write_text("mine")
+    held = json.loads(agent("manifest", str(cache)).stdout)
+    assert sorted(held) == ["code/a.py", "code/b.py"]
+    second = agent("receive", str(cache), data=snapshot_tar({"code/a.py": b"a2"}))
+    assert second.returncode == 0, second.stderr
+    assert (cache / "code" / "a.py").read_bytes() == b"a2" and not (cache / "code" / "b.py").exists()
+    assert (run / "ckpt.pt").read_bytes() == b"weights" and (cache / "code" / "notes.txt").read_text() == "mine"
+
+
+def hostile_pack(tmp_path: Path, members: list[tarfile.TarInfo]) -> list[str]:
+    """A login node's argv for `pack` that prints a tar of `members` (each with content b"x" if a file)."""
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as tar:
+        for info in members:
+            tar.addfile(info, io.BytesIO(b"x") if info.isfile() else None)
+    (tmp_path / "pack.tar").write_bytes(buffer.getvalue())
+    return [
+        sys.executable,
+        "-c",
+        f"import sys; sys.stdout.buffer.write(open({str(tmp_path / 'pack.tar')!r}, 'rb').read())",
+    ]
+
+
+def member(name: str, kind: bytes = tarfile.REGTYPE) -> tarfile.TarInfo:
+    info = tarfile.TarInfo(name)
+    info.type = kind
+    info.size = 1 if kind == tarfile.REGTYPE else 0
+    if kind == tarfile.SYMTYPE:
+        info.linkname = "/etc/passwd"
+    return info
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        member("remote.json"),
+        member("./remote.json"),
+        member("tensorboard/../remote.json"),
+        member("../outside.txt"),
+        member("/tmp/outside.txt"),
+        member("job.json"),
+        member("tensorboard//x"),
+        member("summary.json", tarfile.DIRTYPE),
+        member("tensorboard/events", tarfile.SYMTYPE),
+    ],
+    ids=lambda m: f"{m.name}:{m.type.decode() or '0'}",
+)
+def test_fetch_writes_only_what_an_honest_pack_sends(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, bad: tarfile.TarInfo
+) -> None:
+    """The login node's pack is data: a record of the run or a file under tensorboard/, nothing else. Never
+    the laptop's own remote.json (whose ProxyCommand the next jobs.status would run). One line; the files
+    before the bad member stay whole, nothing after it is written, no .part is left."""
+    from jobs.remote import follow
+    from jobs.remote.runs import RemoteRun
+    from jobs.remote.ssh import Connection
+
+    argv = hostile_pack(tmp_path, [member("summary.json"), bad, member("error.txt")])
+    monkeypatch.setattr(Connection, "argv", lambda self, *a: argv)
+    monkeypatch.setattr("jobs.remote.ssh.control_options", lambda login: [])
+    folder = tmp_path / "runs" / "r1"
+    folder.mkdir(parents=True)
+    (folder / "remote.json").write_text("{}")
+    run = RemoteRun(Login("a@h", "/runs"), "/runs/r1", "1", "site", "/runs/r1/code")
+    with pytest.raises(UserError, match=r"^the cluster sent .*, not a record or event file of the run; kept the 1"):
+        follow.fetch(run, folder)
+    assert (folder / "remote.json").read_text() == "{}" and (folder / "summary.json").read_bytes() == b"x"
+    assert not (folder / "error.txt").exists() and not list(tmp_path.rglob("*.part"))
+    assert not (tmp_path / "outside.txt").exists() and not (tmp_path / "runs" / "outside.txt").exists()
+
+
+def test_fetch_refuses_in_one_line_a_folder_where_a_record_goes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from jobs.remote import follow
+    from jobs.remote.runs import RemoteRun
+    from jobs.remote.ssh import Connection
+
+    argv = hostile_pack(tmp_path, [member("tensorboard/events.out.tfevents.1"), member("summary.json")])
+    monkeypatch.setattr(Connection, "argv", lambda self, *a: argv)
+    monkeypatch.setattr("jobs.remote.ssh.control_options", lambda login: [])
+    folder = tmp_path / "runs" / "r1"
+    (folder / "summary.json").mkdir(parents=True)
+    run = RemoteRun(Login("a@h", "/runs"), "/runs/r1", "1", "site", "/runs/r1/code")
+    with pytest.raises(UserError, match=r"summary.json: Is a directory .*; move it aside and fetch again$"):
+        follow.fetch(run, folder)
+    assert (folder / "tensorboard" / "events.out.tfevents.1").read_bytes() == b"x"
+    assert not list(tmp_path.rglob("*.part"))

@@ -2,9 +2,11 @@
 so it needs nothing installed there but Python (3.8 or later) and, for the actions that run this project's
 modules, the project's dependencies. Standard library only; no import of this project at the top.
 
-    python -c AGENT hello ROOT                    make ROOT, check it is writable, report the dependencies
-    python -c AGENT manifest DIR                  {path: sha256} of the files under DIR, as JSON
-    python -c AGENT receive DIR < TAR             unpack changed files into DIR; drop files not in its manifest
+    python -c AGENT hello ROOT                    ROOT absolute once expanded here, made, writable; the
+                                                  dependencies
+    python -c AGENT manifest DIR                  {path: sha256} of the files the last receive put in DIR
+    python -c AGENT receive DIR < TAR             unpack changed files into DIR; drop those the last receive
+                                                  put there that its manifest no longer names
     python -c AGENT read PATH OFFSET [LIMIT]      the bytes of PATH from OFFSET (a log, tailed)
     python -c AGENT pack RUN_DIR > TAR            the run's records and TensorBoard events, for jobs.fetch
     python -c AGENT run CWD MODULE ARGS...        python -m MODULE ARGS in CWD (a code snapshot), the tool from
@@ -19,6 +21,7 @@ import importlib.util
 import io
 import json
 import os
+import re
 import runpy
 import sys
 import tarfile
@@ -37,8 +40,26 @@ def fail(message: str) -> None:
     sys.exit(2)
 
 
+def root_folder(root: str) -> str:
+    """remote_root as this login node's shell-less process expands it: an absolute folder, or exit 2. Never
+    taken relative to where this process runs (a submit runs in the snapshot cache, whose clean-up is not
+    for runs), and never with a `$VAR` left as text (unset here, as $SCRATCH often is without a login shell)."""
+    folder = os.path.expanduser(os.path.expandvars(root))
+    if "$" in folder:
+        unset = sorted(set(re.findall(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)", folder))) or ["$"]
+        fail(
+            f"remote_root {root}: {', '.join(unset)} is not set on the login node (ssh runs no login shell); "
+            f"write the folder itself, e.g. remote_root: {os.path.expanduser('~')}/runs"
+        )
+    if not os.path.isabs(folder):
+        fail(
+            f"remote_root {root} is {folder} on the login node, not an absolute folder; write one, e.g. /scratch/$USER/runs"
+        )
+    return os.path.normpath(folder)
+
+
 def hello(root: str) -> None:
-    folder = expand(root)
+    folder = root_folder(root)
     try:
         os.makedirs(folder, exist_ok=True)
         probe = os.path.join(folder, f".write-test-{os.getpid()}")
@@ -59,14 +80,23 @@ def digest(path: str) -> str:
     return h.hexdigest()
 
 
+def placed(base: str) -> list:
+    """The files the last `receive` put under `base` (its manifest): the only ones this agent ever reads back
+    or deletes there. Whatever else lies in the folder (a run a relative run_root once put there) is not its."""
+    try:
+        with open(os.path.join(base, MANIFEST)) as f:
+            names = json.load(f)
+    except (OSError, ValueError):
+        return []
+    return [n for n in names if isinstance(n, str) and safe(n)] if isinstance(names, list) else []
+
+
 def manifest(folder: str) -> None:
     base, out = expand(folder), {}
-    for root, dirs, files in os.walk(base):
-        dirs[:] = [d for d in dirs if d != ".slurm-ddp"]
-        for name in files:
-            path = os.path.join(root, name)
-            if os.path.isfile(path) and not os.path.islink(path):
-                out[os.path.relpath(path, base)] = digest(path)
+    for name in placed(base):
+        path = os.path.join(base, name)
+        if os.path.isfile(path) and not os.path.islink(path):
+            out[name] = digest(path)
     print(json.dumps(out))
 
 
@@ -78,6 +108,7 @@ def safe(name: str) -> bool:
 def receive(folder: str) -> None:
     base = expand(folder)
     os.makedirs(base, exist_ok=True)
+    before = placed(base)
     data = sys.stdin.buffer.read()
     keep = None
     with tarfile.open(fileobj=io.BytesIO(data), mode="r:") as tar:
@@ -95,13 +126,11 @@ def receive(folder: str) -> None:
                 f.write(content)
             os.chmod(part, member.mode & 0o777 or 0o644)
             os.replace(part, target)
-    if keep is not None:  # files the snapshot no longer has (deleted on the laptop)
-        for root, dirs, files in os.walk(base):
-            dirs[:] = [d for d in dirs if d != ".slurm-ddp"]
-            for name in files:
-                path = os.path.join(root, name)
-                if os.path.relpath(path, base) not in keep:
-                    os.unlink(path)
+    if keep is not None:  # files the snapshot no longer has (deleted on the laptop), of those it put here
+        for name in set(before) - keep:
+            path = os.path.join(base, name)
+            if os.path.isfile(path) or os.path.islink(path):
+                os.unlink(path)
     print(json.dumps({"received": len(data)}))
 
 
@@ -125,7 +154,8 @@ def pack(run_dir: str) -> None:
         for root, _, files in os.walk(os.path.join(base, "tensorboard")):
             for name in sorted(files):
                 path = os.path.join(root, name)
-                tar.add(path, arcname=os.path.relpath(path, base))
+                if os.path.isfile(path) and not os.path.islink(path):  # the laptop takes plain files only
+                    tar.add(path, arcname=os.path.relpath(path, base))
 
 
 def run(cwd: str, module: str, *args: str) -> None:

@@ -3,13 +3,14 @@ the run's code snapshot) over SSH. A follow (`--wait`, `jobs.wait`, `jobs.logs -
 has shown; when the connection drops it connects again and asks for the log from there (`--offset`), so
 nothing is shown twice or lost, and the job never depends on the laptop."""
 
-import io
+import contextlib
+import shutil
 import subprocess
 import sys
 import tarfile
 from pathlib import Path
 
-from jobs.remote.agent import safe
+from jobs.remote.agent import FETCHED
 from jobs.remote.runs import RemoteRun
 from jobs.remote.ssh import SSH_FAILED, Connection, with_retries
 from trainer.errors import UserError
@@ -50,19 +51,44 @@ def wait(run: RemoteRun) -> int:
     return follow(run, f"following job {run.job_id}", "jobs.wait", run.run_dir)
 
 
+def fetched_name(name: str) -> bool:
+    """What an honest pack (jobs.remote.agent's) sends: one of the run's records, or a file under tensorboard/.
+    Nothing else is written here: never remote.json, the laptop's own record of the run."""
+    if name in FETCHED:
+        return True
+    parts = name.split("/")
+    clean = all(p not in ("", ".", "..") for p in parts) and "\\" not in name and "\0" not in name
+    return len(parts) > 1 and parts[0] == "tensorboard" and clean
+
+
 def fetch(run: RemoteRun, folder: Path) -> list[str]:
-    """The run's records and TensorBoard events into `folder` (the run's local folder); the names written."""
-    data = Connection(run.login).call("pack", run.run_dir)
-    names = []
-    with tarfile.open(fileobj=io.BytesIO(data), mode="r:") as tar:
-        for member in tar.getmembers():
-            if not member.isfile() or not safe(member.name):
-                raise UserError(f"the cluster sent {member.name!r}, not a file of the run; nothing more was written")
+    """The run's records and TensorBoard events into `folder` (the run's local folder), streamed a file at a
+    time; the names written. A member an honest pack would not send stops it, in one line: what came before
+    it stays (each file whole: written to NAME.part, then renamed), nothing after it is written."""
+    names: list[str] = []
+    with Connection(run.login).stream("pack", run.run_dir) as data, tarfile.open(fileobj=data, mode="r|") as tar:
+        for member in tar:
+            if not member.isfile() or not fetched_name(member.name):
+                kind = "a folder" if member.isdir() else "a link" if member.issym() or member.islnk() else "a file"
+                raise UserError(
+                    f"the cluster sent {member.name!r} ({kind}), not a record or event file of the run; "
+                    f"kept the {len(names)} file(s) before it, wrote nothing more"
+                )
             source = tar.extractfile(member)
+            assert source is not None
             target = folder / member.name
-            target.parent.mkdir(parents=True, exist_ok=True)
             part = target.with_name(target.name + ".part")
-            part.write_bytes(source.read() if source else b"")
-            part.replace(target)
+            try:
+                target.parent.mkdir(parents=True, exist_ok=True)
+                with part.open("wb") as out:
+                    shutil.copyfileobj(source, out)
+                part.replace(target)
+            except OSError as exc:
+                with contextlib.suppress(OSError):
+                    part.unlink()
+                raise UserError(
+                    f"cannot write {target}: {exc.strerror} (a folder where the run's file goes?); move it "
+                    "aside and fetch again"
+                ) from None
             names.append(member.name)
     return names

@@ -8,6 +8,7 @@ the user's config sets no ControlMaster, one of ours (a private socket, kept 60 
 one invocation, so a status or a follow pays the handshake once.
 """
 
+import contextlib
 import hashlib
 import os
 import re
@@ -16,9 +17,10 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import IO
 
 from trainer.errors import UserError
 
@@ -39,8 +41,7 @@ class Login:
 
     def __post_init__(self) -> None:
         check_login(self.login)
-        if not self.remote_root or "\n" in self.remote_root or "\0" in self.remote_root:
-            raise UserError("remote_root must be a folder on the cluster, e.g. /scratch/$USER/runs")
+        check_remote_root(self.remote_root)
         if not all(isinstance(o, str) and "\n" not in o for o in self.ssh_options):
             raise UserError(f"ssh_options: {self.ssh_options!r} must be a list of ssh arguments, e.g. [-p, '2222']")
 
@@ -50,6 +51,19 @@ def check_login(login: str) -> None:
         raise UserError(
             f"login {login!r} is not user@host or a Host alias of your ssh config (letters, digits, . _ - only); "
             "write e.g. login: alice@cluster.example.org"
+        )
+
+
+def check_remote_root(root: str) -> None:
+    """Refuse a remote_root that cannot be an absolute folder on the cluster. A relative one would be taken
+    from the folder the login node's submit runs in: its snapshot cache, whose clean-up deletes what is not
+    code. `$VARS` and `~` are expanded on the login node (jobs.remote.agent's hello refuses one it leaves)."""
+    if not isinstance(root, str) or not root or "\n" in root or "\0" in root:
+        raise UserError(f"remote_root {root!r} must be a folder on the cluster, e.g. /scratch/$USER/runs")
+    if not root.startswith(("/", "~", "$")):
+        raise UserError(
+            f"remote_root {root} is relative: the login node would put runs inside its copy of your code; "
+            "write an absolute folder, e.g. /scratch/$USER/runs"
         )
 
 
@@ -98,6 +112,36 @@ class Connection:
         if done.returncode != 0:
             raise UserError(self.explain(done.returncode, done.stderr.decode(errors="replace")))
         return done.stdout
+
+    @contextlib.contextmanager
+    def stream(self, action: str, *args: str) -> Iterator[IO[bytes]]:
+        """The agent's output as it comes, for a body that reads it (a tar, never held whole). The body's
+        failure that came from the agent's own (its error line, a dropped connection) is reported as that."""
+        with (
+            tempfile.TemporaryFile() as err,
+            subprocess.Popen(self.argv(action, *args), stdout=subprocess.PIPE, stderr=err) as proc,
+        ):
+            assert proc.stdout is not None
+            try:
+                yield proc.stdout
+                proc.stdout.read()  # what the body left (a tar's padding), so the agent can end
+            except UserError:  # the body refused what came: nothing more is read
+                proc.kill()
+                raise
+            except Exception as exc:  # the stream broke off: the agent's reason if it gave one
+                try:
+                    code = proc.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    code = None
+                if code:
+                    err.seek(0)
+                    raise UserError(self.explain(code, err.read().decode(errors="replace"))) from None
+                raise UserError(f"what {self.login.login} sent was cut short ({exc}); try again") from None
+            code = proc.wait()
+            if code != 0:
+                err.seek(0)
+                raise UserError(self.explain(code, err.read().decode(errors="replace")))
 
     def explain(self, code: int, stderr: str) -> str:
         """One line for what went wrong: the agent's own error line, else what ssh said, with the fix."""

@@ -32,10 +32,36 @@ def login_of(profile: Profile) -> Login:
     return Login(profile.login, profile.remote_root, list(profile.ssh_options), profile.python or "python3")
 
 
-def cluster_profile(profile: Profile) -> dict[str, object]:
-    """The profile the login node's submit reads: every field but those of the connection; runs in remote_root."""
+def cluster_profile(profile: Profile, root: str) -> dict[str, object]:
+    """The profile the login node's submit reads: every field but those of the connection; runs in `root`
+    (remote_root as the login node expanded it)."""
     fields = {f.name: getattr(profile, f.name) for f in dataclasses.fields(profile) if f.name not in LOCAL_ONLY}
-    return fields | {"run_root": profile.remote_root}
+    return fields | {"run_root": root}
+
+
+def greeting(reply: bytes, login: Login) -> dict:
+    """The agent's hello (root, python, missing), or one line: a reply is data, never trusted as shaped."""
+    try:
+        hello = json.loads(reply)
+    except ValueError:
+        hello = None
+    if not isinstance(hello, dict) or not isinstance(hello.get("missing"), list) or "python" not in hello:
+        raise UserError(
+            f"{login.login} did not answer as this tool's agent does ({reply[:80]!r}); check python: in the "
+            "profile names the cluster's interpreter, and that its shell prints nothing for a command"
+        )
+    return hello
+
+
+def root_of(hello: dict, login: Login) -> str:
+    """The absolute folder the login node's agent made of remote_root, checked as data."""
+    root = hello.get("root")
+    if not isinstance(root, str) or not root.startswith("/") or "\n" in root or "\0" in root or "/../" in f"{root}/":
+        raise UserError(
+            f"{login.login} answered {root!r} for remote_root {login.remote_root}, not an absolute folder; "
+            "check python: in the profile names the cluster's interpreter"
+        )
+    return root
 
 
 def with_profile(argv: list[str], path: str) -> list[str]:
@@ -58,10 +84,11 @@ def submit(argv: list[str], profile: Profile, wait: bool, resume: RemoteRun | No
     """Send the code, submit on the login node, record the run here; follow it with --wait."""
     login = resume.login if resume else login_of(profile)
     connection = Connection(login)
-    hello = json.loads(connection.call("hello", login.remote_root, timeout=60))
+    hello = greeting(connection.call("hello", login.remote_root, timeout=60), login)
+    root = root_of(hello, login)
     if hello["missing"]:
         raise UserError(
-            f"the cluster's python ({hello['python']}) cannot import {', '.join(hello['missing'])}: install the "
+            f"the cluster's python ({hello['python']!s}) cannot import {', '.join(map(str, hello['missing']))}: install the "
             "project's dependencies there (pip install -e . in a clone), or set python: in the profile"
         )
     if resume and "--current-code" not in argv:  # in the run's own snapshot, with the profile it ran with
@@ -69,11 +96,11 @@ def submit(argv: list[str], profile: Profile, wait: bool, resume: RemoteRun | No
         args[args.index("--resume") + 1] = resume.run_dir
         cwd = resume.cwd
     elif resume:  # --current-code: this folder's code, sent as for a new run, resumed from there
-        cwd = send_folder(connection, login, profile)
+        cwd = send_folder(connection, login, profile, root)
         args = [a for a in argv if a != "--wait"]
         args[args.index("--resume") + 1] = resume.run_dir
     else:
-        cwd = send_folder(connection, login, profile)
+        cwd = send_folder(connection, login, profile, root)
         args = with_profile(argv, PROFILE)  # relative: the submit there runs in that copy
     out = submit_there(connection, cwd, args)
     run_dir = re.search(r"^run directory: (.+)$", out, re.M)
@@ -89,14 +116,14 @@ def submit(argv: list[str], profile: Profile, wait: bool, resume: RemoteRun | No
     return follow.wait(run) if wait else 0
 
 
-def send_folder(connection: Connection, login: Login, profile: Profile) -> str:
+def send_folder(connection: Connection, login: Login, profile: Profile, root: str) -> str:
     """This folder's snapshot into the login node's copy of it; the folder there the submit runs in."""
     snapshot = plan_snapshot(
         Path.cwd(), [Path(runs.LOCAL_ROOT).resolve()], profile.snapshot_exclude, profile.snapshot_limit_mb,
         profile.snapshot_include,
     )  # fmt: skip
-    cache = sync.cache_dir(login.remote_root, Path.cwd())
-    text = yaml.safe_dump(cluster_profile(profile), sort_keys=False).encode()
+    cache = sync.cache_dir(root, Path.cwd())
+    text = yaml.safe_dump(cluster_profile(profile, root), sort_keys=False).encode()
     extra = {PROFILE: text, **sync.origin_files(snapshot, git_diff(Path.cwd()) if snapshot.git else "")}
     sent = sync.send(connection, snapshot, cache, extra)
     total = len(snapshot.files) + len(snapshot.tool_files)

@@ -155,6 +155,7 @@ BAD = [
     ({"python": "/nonexistent/python3"}, "has no /nonexistent/python3"),
     ({"python": "/usr/bin/python3"}, "cannot import torch"),
     ({"remote_root": "/proc/runs"}, "is not writable on the login node"),
+    ({"remote_root": "$NOT_SET_ON_THE_LOGIN_NODE/runs"}, "NOT_SET_ON_THE_LOGIN_NODE is not set on the login node"),
     ({"login": "root@127.0.0.1\nrm -rf /"}, "is not user@host or a Host alias"),
     ({"login": "root@127.0.0.1;touch /tmp/x"}, "is not user@host or a Host alias"),
 ]
