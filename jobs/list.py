@@ -1,6 +1,7 @@
 """`python -m jobs.list [--root DIR]`: the runs under ./runs (or DIR), local and on clusters, newest first: name,
-profile, job, state, step, last validation metrics. Runs submitted over SSH are asked about on their login
-node, one connection per login node."""
+profile, job, state, step, last validation metrics. Slurm is asked once for all the runs here; runs submitted
+over SSH are asked about on their login node, one connection per login node and set of ssh options. A run
+whose records are damaged is one row saying so; it never hides the others."""
 
 import argparse
 import json
@@ -12,22 +13,70 @@ from typing import Any
 from jobs.remote import runs
 from jobs.remote.ssh import Connection
 from jobs.status import point_progress
-from jobs.tracking import find, info, point_dirs
+from jobs.tracking import Target, find, local_info, point_dirs, run_dir_info, slurm_infos
 from trainer.errors import UserError, one_line_errors
 from trainer.run.rundir import RunDir
 
 COLUMNS = ("name", "profile", "job", "state", "step", "validation")
+DAMAGE = (UserError, OSError, ValueError, KeyError, TypeError, AttributeError)  # what a broken record raises
+Group = tuple[str, tuple[str, ...], str]  # a login node as reached: login, ssh options, python
 
 
-def row(run_dir: Path, name: str) -> dict[str, Any]:
-    """One run's line, from its job.json, the scheduler (or the local controller) and its progress files."""
+def damaged(name: str, exc: BaseException, folder: Path | None = None) -> dict[str, Any]:
+    """The row of a run whose records cannot be read: what is wrong, in the validation column."""
+    try:
+        time = folder.stat().st_mtime if folder else 0.0
+    except OSError:
+        time = 0.0
+    reason = str(exc).split("; ")[0]
+    return {**dict.fromkeys(COLUMNS, "-"), "name": name, "state": "damaged", "validation": reason, "time": time}
+
+
+def rows_of(found: list[tuple[str, Path]]) -> list[dict[str, Any]]:
+    """The rows of these run directories, in their order; Slurm asked once for all of them."""
+    targets: list[Target | BaseException] = []
+    for _, path in found:
+        try:
+            targets.append(find(str(path)))
+        except DAMAGE as exc:
+            targets.append(exc)
+    states = states_of([t for t in targets if isinstance(t, Target)])
+    rows = []
+    for (name, path), target in zip(found, targets, strict=True):
+        if isinstance(target, BaseException):
+            rows.append(damaged(name, target, path))
+            continue
+        try:
+            rows.append(row(path, name, target, states.get(target.job_id, "?")))
+        except DAMAGE as exc:
+            rows.append(damaged(name, exc, path))
+    return rows
+
+
+def states_of(targets: list[Target]) -> dict[str, str]:
+    """Each target's state by job id: the Slurm ones from one query, a forgotten one from its run directory."""
+    try:
+        slurm = slurm_infos([t.job_id for t in targets if t.executor == "slurm"])
+    except UserError:  # no Slurm on this machine
+        slurm = {}
+    states = {}
+    for target in targets:
+        try:
+            if target.executor != "slurm":
+                states[target.job_id] = local_info(target).state
+            elif target.job_id in slurm:
+                states[target.job_id] = slurm[target.job_id].state
+            elif (found := run_dir_info(target)) is not None:
+                states[target.job_id] = found.state
+        except DAMAGE:
+            states[target.job_id] = "?"
+    return states
+
+
+def row(run_dir: Path, name: str, target: Target, state: str) -> dict[str, Any]:
+    """One run's line, from its job.json, its state and its progress files."""
     record = json.loads(RunDir(run_dir).job.read_text())
     profile = record.get("profile")
-    target = find(str(run_dir))
-    try:
-        state = info(target).state
-    except UserError:  # a Slurm job seen from a machine without Slurm, or one Slurm forgot
-        state = "?"
     step, validation = point_progress(run_dir)
     return {
         "name": name,
@@ -40,37 +89,60 @@ def row(run_dir: Path, name: str) -> dict[str, Any]:
     }
 
 
-def local_rows(root: Path) -> tuple[list[dict[str, Any]], dict[str, list[tuple[str, runs.RemoteRun]]]]:
-    """The rows of the runs under `root`, and the remote runs there, by login node."""
-    rows, remote = [], defaultdict(list)
+def local_rows(root: Path) -> tuple[list[dict[str, Any]], dict[Group, list[tuple[str, runs.RemoteRun]]]]:
+    """The rows of the runs under `root`, and the remote runs there, by login node as reached."""
+    rows, found, remote = [], [], defaultdict(list)
     for folder in sorted(p for p in root.iterdir() if p.is_dir()) if root.is_dir() else []:
-        if (run := runs.load(str(folder))) is not None:
-            remote[run.login.login].append((folder.name, run))
+        try:
+            run = runs.load(str(folder))
+        except DAMAGE as exc:
+            rows.append(damaged(folder.name, exc, folder))
+            continue
+        if run is not None:
+            login = run.login
+            remote[(login.login, tuple(login.ssh_options), login.python)].append((folder.name, run))
         elif RunDir(folder).job.is_file():
-            rows.append(row(folder, folder.name))
+            found.append((folder.name, folder))
         else:
-            rows += [row(point, f"{folder.name}/{point.name}") for point in point_dirs(folder)]
-    return rows, remote
+            found += [(f"{folder.name}/{point.name}", point) for point in point_dirs(folder)]
+    return rows + rows_of(found), remote
 
 
 def remote_rows(found: list[tuple[str, runs.RemoteRun]]) -> list[dict[str, Any]]:
-    """The rows of one login node's runs, from one jobs.list there; an unreachable node gives `?` rows."""
+    """The rows of one login node's runs, from one jobs.list there (run in the first run's snapshot that is
+    still there); an unreachable node gives `?` rows. Its reply is data: cells are text, shaped as asked."""
     first = found[0][1]
     args = ["--json", *[run.run_dir for _, run in found]]
-    try:
-        out = Connection(first.login).call("run", first.cwd, "jobs.list", *args, timeout=120)
-        rows = json.loads(out)
-    except (UserError, ValueError) as exc:
-        print(f"warning: {first.login.login}: {exc}", file=sys.stderr)
-        rows = [{"state": "?"} for _ in found]
-    return [
-        {**dict.fromkeys(COLUMNS, "-"), "time": 0.0, **r, "name": name, "profile": run.profile, "job": run.job_id}
-        for (name, run), r in zip(found, rows, strict=True)
-    ]
+    reply: Any = None
+    for cwd in dict.fromkeys(run.cwd for _, run in found):
+        try:
+            reply = json.loads(Connection(first.login).call("run", cwd, "jobs.list", *args, timeout=120))
+            break
+        except UserError as exc:
+            if "does not exist on the cluster" in str(exc):
+                continue  # that run's snapshot is gone: another's serves
+            print(f"warning: {first.login.login}: {exc}", file=sys.stderr)
+            break
+        except ValueError as exc:
+            print(f"warning: {first.login.login}: its answer is not a list of runs ({exc})", file=sys.stderr)
+            break
+    ok = isinstance(reply, list) and len(reply) == len(found) and all(isinstance(r, dict) for r in reply)
+    rows = reply if ok else [{"state": "?"} for _ in found]
+    out = []
+    for (name, run), r in zip(found, rows, strict=True):
+        cells = {c: str(r.get(c, "-")) for c in ("state", "step", "validation")}
+        time = r.get("time") if isinstance(r.get("time"), int | float) else 0.0
+        out.append({**cells, "time": time, "name": name, "profile": run.profile, "job": run.job_id})
+    return out
+
+
+def printable(text: str) -> str:
+    """A cell as one line of plain text: a newline or a terminal escape in a name shows as \\n or \\x1b."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
 def table(rows: list[dict[str, Any]]) -> str:
-    cells = [COLUMNS, *[tuple(str(r.get(c, "")) for c in COLUMNS) for r in rows]]
+    cells = [COLUMNS, *[tuple(printable(str(r.get(c, ""))) for c in COLUMNS) for r in rows]]
     widths = [max(len(c[i]) for c in cells) for i in range(len(COLUMNS) - 1)]
     return "\n".join(
         ("  ".join(v.ljust(w) for v, w in zip(c[:-1], widths, strict=True)) + "  " + c[-1]).rstrip() for c in cells
@@ -84,16 +156,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true", help=argparse.SUPPRESS)  # rows of the run dirs given, for SSH
     parser.add_argument("dirs", nargs="*", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    if args.json:  # what a laptop's jobs.list asks of its login node: these runs' rows, as JSON
-        print(json.dumps([row(Path(d).expanduser(), Path(d).name) for d in args.dirs]))
+    if args.json:  # what a laptop's jobs.list asks of its login node: these runs' rows, as JSON, in order
+        dirs = [(Path(d).expanduser(), Path(d).expanduser().is_dir()) for d in args.dirs]
+        rows = iter(rows_of([(d.name, d) for d, there in dirs if there]))
+        gone = {"state": "gone", "validation": "no run directory"}
+        print(json.dumps([next(rows) if there else gone for _, there in dirs]))
         return 0
     rows: list[dict[str, Any]] = []
-    remote: dict[str, list[tuple[str, runs.RemoteRun]]] = defaultdict(list)
+    remote: dict[Group, list[tuple[str, runs.RemoteRun]]] = defaultdict(list)
     for root in args.root or [runs.LOCAL_ROOT]:
         found, far = local_rows(Path(root))
         rows += found
-        for login, items in far.items():
-            remote[login] += items
+        for group, items in far.items():
+            remote[group] += items
     for items in remote.values():
         rows += remote_rows(items)
     rows.sort(key=lambda r: r.get("time", 0.0), reverse=True)

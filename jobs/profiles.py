@@ -8,7 +8,7 @@ from typing import Any
 
 import yaml
 
-from jobs.remote.ssh import check_login, check_remote_root
+from jobs.remote.ssh import check_login, check_remote_root, check_ssh_options
 from trainer.config import from_dict
 from trainer.errors import UserError
 from trainer.requeue import signals
@@ -159,8 +159,7 @@ class Profile:
             )
         check_login(self.login)
         check_remote_root(self.remote_root)
-        if not all(isinstance(o, str) and o for o in self.ssh_options):
-            raise UserError(f"ssh_options: {self.ssh_options!r} must be a list of ssh arguments, e.g. [-p, '2222']")
+        check_ssh_options(self.ssh_options)
         if self.executor != "slurm":
             raise UserError(
                 f"login: a profile that submits over SSH runs on Slurm; set executor: slurm, not {self.executor}"

@@ -90,10 +90,13 @@ def point_progress(run_dir: Path | None) -> tuple[int | None, str]:
             try:
                 record = json.loads(path.read_text())
             except (OSError, ValueError):
+                record = None
+            if not isinstance(record, dict) or not isinstance(record.get(val_key) or {}, dict):
                 return None, f"({path.name} unreadable)"
             val = record.get(val_key) or {}
             text = " ".join(f"{k}={v:.4g}" for k, v in val.items() if isinstance(v, int | float))
-            return record.get(step_key), text
+            step = record.get(step_key)
+            return step if isinstance(step, int) else None, text
     return None, ""
 
 

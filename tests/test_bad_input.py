@@ -71,6 +71,13 @@ def test_bad_arguments(args: list[str], message: str, local_profile: Path, tmp_p
         ("executor: slurm\nspare_nodes: 2\n", "set restarts_in_job: 1 or more with executor: slurm, or spare_nodes: 0"),
         ("executor: slurm\nlogin: a@b\nremote_root: runs\n", "remote_root runs is relative: the login node would put"),
         ("executor: slurm\nlogin: a@b\nremote_root: ./scratch/runs\n", "write an absolute folder, e.g. /scratch/$USER"),
+        (
+            "executor: slurm\nlogin: a@b\nremote_root: /r\nssh_options: [-o, ProxyCommand=nc %h %p]\n",
+            "ssh_options: -o ProxyCommand is not passed on (it can run commands on this machine",
+        ),
+        ("executor: slurm\nlogin: a@b\nremote_root: /r\nssh_options: ['-oLocalCommand=id']\n", "-o LocalCommand is not"),
+        ("executor: slurm\nlogin: a@b\nremote_root: /r\nssh_options: [-A]\n", "'-A' is not passed on (only -p, -i, -J"),
+        ("executor: slurm\nlogin: a@b\nremote_root: /r\nssh_options: [-p]\n", "-p needs a value after it"),
     ],
 )
 def test_bad_profiles(text: str, message: str, tmp_path: Path) -> None:

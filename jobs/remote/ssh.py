@@ -42,8 +42,7 @@ class Login:
     def __post_init__(self) -> None:
         check_login(self.login)
         check_remote_root(self.remote_root)
-        if not all(isinstance(o, str) and "\n" not in o for o in self.ssh_options):
-            raise UserError(f"ssh_options: {self.ssh_options!r} must be a list of ssh arguments, e.g. [-p, '2222']")
+        check_ssh_options(self.ssh_options)
 
 
 def check_login(login: str) -> None:
@@ -52,6 +51,53 @@ def check_login(login: str) -> None:
             f"login {login!r} is not user@host or a Host alias of your ssh config (letters, digits, . _ - only); "
             "write e.g. login: alice@cluster.example.org"
         )
+
+
+# ssh_options: what says how to reach the host, nothing that runs a command on this machine (ProxyCommand,
+# LocalCommand, KnownHostsCommand, Match exec), forwards anything to the login node (-A, ForwardAgent, -L/-R),
+# or loads code (PKCS11Provider). A profile's options are stored with each run and used by every later command
+# on it; a Host of your ~/.ssh/config (login: that alias) remains the way to anything else.
+SSH_FLAGS = {"-p": "port", "-i": "identity file", "-J": "jump host", "-l": "user", "-F": "config file", "-o": ""}
+SSH_KEYS = {
+    k.lower()
+    for k in (
+        "Port", "User", "IdentityFile", "IdentitiesOnly", "ProxyJump", "StrictHostKeyChecking",
+        "UserKnownHostsFile", "GlobalKnownHostsFile", "HostKeyAlias", "CheckHostIP", "ConnectTimeout",
+        "ConnectionAttempts", "ServerAliveInterval", "ServerAliveCountMax", "TCPKeepAlive", "Compression",
+        "AddressFamily", "LogLevel", "BatchMode", "PubkeyAuthentication", "PasswordAuthentication",
+        "KbdInteractiveAuthentication", "PreferredAuthentications", "CertificateFile", "IdentityAgent",
+        "ControlMaster", "ControlPath", "ControlPersist", "HostKeyAlgorithms", "PubkeyAcceptedAlgorithms",
+        "KexAlgorithms", "Ciphers", "MACs", "GSSAPIAuthentication", "UpdateHostKeys", "HashKnownHosts",
+    )
+}  # fmt: skip
+
+
+def check_ssh_options(options: object) -> None:
+    """Refuse, in one line, an ssh option this tool does not pass on (SSH_FLAGS, and -o with SSH_KEYS)."""
+    example = "e.g. ssh_options: [-p, '2222', -i, ~/.ssh/cluster, -o, ServerAliveInterval=30]"
+    if not isinstance(options, list) or not all(isinstance(o, str) and o for o in options):
+        raise UserError(f"ssh_options: {options!r} must be a list of ssh arguments, {example}")
+    words = iter(options)
+    for word in words:
+        if any(c in word for c in "\n\r\0"):
+            raise UserError(f"ssh_options: {word!r} holds a line break; {example}")
+        flag, joined = word[:2], word[2:]
+        if flag not in SSH_FLAGS or not word.startswith("-"):
+            raise UserError(
+                f"ssh_options: {word!r} is not passed on (only -p, -i, -J, -l, -F and -o with a named key); "
+                f"put it under a Host in ~/.ssh/config and use that Host as login, or {example}"
+            )
+        value = joined or next(words, "")
+        if not value or any(c in value for c in "\n\r\0") or (value.startswith("-") and flag != "-o"):
+            raise UserError(f"ssh_options: {flag} needs a value after it; {example}")
+        if flag == "-o":
+            key = re.split(r"[=\s]", value.strip(), maxsplit=1)[0]
+            if key.lower() not in SSH_KEYS:
+                raise UserError(
+                    f"ssh_options: -o {key} is not passed on (it can run commands on this machine, forward to "
+                    "the login node, or is unknown here); put it under a Host in ~/.ssh/config and use that "
+                    "Host as login"
+                )
 
 
 def check_remote_root(root: str) -> None:

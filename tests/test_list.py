@@ -1,0 +1,54 @@
+"""jobs.list over a folder of runs some of which are damaged: one row each, the others intact, nothing run."""
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.conftest import ROOT
+
+
+def listing(root: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "jobs.list", "--root", str(root)], cwd=ROOT, capture_output=True, text=True, timeout=60
+    )
+
+
+def remote_record(folder: Path, ssh_options: list[str]) -> None:
+    folder.mkdir()
+    login = {"login": "alice@cluster", "remote_root": "/scratch/runs", "ssh_options": ssh_options, "python": "python3"}
+    record = {"login": login, "run_dir": f"/scratch/runs/{folder.name}", "job_id": "7", "profile": "site"}
+    (folder / "remote.json").write_text(json.dumps(record | {"cwd": f"/scratch/runs/{folder.name}/code"}))
+
+
+def test_one_damaged_run_is_one_row_and_hides_no_other(reference_run: Path, tmp_path: Path) -> None:
+    """A damaged job.json, summary.json, progress.json or remote.json, a remote.json whose ssh options would run
+    a command here, a name with a newline: each is one row (the damaged ones say which file), the intact run
+    keeps its state and step, and no ProxyCommand a record names is run."""
+    root = tmp_path / "runs"
+    root.mkdir()
+    for name in ("good", "bad-job", "bad-summary", "bad-progress", "new\nline"):
+        shutil.copytree(reference_run, root / name, symlinks=True)
+    (root / "bad-job" / "job.json").write_text("{not json")
+    (root / "bad-summary" / "summary.json").write_text("[1, 2]")
+    (root / "bad-progress" / "summary.json").unlink()
+    (root / "bad-progress" / "progress.json").write_text('{"step": 3, "val": "x"}')
+    remote_record(root / "bad-remote", [])
+    (root / "bad-remote" / "remote.json").write_text('{"login": 1}')
+    touched = tmp_path / "proxy-ran"
+    remote_record(root / "hostile", ["-o", f"ProxyCommand=touch {touched}"])
+
+    result = listing(root)
+    assert result.returncode == 0 and "Traceback" not in result.stderr, result.stderr
+    lines = result.stdout.splitlines()
+    assert len(lines) == 1 + 7, result.stdout  # the header, a row per run: the newline shown as \n
+    rows = {line.split()[0]: line for line in lines[1:]}
+    assert rows["good"].split()[3:5] == ["COMPLETED", "48"]
+    assert rows["new\\nline"].split()[3:5] == ["COMPLETED", "48"]
+    assert "damaged" in rows["bad-job"] and "job.json is not valid JSON" in rows["bad-job"]
+    assert rows["bad-summary"].split()[3:5] == ["COMPLETED", "-"] and "(summary.json unreadable)" in rows["bad-summary"]
+    assert "(progress.json unreadable)" in rows["bad-progress"]
+    assert "damaged" in rows["bad-remote"] and "remote.json is damaged" in rows["bad-remote"]
+    assert "damaged" in rows["hostile"] and "-o ProxyCommand is not passed on" in rows["hostile"]
+    assert not touched.exists()
