@@ -153,8 +153,7 @@ def main(argv: list[str] | None = None) -> int:
     except (submitit.core.utils.FailedJobError, subprocess.CalledProcessError) as exc:
         shutil.rmtree(folder, ignore_errors=True)  # nothing ran
         reason = launch.refusal(str(exc) or captured.getvalue())
-        fix = "ask for at most what one node has (sinfo -o '%n %c %G' lists CPUs and GPUs per node)"
-        print(table([Row("-", "submit", False, f"Slurm refused the job: {reason}; {fix}")]))
+        print(table([Row("-", "submit", False, f"Slurm refused the job: {reason}; {launch.refusal_fix(reason)}")]))
         return 1
     print(f"check job {job.job_id} ({plan.tasks} task(s), {plan.executor}) in {folder}", flush=True)
     target = Target(job.job_id, plan.executor, folder, RunDir(folder).logs)

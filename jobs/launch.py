@@ -70,6 +70,28 @@ def refusal(text: str) -> str:
     return errors[-1] if errors else (lines[-1] if lines else "no reason given")
 
 
+FIXES = (  # sbatch's reason (lower case), and what to change
+    ("invalid partition", "name a partition that exists (sinfo -s lists them) with --partition or partition:"),
+    ("invalid account", "set account: to one of yours (sacctmgr show assoc user=$USER)"),
+    ("invalid qos", "set qos: to one your account may use (sacctmgr show assoc user=$USER format=qos)"),
+    ("time limit", "ask for a time within the partition's limit with --time (sinfo -o '%P %l' lists them)"),
+    (
+        "node configuration is not available",
+        "ask for at most what one node has (sinfo -o '%n %c %G' lists CPUs and GPUs per node)",
+    ),
+    (
+        "more processors requested",
+        "ask for at most what one node has (sinfo -o '%n %c %G' lists CPUs and GPUs per node)",
+    ),
+    ("node count", "ask for at most the partition's nodes with --nodes (sinfo -s lists them)"),
+)
+
+
+def refusal_fix(reason: str) -> str:
+    """What to change for sbatch's `reason`, e.g. a partition that does not exist; the profile or flags else."""
+    return next((fix for key, fix in FIXES if key in reason.lower()), "fix the profile or flags")
+
+
 @contextlib.contextmanager
 def exported(env: dict[str, str], inner: Any) -> Any:
     """`inner` (submitit's clean_env, which hides SLURM_* variables), then `env` in this process's environment
@@ -109,7 +131,7 @@ def submit(plan: Plan) -> list[submitit.Job[Any]]:
             return jobs
     except (submitit.core.utils.FailedJobError, subprocess.CalledProcessError) as exc:
         reason = refusal(str(exc) or captured.getvalue())
-        raise UserError(f"Slurm refused the job: {reason}; fix the profile or flags") from None
+        raise UserError(f"Slurm refused the job: {reason}; {refusal_fix(reason)}") from None
     except FileNotFoundError as exc:
         raise UserError(f"{exc.filename} not found: run on a Slurm login node, or use --profile local") from None
 

@@ -213,16 +213,16 @@ def prepare(argv: list[str] | None) -> Request:
         check_name(args.name)
     if profile.executor == "local":
         check_local_processes(profile.tasks_per_node)
+    if args.resume and args.sweep:
+        raise UserError("--resume continues one run; drop --sweep")
     if not args.dry_run:
         prepare_run_root(run_root)
-        if args.resume and Path(args.resume).is_dir():
-            claim_resume(Path(args.resume))
+        if args.resume and RunDir(Path(args.resume)).job.is_file():  # a run: claimed. Any other folder is
+            claim_resume(Path(args.resume))  # refused below, and nothing is written into it
     if command or (args.resume and RunDir(Path(args.resume)).command.is_file()):
         request = prepare_script(args, command, profile, run_root, points)
         return dataclasses.replace(request, profile=profile, argv=given)
     if args.resume:
-        if args.sweep:
-            raise UserError("--resume continues one run; drop --sweep")
         folder = Path(args.resume).resolve()
         snapshot, code_dir = code_for(args, profile, folder, run_root)  # once: it reads job.json
         if code_dir is not None and snapshot is None:

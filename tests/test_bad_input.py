@@ -308,3 +308,23 @@ def test_class_folder_names_the_file_list_cannot_hold(
 def test_a_path_component_over_255_bytes_is_one_line(local_profile: Path, tmp_path: Path) -> None:
     result = submit("--profile", str(local_profile), f"data.root={tmp_path / ('x' * 300)}")
     assert_refused(result, "File name too long", tmp_path / "runs")
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--resume", "."], "is not a run directory (no config.yaml)"),
+        (["--resume", "~"], "is not a run directory (no config.yaml)"),
+        (["--sweep", "steps=1,2", "--resume", "."], "--resume continues one run; drop --sweep"),
+    ],
+)
+def test_a_refused_resume_writes_nothing_into_the_folder_it_names(
+    args: list[str], message: str, local_profile: Path, tmp_path: Path
+) -> None:
+    """`--resume` of a folder that is not a run (the working folder, home) claims nothing there: no
+    resume.lock is left in a folder of the user's."""
+    home = tmp_path / "home"
+    home.mkdir()
+    result = submit("--profile", str(local_profile), *args, cwd=home, env={"HOME": str(home)})
+    assert_refused(result, message, tmp_path / "runs")
+    assert sorted(p.name for p in home.iterdir()) == []

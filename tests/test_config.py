@@ -1,3 +1,4 @@
+import dataclasses
 import re
 import subprocess
 import sys
@@ -149,3 +150,46 @@ def test_restarts_in_job_run_srun_in_a_loop_the_shell_accepts(tmp_path: Path) ->
     assert subprocess.run(["bash", "-n", str(tmp_path / "job.sh")], capture_output=True).returncode == 0
     without = sbatch_script(make_plan(Profile(name="p", executor="slurm"), [], tmp_path / "logs", False, "python"))
     assert "while :; do" not in without and "in_job=0" not in without
+
+
+SUGGESTION = re.compile(r"e\.g\. ([A-Za-z_][\w.]*)(?:=|: )(\S+?)[;,)]?$")
+BAD_NUMBERS = ["nan", "inf", "-1", "0", "1e30", "99999999999999999999", "x"]
+
+
+def suggested(message: str) -> tuple[str, str] | None:
+    """The `key=value` (or `key: value`) a refusal suggests at its end, if it suggests one."""
+    found = SUGGESTION.search(message)
+    return (found.group(1), found.group(2)) if found else None
+
+
+def test_every_value_a_config_refusal_suggests_is_accepted() -> None:
+    """Each bad number for each trainer key: where the refusal says `e.g. key=value`, that value is valid."""
+    checked = 0
+    for key in valid_keys():
+        for bad in BAD_NUMBERS:
+            try:
+                build_config([f"{key}={bad}"])
+            except UserError as exc:
+                if (advice := suggested(str(exc))) is not None and advice[0] == key:
+                    build_config([f"{key}={advice[1]}"])  # raises if the advice is itself refused
+                    checked += 1
+    assert checked > 50
+
+
+def test_every_value_a_profile_refusal_suggests_is_accepted() -> None:
+    """The same for each number of a profile (script_hang_s=nan once suggested 0.001, which is refused)."""
+    import yaml
+
+    from jobs.profiles import Profile
+
+    checked = 0
+    for field in dataclasses.fields(Profile):
+        for bad in BAD_NUMBERS:
+            data = {"name": "p", "executor": "slurm", field.name: yaml.safe_load(bad)}
+            try:
+                from_dict(Profile, data)
+            except UserError as exc:
+                if (advice := suggested(str(exc))) is not None and advice[0] == field.name:
+                    from_dict(Profile, data | {field.name: yaml.safe_load(advice[1])})
+                    checked += 1
+    assert checked > 10

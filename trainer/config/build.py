@@ -43,22 +43,36 @@ def _type_name(tp: Any) -> str:
     return getattr(tp, "__name__", str(tp))
 
 
-def _coerce(value: Any, tp: Any, key: str) -> Any:
+def _coerce(value: Any, tp: Any, key: str, example: str) -> Any:
     """Check a value read from YAML or a dict against the field's type."""
     if tp is float and isinstance(value, int) and not isinstance(value, bool):
         value = float(value)
     if (tp is int and isinstance(value, bool)) or not isinstance(value, tp):
         raise UserError(f"{key}: expected {_type_name(tp)}, got {type(value).__name__} {value!r}")
-    return _in_range(value, key, str(value))
+    return _in_range(value, key, str(value), example)
 
 
-def _in_range(value: Any, key: str, raw: str) -> Any:
+def _in_range(value: Any, key: str, raw: str, example: str) -> Any:
     """Numbers a job can use: finite floats, integers a 64-bit int holds (torch's seeds, timeouts, counts)."""
     if isinstance(value, float) and not math.isfinite(value):
-        raise UserError(f"{key}={raw}: must be a finite number; give e.g. {key}={_example(float)}")
+        raise UserError(f"{key}={raw}: must be a finite number; give e.g. {key}={example}")
     if isinstance(value, int) and not isinstance(value, bool) and not -(2**63) <= value < 2**63:
-        raise UserError(f"{key}={raw}: out of range (a 64-bit integer); give e.g. {key}={_example(int)}")
+        raise UserError(f"{key}={raw}: out of range (a 64-bit integer); give e.g. {key}={example}")
     return value
+
+
+def example_of(cls: type, name: str, tp: Any) -> str:
+    """A value to suggest for field `name` of `cls`: its default where that is a plain value (accepted, as
+    every default is), else one of its type."""
+    field = next((f for f in dataclasses.fields(cls) if f.name == name), None)
+    default = field.default if field is not None else dataclasses.MISSING
+    if isinstance(default, bool):
+        return "true" if default else "false"
+    if isinstance(default, int | float) and math.isfinite(default):
+        return f"{default:g}" if isinstance(default, float) else str(default)
+    if isinstance(default, str) and default and tp is str:
+        return default
+    return _example(tp)
 
 
 def from_dict(cls: type, data: Mapping[str, Any], prefix: str = "") -> Any:
@@ -77,7 +91,7 @@ def from_dict(cls: type, data: Mapping[str, Any], prefix: str = "") -> Any:
         if dataclasses.is_dataclass(tp):
             kwargs[name] = from_dict(tp, value, f"{prefix}{name}.")
         else:
-            kwargs[name] = _coerce(value, tp, prefix + name)
+            kwargs[name] = _coerce(value, tp, prefix + name, example_of(cls, name, tp))
     return cls(**kwargs)
 
 
@@ -97,7 +111,10 @@ def _train_config(data: Mapping[str, Any]) -> TrainConfig:
     kwargs = {}
     for name, value in rest.items():
         tp = keys[name]
-        kwargs[name] = from_dict(tp, value, f"{name}.") if dataclasses.is_dataclass(tp) else _coerce(value, tp, name)
+        if dataclasses.is_dataclass(tp):
+            kwargs[name] = from_dict(tp, value, f"{name}.")
+        else:
+            kwargs[name] = _coerce(value, tp, name, example_of(TrainConfig, name, tp))
     settings = from_dict(settings_class, data.get(own) or {}, f"{own}.")
     # Your task's file as an absolute path: the same file whatever folder a resume starts from.
     config = TrainConfig(**kwargs | {"task": trainer.tasks.canonical(task)}, task_settings=settings)
@@ -144,7 +161,7 @@ _TRUE = {"true", "yes", "on", "1"}
 _FALSE = {"false", "no", "off", "0"}
 
 
-def _parse_scalar(raw: str, tp: Any, key: str) -> Any:
+def _parse_scalar(raw: str, tp: Any, key: str, example: str) -> Any:
     """Turn the text of a command-line override into the field's type."""
     try:
         if tp is bool:
@@ -152,11 +169,11 @@ def _parse_scalar(raw: str, tp: Any, key: str) -> Any:
                 return raw.lower() in _TRUE
             raise ValueError
         if tp is int:
-            return _in_range(int(raw), key, raw)
+            return _in_range(int(raw), key, raw, example)
         if tp is float:
-            return _in_range(float(raw), key, raw)
+            return _in_range(float(raw), key, raw, example)
     except ValueError:
-        raise UserError(f"{key}={raw}: expected {_type_name(tp)}; give e.g. {key}={_example(tp)}") from None
+        raise UserError(f"{key}={raw}: expected {_type_name(tp)}; give e.g. {key}={example}") from None
     return raw
 
 
@@ -187,7 +204,8 @@ def parse_overrides(items: Iterable[str], task: str | None = None) -> dict[str, 
         for part in parents:
             cls = task_settings_class(task) if cls is TrainConfig and part == name else _fields(cls)[part]
             node = node.setdefault(part, {})
-        node[leaf] = _parse_scalar(raw, _fields(cls)[leaf], key)
+        tp = _fields(cls)[leaf]
+        node[leaf] = _parse_scalar(raw, tp, key, example_of(cls, leaf, tp))
     return out
 
 
