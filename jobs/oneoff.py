@@ -22,6 +22,11 @@ MAIL_TYPES |= {"TIME_LIMIT_90", "TIME_LIMIT_80", "TIME_LIMIT_50", "ARRAY_TASKS"}
 def dependency(spec: str | None, after_jobs: list[str]) -> str:
     """The sbatch dependency of --dependency and --after's jobs (afterok: start once they finished well)."""
     parts = []
+    if spec is not None and not spec.strip():
+        raise UserError(
+            "--dependency is empty (a variable that held no job id?): the job would start at once; give e.g. "
+            "afterok:12345, or drop the flag"
+        )
     if spec:
         if not DEPENDENCY.fullmatch(spec):
             raise UserError(
@@ -31,6 +36,42 @@ def dependency(spec: str | None, after_jobs: list[str]) -> str:
     if after_jobs:
         parts.append("afterok:" + ":".join(after_jobs))
     return ",".join(parts)
+
+
+def dependency_jobs(spec: str) -> list[tuple[str, str]]:
+    """(kind, job id) for each job a dependency in sbatch's form names: afterok:1:2_3+5 gives
+    [("afterok", "1"), ("afterok", "2_3")]; singleton names none."""
+    out = []
+    for item in re.split(r"[,?]", spec):
+        kind, *ids = item.split(":")
+        out += [(kind, job.split("+")[0]) for job in ids]
+    return out
+
+
+ENDED_BADLY = {"FAILED", "CANCELLED", "TIMEOUT", "PREEMPTED", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE"}
+
+
+def refuse_unsatisfiable(pairs: list[tuple[str, str]], states: dict[str, str], names: dict[str, str]) -> None:
+    """Refuse a dependency Slurm would drop (a job it does not know: the job would start at once) or never
+    satisfy (afterok on a job that ended badly: it would pend for ever). `states`: job id (array tasks as
+    ID_N) -> Slurm's state; `names`: job id -> the run it came from (--after), for the message."""
+    for kind, job in pairs:
+        seen = [state for key, state in states.items() if key == job or key.startswith(f"{job}_")]
+        what = f"--after {names[job]} (job {job})" if job in names else f"--dependency {kind}:{job}"
+        if not seen:
+            raise UserError(
+                f"{what}: Slurm knows no job {job}, and would drop the dependency and start at once; check the "
+                "id with squeue or sacct"
+            )
+        bad = sorted(set(seen) & ENDED_BADLY)
+        if kind == "afterok" and bad:
+            fix = f"resume it first (python -m jobs.submit --resume {names[job]})" if job in names else "rerun it"
+            raise UserError(
+                f"{what}: the job ended {bad[0]}, so this one would pend for ever; {fix}, then submit this "
+                f"with --after on the new run, or use --dependency afterany:{job}"
+            )
+        if kind == "afternotok" and seen and all(state == "COMPLETED" for state in seen):
+            raise UserError(f"{what}: the job COMPLETED, so this one would pend for ever; drop the dependency")
 
 
 def env_items(items: list[str]) -> dict[str, str]:
@@ -55,7 +96,8 @@ def mail_type(types: str, profile: Profile) -> str:
 
 def apply(profile: Profile, spec: str | None, after_jobs: list[str], env: list[str], mail: str | None) -> Profile:
     """The profile with the one-off settings; Slurm's alone refused for the local and debug executors."""
-    slurm_only = [flag for flag, given in (("--dependency", spec), ("--after", after_jobs), ("--mail", mail)) if given]
+    given = (("--dependency", spec is not None), ("--after", bool(after_jobs)), ("--mail", mail is not None))
+    slurm_only = [flag for flag, named in given if named]
     if slurm_only and profile.executor != "slurm":
         raise UserError(
             f"{slurm_only[0]} is a Slurm option; profile {profile.name} runs with the {profile.executor} executor, "
@@ -64,7 +106,7 @@ def apply(profile: Profile, spec: str | None, after_jobs: list[str], env: list[s
     sbatch = dict(profile.sbatch_args)
     if depends := dependency(spec, after_jobs):
         sbatch["dependency"] = depends
-    if mail:
+    if mail is not None:
         sbatch |= {"mail-type": mail_type(mail, profile), "mail-user": profile.mail_user}
     if not (sbatch != profile.sbatch_args or env):
         return profile

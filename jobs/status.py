@@ -27,6 +27,8 @@ def code_line(run_dir: Path) -> str:
 def report(target: Target) -> str:
     job = info(target)
     state = f"{job.state} ({job.note})" if job.note else job.state
+    if job.reason and job.state in ("PENDING", "REQUEUED", "REQUEUE_HOLD", "SUSPENDED"):
+        state += f" (Slurm's reason: {job.reason})"
     lines = [f"job {target.job_id}: {state}", f"restarts: {job.restarts}", f"nodes: {job.nodes or '-'}"]
     if target.run_dir is not None:
         lines.append(f"run directory: {target.run_dir}")

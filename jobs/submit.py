@@ -141,16 +141,27 @@ def profile_for(args: argparse.Namespace) -> Profile:
     return load_profile(DEFAULT_PROFILE)
 
 
-def after_jobs(run_dirs: list[str]) -> list[str]:
-    """The Slurm jobs of --after's runs (a sweep: its array job, once)."""
-    jobs: list[str] = []
+def after_jobs(run_dirs: list[str]) -> dict[str, str]:
+    """The Slurm jobs of --after's runs (a sweep: its array job, once), each with the run it came from."""
+    jobs: dict[str, str] = {}
     for run_dir in run_dirs:
         for _, target in find_all(run_dir):
             if target.executor != "slurm":
                 raise UserError(f"--after {run_dir}: it ran with the {target.executor} executor, not on Slurm")
-            job = target.job_id.split("_")[0]
-            jobs += [] if job in jobs else [job]
+            jobs.setdefault(target.job_id.split("_")[0], run_dir)
     return jobs
+
+
+def check_dependency(spec: str | None, after: dict[str, str]) -> None:
+    """Ask Slurm, once, about every job the dependency names: one it does not know, or that ended so the
+    dependency can never hold, is refused here rather than left pending for ever (or started at once)."""
+    pairs = [*oneoff.dependency_jobs(spec or ""), *(("afterok", job) for job in after)]
+    if not pairs:
+        return
+    from jobs.tracking import slurm_infos
+
+    states = {job: found.state for job, found in slurm_infos([job for _, job in pairs]).items()}
+    oneoff.refuse_unsatisfiable(pairs, states, after)
 
 
 def check_local_processes(count: int) -> None:
@@ -204,7 +215,10 @@ def prepare(argv: list[str] | None) -> Request:
         partition=args.partition,
         array_parallelism=args.array_parallelism,
     )
-    profile = oneoff.apply(profile, args.dependency, after_jobs(args.after), args.env, args.mail)
+    after = after_jobs(args.after)
+    profile = oneoff.apply(profile, args.dependency, list(after), args.env, args.mail)
+    if profile.executor == "slurm" and not args.dry_run:  # a --dry-run prints the script, asking Slurm nothing
+        check_dependency(args.dependency, after)
     if profile.login:  # a --dry-run of a profile for another machine: the script as the cluster would run it
         profile = dataclasses.replace(profile, run_root=profile.remote_root)
     run_root = Path(os.path.expandvars(profile.run_root)).expanduser().resolve()

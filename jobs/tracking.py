@@ -62,6 +62,7 @@ class JobInfo:
     restarts: int
     nodes: str
     note: str = ""  # where the state came from, when not from Slurm
+    reason: str = ""  # Slurm's reason a job pends (Dependency, Priority, DependencyNeverSatisfied, ...)
 
 
 def parse_scontrol(text: str) -> list[dict[str, str]]:
@@ -157,14 +158,25 @@ def local_controller_folder(pid: str) -> Path | None:
 def slurm_info(job_id: str) -> JobInfo:
     records = parse_scontrol(_slurm("scontrol", "show", "job", "-o", job_id).stdout)
     if records:
-        r = records[0]
-        return JobInfo(r.get("JobState", "UNKNOWN"), int(r.get("Restarts", "0")), r.get("NodeList", ""))
+        return scontrol_info(records[0])
     # Gone from the controller's memory: accounting still knows.
     out = _slurm("sacct", "-j", job_id, "-X", "-n", "-P", "-o", "State,NodeList").stdout.split("\n")[0]
     if not out:
         raise UserError(f"Slurm knows no job {job_id}; check the id with squeue or sacct")
     state, _, nodes = out.partition("|")
     return JobInfo(state.split()[0], 0, nodes)
+
+
+def scontrol_info(record: dict[str, str]) -> JobInfo:
+    """A job's state from its `scontrol show job -o` record; the reason only where it says something."""
+    reason = record.get("Reason", "")
+    restarts = record.get("Restarts", "0")
+    return JobInfo(
+        record.get("JobState", "UNKNOWN"),
+        int(restarts) if restarts.isdigit() else 0,
+        record.get("NodeList", "") if record.get("NodeList") != "(null)" else "",
+        reason="" if reason in ("", "None") else reason,
+    )
 
 
 def array_tasks(spec: str) -> list[str]:
@@ -183,7 +195,7 @@ def slurm_infos(job_ids: list[str]) -> dict[str, JobInfo]:
     found: dict[str, JobInfo] = {}
     for array in sorted({job_id.split("_")[0] for job_id in job_ids}):
         for r in parse_scontrol(_slurm("scontrol", "show", "job", "-o", array).stdout):
-            info = JobInfo(r.get("JobState", "UNKNOWN"), int(r.get("Restarts", "0")), r.get("NodeList", ""))
+            info = scontrol_info(r)
             if "ArrayTaskId" in r:
                 for task in array_tasks(r["ArrayTaskId"]):
                     found[f"{r['ArrayJobId']}_{task}"] = info

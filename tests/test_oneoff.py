@@ -35,6 +35,9 @@ def test_the_flags_reach_the_batch_script(tmp_path: Path) -> None:
         (["--dependency", "whenever"], SLURM, "write e.g. afterok:12345 or afterany:12345:12346"),
         (["--mail", "END"], "executor: slurm\nrun_root: {root}\n", "--mail needs an address: add mail_user:"),
         (["--mail", "LUNCH"], SLURM, "--mail 'LUNCH': LUNCH is not a mail type; write e.g. END,FAIL"),
+        (["--dependency", ""], SLURM, "--dependency is empty (a variable that held no job id?): the job would start"),
+        (["--mail", ""], SLURM, "--mail '': no type is not a mail type; write e.g. END,FAIL"),
+        (["--dependency", ""], "executor: local\nrun_root: {root}\n", "--dependency is a Slurm option"),
     ],
 )
 def test_bad_one_off_settings_are_one_line(tmp_path: Path, args: list[str], text: str, message: str) -> None:

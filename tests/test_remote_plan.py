@@ -13,7 +13,7 @@ import pytest
 from jobs.profiles import Profile
 from jobs.remote.agent import MANIFEST
 from jobs.remote.ssh import Login, ssh_argv
-from jobs.remote.submit import cluster_profile, with_profile
+from jobs.remote.submit import cluster_profile, with_profile, with_resume
 from jobs.remote.sync import changed_tar, digest
 from jobs.snapshot import Snapshot
 from tests.conftest import ROOT
@@ -109,10 +109,12 @@ def test_a_dry_run_of_a_profile_for_another_machine_prints_the_clusters_script_w
     assert not (tmp_path / "runs").exists()
 
 
-def agent(*args: str, data: bytes = b"", env: dict[str, str] | None = None) -> subprocess.CompletedProcess[bytes]:
+def agent(
+    *args: str, data: bytes = b"", env: dict[str, str] | None = None, cwd: Path | None = None
+) -> subprocess.CompletedProcess[bytes]:
     """The login node's agent as ssh runs it: `python -c TEXT ACTION ARGS...`."""
     text = (ROOT / "jobs" / "remote" / "agent.py").read_text()
-    return subprocess.run([sys.executable, "-c", text, *args], input=data, capture_output=True, env=env)
+    return subprocess.run([sys.executable, "-c", text, *args], input=data, capture_output=True, env=env, cwd=cwd)
 
 
 @pytest.mark.parametrize(
@@ -129,11 +131,12 @@ def test_the_login_node_refuses_a_remote_root_that_is_not_absolute_once_expanded
     """A `$VAR` the login node's shell-less ssh command does not set, or one that expands to a relative path,
     would have put runs inside the snapshot cache (the folder the submit runs in): refused, nothing made."""
     env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "RELATIVE": "rel"}
-    done = agent("hello", root, env=env)
+    (tmp_path / "ssh-cwd").mkdir()
+    done = agent("hello", root, env=env, cwd=tmp_path / "ssh-cwd")
     assert done.returncode == 2 and done.stdout == b"", done.stderr
     lines = done.stderr.decode().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: remote_root ") and message in lines[0], lines
-    assert not (tmp_path / "rel").exists() and not Path("rel").exists()
+    assert not (tmp_path / "rel").exists() and not list((tmp_path / "ssh-cwd").iterdir())
     expanded = json.loads(agent("hello", "~/$RELATIVE/runs", env=env).stdout)
     assert expanded["root"] == str(tmp_path / "rel" / "runs")
 
@@ -246,3 +249,12 @@ def test_fetch_refuses_in_one_line_a_folder_where_a_record_goes(
         follow.fetch(run, folder)
     assert (folder / "tensorboard" / "events.out.tfevents.1").read_bytes() == b"x"
     assert not list(tmp_path.rglob("*.part"))
+
+
+def test_a_resume_names_the_run_there_in_either_form() -> None:
+    """`--resume runs/NAME` and `--resume=runs/NAME` (once a traceback) both reach the login node as the run
+    directory there; --wait stays here; the command's own --resume is its own."""
+    there = "/scratch/runs/r1"
+    for given in (["--resume", "runs/r1"], ["--resume=runs/r1"]):
+        argv = [*given, "--wait", "steps=9", "--", "python", "t.py", "--resume", "x"]
+        assert with_resume(argv, there) == ["--resume", there, "steps=9", "--", "python", "t.py", "--resume", "x"]

@@ -80,6 +80,24 @@ def with_profile(argv: list[str], path: str) -> list[str]:
     return [*out, "--profile", path]
 
 
+def with_resume(argv: list[str], run_dir: str) -> list[str]:
+    """The submit's arguments for the login node: --resume (either form) naming the run directory there, and
+    without --wait (followed from here). Words after `--` are the command's, left as they are."""
+    end = argv.index("--") if "--" in argv else len(argv)
+    out, skip = [], False
+    for arg in argv[:end]:
+        if skip:
+            skip = False
+        elif arg == "--resume":
+            out += ["--resume", run_dir]
+            skip = True
+        elif arg.startswith("--resume="):
+            out += ["--resume", run_dir]
+        elif arg != "--wait":
+            out.append(arg)
+    return out + argv[end:]
+
+
 def submit(argv: list[str], profile: Profile, wait: bool, resume: RemoteRun | None) -> int:
     """Send the code, submit on the login node, record the run here; follow it with --wait."""
     login = resume.login if resume else login_of(profile)
@@ -92,13 +110,11 @@ def submit(argv: list[str], profile: Profile, wait: bool, resume: RemoteRun | No
             "project's dependencies there (pip install -e . in a clone), or set python: in the profile"
         )
     if resume and "--current-code" not in argv:  # in the run's own snapshot, with the profile it ran with
-        args = [a for a in argv if a != "--wait"]
-        args[args.index("--resume") + 1] = resume.run_dir
+        args = with_resume(argv, resume.run_dir)
         cwd = resume.cwd
     elif resume:  # --current-code: this folder's code, sent as for a new run, resumed from there
         cwd = send_folder(connection, login, profile, root)
-        args = [a for a in argv if a != "--wait"]
-        args[args.index("--resume") + 1] = resume.run_dir
+        args = with_resume(argv, resume.run_dir)
     else:
         cwd = send_folder(connection, login, profile, root)
         args = with_profile(argv, PROFILE)  # relative: the submit there runs in that copy

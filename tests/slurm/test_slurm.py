@@ -268,6 +268,31 @@ def test_a_run_submitted_after_another_waits_for_it_on_the_scheduler(mini: Path,
     )
 
 
+def test_a_dependency_that_can_never_hold_is_refused_and_a_pending_job_says_why(mini: Path, tmp_path: Path) -> None:
+    """--after a run that failed, or --dependency on a job Slurm does not know, is refused at submit (it
+    would pend for ever, or start at once); a job held by a dependency shows Slurm's reason in jobs.status."""
+    from tests.test_bad_input import assert_refused
+
+    failed = submit("--profile", str(mini), "--wait", "--", "python", "-c", "raise SystemExit(3)", cwd=tmp_path)
+    assert failed.returncode == 1, failed.stdout + failed.stderr
+    runs = run_dir_of(failed).parent
+    before = run_dirs(runs)
+    after_failed = submit("--profile", str(mini), "--after", str(run_dir_of(failed)), "--", "python", "-V")
+    assert_refused(after_failed, "(job ", tmp_path / "none")
+    assert "the job ended FAILED, so this one would pend for ever; resume it first" in after_failed.stderr
+    unknown = submit("--profile", str(mini), "--dependency", "afterok:987654", "--", "python", "-V")
+    assert_refused(unknown, "--dependency afterok:987654: Slurm knows no job 987654, and would drop", tmp_path / "none")
+    assert run_dirs(runs) == before
+
+    holder = submit("--profile", str(mini), "--", "python", "-c", "import time; time.sleep(60)", cwd=tmp_path)
+    held = submit("--profile", str(mini), "--after", str(run_dir_of(holder)), "--", "python", "-V", cwd=tmp_path)
+    assert held.returncode == 0, held.stderr
+    status = poll("the reason", lambda: (out := cli("jobs.status", str(run_dir_of(held))).stdout) * ("Dependency" in out))
+    assert "PENDING (Slurm's reason: Dependency)" in status, status
+    for result in (held, holder):
+        assert cli("jobs.cancel", str(run_dir_of(result))).returncode == 0
+
+
 # Apptainer is not in Debian's archive (nor reachable from here): a stand-in with its command line. It records
 # its arguments and runs the command after the image, as `apptainer exec` would without the container.
 FAKE_APPTAINER = """#!/bin/sh
