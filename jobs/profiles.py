@@ -20,6 +20,29 @@ SBATCH_KEY = re.compile(r"[a-z][a-z0-9-]*", re.ASCII)  # a long option's name, e
 PROFILE_DIRS = (Path.cwd() / "cluster_profiles", Path(__file__).resolve().parents[1] / "cluster_profiles")
 
 
+# Variables each task's environment gets from Slurm and this tool, per task (ranks, the rendezvous, the run),
+# and what the tasks need to start at all: set by a profile's env or --env, they would break every job.
+TORCHRUN_VARS = {"RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "ROLE_RANK", "ROLE_WORLD_SIZE"}
+OWNED_VARS = {
+    **dict.fromkeys(TORCHRUN_VARS, "set per task from Slurm's variables (torchrun's)"),
+    **dict.fromkeys(("MASTER_ADDR", "MASTER_PORT"), "the rendezvous, set per job (rank 0's node, a free port)"),
+    "RUN_DIR": "the run's folder, set by the tool",
+    "REQUEUE_SIGNAL": "the profile's signal, set by the tool (set signal: in the profile instead)",
+    "PATH": "where the tasks find python and Slurm's commands (set python: in the profile instead)",
+    "PYTHONHOME": "where the tasks' python finds its standard library",
+    "PYTHONSAFEPATH": "how the tool keeps its modules and yours apart",
+}
+
+
+def tool_owned(key: str) -> str | None:
+    """Why `key` is not a variable a profile may set, or None."""
+    if key in OWNED_VARS:
+        return OWNED_VARS[key]
+    if key.startswith(("SLURM_DDP_", "SLURM_", "SUBMITIT_")):
+        return "set per job by Slurm, submitit or this tool"
+    return None
+
+
 @dataclass(frozen=True, eq=False)
 class Profile:
     """A cluster profile, validated: where and how the job runs, and the trainer defaults it brings."""
@@ -182,6 +205,8 @@ class Profile:
                 raise UserError(f"env key {key!r} is not a variable name; use letters, digits and _ (e.g. NCCL_DEBUG)")
             if value is None or isinstance(value, list | dict):
                 raise UserError(f"env.{key}: {value!r} is not a single value; give text or a number, e.g. {key}: '1'")
+            if (why := tool_owned(key)) is not None:
+                raise UserError(f"env: {key} is {why}; a value of yours would break the job: drop it")
         for key, value in self.sbatch_args.items():
             if not isinstance(key, str) or not SBATCH_KEY.fullmatch(key):
                 raise UserError(

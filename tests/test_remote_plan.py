@@ -13,7 +13,7 @@ import pytest
 from jobs.profiles import Profile
 from jobs.remote.agent import MANIFEST
 from jobs.remote.ssh import Login, ssh_argv
-from jobs.remote.submit import cluster_profile, with_profile, with_resume
+from jobs.remote.submit import cluster_profile, with_after, with_profile, with_resume
 from jobs.remote.sync import changed_tar, digest
 from jobs.snapshot import Snapshot
 from tests.conftest import ROOT
@@ -258,3 +258,21 @@ def test_a_resume_names_the_run_there_in_either_form() -> None:
     for given in (["--resume", "runs/r1"], ["--resume=runs/r1"]):
         argv = [*given, "--wait", "steps=9", "--", "python", "t.py", "--resume", "x"]
         assert with_resume(argv, there) == ["--resume", there, "steps=9", "--", "python", "t.py", "--resume", "x"]
+
+
+def test_after_a_run_recorded_here_names_its_run_directory_on_the_login_node(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`--after runs/NAME` (or NAME) from the laptop: the login node's submit gets the run directory there."""
+    from jobs.remote import runs
+    from jobs.remote.runs import RemoteRun
+
+    monkeypatch.chdir(tmp_path)
+    login = Login("a@h", "/scratch/runs")
+    runs.save(tmp_path / "runs" / "r1", RemoteRun(login, "/scratch/runs/r1", "5", "site", "/scratch/runs/r1/code"))
+    argv = ["--after", "runs/r1", "--after=r1", "--after", "123", "--", "python", "t.py", "--after", "r1"]
+    assert with_after(argv, login) == [
+        "--after", "/scratch/runs/r1", "--after=/scratch/runs/r1", "--after", "123", "--", "python", "t.py", "--after", "r1"
+    ]  # fmt: skip
+    with pytest.raises(UserError, match="that run lives on a@h, not b@h"):
+        with_after(argv, Login("b@h", "/scratch/runs"))

@@ -98,9 +98,26 @@ def with_resume(argv: list[str], run_dir: str) -> list[str]:
     return out + argv[end:]
 
 
+def with_after(argv: list[str], login: Login) -> list[str]:
+    """--after (either form) naming a run recorded here (runs/NAME) as its run directory on the login node,
+    where the submit resolves it; a run of another login node is refused."""
+    end = argv.index("--") if "--" in argv else len(argv)
+    out, after = [], False
+    for arg in argv[:end]:
+        value = arg.removeprefix("--after=") if arg.startswith("--after=") else arg if after else None
+        after = arg == "--after"
+        if value is not None and (run := runs.load(value)) is not None:
+            if run.login.login != login.login:
+                raise UserError(f"--after {value}: that run lives on {run.login.login}, not {login.login}")
+            arg = f"--after={run.run_dir}" if arg.startswith("--after=") else run.run_dir
+        out.append(arg)
+    return out + argv[end:]
+
+
 def submit(argv: list[str], profile: Profile, wait: bool, resume: RemoteRun | None) -> int:
     """Send the code, submit on the login node, record the run here; follow it with --wait."""
     login = resume.login if resume else login_of(profile)
+    argv = with_after(argv, login)
     connection = Connection(login)
     hello = greeting(connection.call("hello", login.remote_root, timeout=60), login)
     root = root_of(hello, login)
