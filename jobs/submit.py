@@ -246,6 +246,7 @@ def prepare(argv: list[str] | None) -> Request:
     else:
         base = profile.trainer
     configs = [build_config([*args.overrides, *point], base=base) for point in points]
+    trainer.tasks.check_devices(trainer.tasks.get(configs[0].task), profile.gpus_per_task)
     finished = check_resume(folder, build_config(base=base), configs[0]) if args.resume else ""
     if not args.resume:
         folder = run_root / args.name if args.name else new_run_dir(run_root, section(configs[0].task))

@@ -46,7 +46,7 @@ def test_bad_one_off_settings_are_one_line(tmp_path: Path, args: list[str], text
 
 
 def test_gpus_per_task_asks_slurm_for_each_tasks_own_gpus(tmp_path: Path) -> None:
-    script = dry_run(tmp_path, text=SLURM + "gpus_per_node: 8\ngpus_per_task: 2\n")
+    script = dry_run(tmp_path, "--", "python", "t.py", text=SLURM + "gpus_per_node: 8\ngpus_per_task: 2\n")
     assert "#SBATCH --ntasks-per-node=4\n" in script and "#SBATCH --gpus-per-task=2\n" in script
     assert "--gpus-per-node" not in script and "export SLURM_DDP_GPUS_PER_TASK=2\n" in script
 
@@ -54,4 +54,11 @@ def test_gpus_per_task_asks_slurm_for_each_tasks_own_gpus(tmp_path: Path) -> Non
 def test_gpus_per_task_must_divide_the_nodes_gpus(tmp_path: Path) -> None:
     profile = write_profile(tmp_path, SLURM.format(root=tmp_path / "runs") + "gpus_per_node: 8\ngpus_per_task: 3\n")
     message = "gpus_per_task 3 must be between 1 and 16 and divide gpus_per_node 8"
+    assert_refused(submit("--profile", str(profile), "--dry-run"), message, tmp_path / "runs")
+
+
+def test_gpus_per_task_with_a_model_that_takes_no_devices_is_refused_at_submit(tmp_path: Path) -> None:
+    """The built-in task's model() takes no devices=: refused before the queue wait, not after it."""
+    profile = write_profile(tmp_path, SLURM.format(root=tmp_path / "runs") + "gpus_per_node: 8\ngpus_per_task: 2\n")
+    message = "gpus_per_task: 2 gives each task 2 devices, but Pix2Pix.model() takes no devices=; add it"
     assert_refused(submit("--profile", str(profile), "--dry-run"), message, tmp_path / "runs")

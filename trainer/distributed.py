@@ -16,8 +16,8 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 from trainer.config import DistConfig
 from trainer.env.launcher import DistEnv
-from trainer.errors import UserError
 from trainer.run.rundir import RunDir
+from trainer.tasks import check_devices
 
 
 def nccl_diagnostics(environ: Mapping[str, str], run_dir: Path) -> dict[str, str]:
@@ -108,12 +108,8 @@ def pick_device(env: DistEnv) -> torch.device:
 def make_model(task: Any, config: Any, dataset: Any, devices: list[torch.device]) -> torch.nn.Module:
     """The task's model on its device; over several (gpus_per_task) the task places its parts itself: its
     model() takes `devices=` (torch's DDP tutorial's ToyMpModel(dev0, dev1)), and inputs go to the first."""
+    check_devices(task, len(devices))
     takes_devices = "devices" in inspect.signature(task.model).parameters
-    if len(devices) > 1 and not takes_devices:
-        raise UserError(
-            f"gpus_per_task: {len(devices)} gives each task {len(devices)} devices, but {type(task).__name__}.model() "
-            "takes no devices=; add it and place the model's parts on them, or set gpus_per_task: 1"
-        )
     if takes_devices:
         model: torch.nn.Module = task.model(config, dataset, devices=devices)
         return model if len(devices) > 1 else model.to(devices[0])

@@ -14,6 +14,7 @@ import dataclasses
 import functools
 import importlib
 import importlib.util
+import inspect
 import io
 import os
 import sys
@@ -103,6 +104,16 @@ class UserTask:
 code_folder: Path | None = (
     None  # where `my_pkg.mod:Task` is imported from: the working folder, unless set (a --resume: the run's snapshot)
 )
+
+
+def check_devices(task: Any, count: int) -> None:
+    """A task given `count` > 1 devices per process (gpus_per_task) places its model's parts itself: its
+    model() takes `devices=`. Checked at submit (jobs.submit) and where the model is built."""
+    if count > 1 and "devices" not in inspect.signature(task.model).parameters:
+        raise UserError(
+            f"gpus_per_task: {count} gives each task {count} devices, but {type(task).__name__}.model() takes no "
+            "devices=; add it and place the model's parts on them, or set gpus_per_task: 1"
+        )
 
 
 def available() -> list[str]:
