@@ -28,10 +28,10 @@ import submitit
 
 from jobs import launch
 from jobs.plan import make_plan
-from jobs.profiles import load_profile
+from jobs.profiles import load_profile, run_root_of
 from jobs.snapshot import copy, plan_snapshot
 from jobs.submit import has_local_gpus
-from jobs.tracking import TERMINAL, Target, info
+from jobs.tracking import TERMINAL, Target, info, start_failure
 from trainer import preflight  # the tasks' side (torch only inside its functions)
 from trainer.errors import UserError, one_line_errors
 from trainer.run.prepare import prepare_run_root
@@ -64,7 +64,7 @@ def rows(facts: list[dict[str, Any]], tasks: int, gpus_each: int, expected: dict
             f"the interpreter cannot import {module}: install the project's dependencies there, or set python: "
             "in the profile to one that has them"
             if module
-            else "see the task logs in the check's logs/ folder"
+            else start_failure(logs) or "see the task logs in the check's logs/ folder"
         )
         out.append(Row("-", "tasks reported", False, f"{len(seen)} of {tasks} (ranks {missing} did not); {why}"))
     for node in sorted({f["node"] for f in facts}):
@@ -136,7 +136,7 @@ def main(argv: list[str] | None = None) -> int:
         raise UserError(f"jobs.check submits a job with profile {profile.name}: run it where that profile submits")
     # The profile's settings, but no restarts: a failing check must end, not try again.
     profile = dataclasses.replace(profile, restarts_in_job=0, requeue_on_failure=0, spare_nodes=0, timeout_min=10)
-    run_root = Path(profile.run_root).expanduser().resolve()
+    run_root = run_root_of(profile)
     prepare_run_root(run_root)
     folder = run_root / f"check-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(2)}"
     folder.mkdir()
@@ -158,8 +158,24 @@ def main(argv: list[str] | None = None) -> int:
     print(f"check job {job.job_id} ({plan.tasks} task(s), {plan.executor}) in {folder}", flush=True)
     target = Target(job.job_id, plan.executor, folder, RunDir(folder).logs)
     deadline = time.monotonic() + 60 * profile.timeout_min + 120
-    while info(target).state not in TERMINAL and time.monotonic() < deadline:
-        time.sleep(1.0)
+    try:
+        while (state := info(target).state) not in TERMINAL and time.monotonic() < deadline:
+            time.sleep(1.0)
+    except KeyboardInterrupt:  # the check's job is not the user's: it goes with the check
+        job.cancel(check=False)
+        print(f"interrupted: cancelled check job {job.job_id}; its logs: {RunDir(folder).logs}", file=sys.stderr)
+        return 130
+    if state not in TERMINAL:
+        job.cancel(check=False)
+        why = "still pending (the queue is busy)" if state == "PENDING" else f"still {state}"
+        row = Row(
+            "-",
+            "tasks reported",
+            False,
+            f"job {job.job_id} was {why} after {profile.timeout_min + 2} min; cancelled it",
+        )
+        print(table([row]))
+        return 1
     logs = "".join(p.read_text(errors="replace") for p in RunDir(folder).logs.glob("*_log.*"))
     facts = reported(folder, logs)
     gpus_each = profile.gpus_per_task if profile.request_gpus else 0  # CPU partitions: request_gpus: false

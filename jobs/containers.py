@@ -9,16 +9,23 @@ Either way the run root (and so the run's code snapshot under it) is mounted at 
 profile's `container_mounts`, and the tasks run the container's Python (`python:`, default python3).
 """
 
-import os
 
-from jobs.profiles import Profile
+from jobs.profiles import Profile, run_root_of
+from trainer.errors import UserError
 
 RUNTIMES = ("pyxis", "apptainer")
 
 
 def mounts(profile: Profile) -> list[str]:
-    """`src:dst` pairs: the run root at its own path, then the profile's (a bare path: at the same path)."""
-    root = os.path.abspath(os.path.expanduser(os.path.expandvars(profile.run_root)))  # as jobs.submit resolves it
+    """`src:dst` pairs: the run root at its own path, then the profile's (a bare path: at the same path).
+    Both runtimes read `,` between mounts and `:` inside one: a run root holding either is refused, as it
+    would mount something else, silently (the profile's own mounts are checked with the profile)."""
+    root = str(run_root_of(profile))  # as jobs.submit resolves it
+    if "," in root or ":" in root:
+        raise UserError(
+            f"run_root {root} holds {',' if ',' in root else ':'}, which {profile.container_runtime} reads as a "
+            "separator of its mounts; pick a run_root without , or :"
+        )
     return [f"{root}:{root}", *(m if ":" in m else f"{m}:{m}" for m in profile.container_mounts)]
 
 

@@ -213,8 +213,10 @@ def sacct_lines(folder: Path) -> list[str]:
     """Batch-script lines run after srun: the job's accounting record (steps, states, exit codes) into the
     run's provenance/ folder. The job still runs then, so its own line says RUNNING; its steps have ended.
     Written aside and renamed: a reader never sees the file half-written."""
-    target = shlex.quote(str(folder / "provenance")) + '/sacct_"$SLURM_JOB_ID".txt'
+    provenance = shlex.quote(str(folder / "provenance"))
+    target = provenance + '/sacct_"$SLURM_JOB_ID".txt'
     return [
+        f"mkdir -p {provenance} && "  # a job whose tasks never started (jobs.check's) made no provenance/
         'sacct -j "$SLURM_JOB_ID" --parsable2 --format=JobID,JobName,State,ExitCode,Start,End,Elapsed,NodeList '
         f"> {target}.part 2>&1; mv -f {target}.part {target} || true"
     ]

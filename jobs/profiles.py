@@ -1,6 +1,7 @@
 """Cluster profiles: YAML files in cluster_profiles/, validated into a frozen dataclass."""
 
 import dataclasses
+import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,6 +33,11 @@ OWNED_VARS = {
     "PYTHONHOME": "where the tasks' python finds its standard library",
     "PYTHONSAFEPATH": "how the tool keeps its modules and yours apart",
 }
+
+
+def run_root_of(profile: "Profile") -> Path:
+    """The profile's run_root as every command resolves it: `$VARS` and `~` expanded, absolute."""
+    return Path(os.path.expandvars(profile.run_root)).expanduser().resolve()
 
 
 def tool_owned(key: str) -> str | None:

@@ -28,7 +28,7 @@ from jobs.plan import (
     visible_gpus,
     with_interpreter,
 )
-from jobs.profiles import Profile, load_profile
+from jobs.profiles import Profile, load_profile, run_root_of
 from jobs.remote import runs as remote_runs
 from jobs.remote import submit as remote_submit
 from jobs.remote import sync as remote_sync
@@ -221,7 +221,7 @@ def prepare(argv: list[str] | None) -> Request:
         check_dependency(args.dependency, after)
     if profile.login:  # a --dry-run of a profile for another machine: the script as the cluster would run it
         profile = dataclasses.replace(profile, run_root=profile.remote_root)
-    run_root = Path(os.path.expandvars(profile.run_root)).expanduser().resolve()
+    run_root = run_root_of(profile)
     points = sweep_points(args.sweep) if args.sweep else [[]]
     if args.name is not None:
         check_name(args.name)

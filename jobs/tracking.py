@@ -399,6 +399,42 @@ def failure_line(target: Target) -> str | None:
     return (error.read_text().strip() or None) if error and error.exists() else None
 
 
+# What the batch log says when a task could not start at all, and what to change (no rank wrote a record).
+START_FAILURES = (
+    (
+        re.compile(r"unrecognized option '--container-(?:image|mounts)"),
+        "srun does not know --container-image: this cluster has no pyxis; ask the site for pyxis/enroot, or set "
+        "container_runtime: apptainer",
+    ),
+    (
+        re.compile(r"execve\(\): (\S*(?:apptainer|singularity)): No such file or directory"),
+        "{0}: No such file or directory on the nodes: no Apptainer there; set apptainer_command: to the site's "
+        "(e.g. singularity), or container_runtime: pyxis",
+    ),
+    (
+        re.compile(r"execve\(\): (\S+): No such file or directory"),
+        "{0}: No such file or directory on the nodes; set python: in the profile to an interpreter they have",
+    ),
+)
+
+
+def start_failure(log: str) -> str | None:
+    """Why the tasks could not start, from a batch log's text (srun's own words), with the fix; None if it
+    says nothing known (pure)."""
+    for pattern, fix in START_FAILURES:
+        if found := pattern.search(log):
+            return fix.format(*found.groups())
+    return None
+
+
+def log_text(log: Path | None, limit: int = 65536) -> str:
+    """The end of a log file; empty when there is none."""
+    try:
+        return log.read_text(errors="replace")[-limit:] if log else ""
+    except OSError:
+        return ""
+
+
 FULL_BELOW = 1 << 20  # a run directory's disk with less free space than this cannot take a rank's error record
 
 

@@ -32,3 +32,13 @@ def test_bad_container_settings_are_one_line(tmp_path: Path, text: str, message:
     profile = tmp_path / "p.yaml"
     profile.write_text(text + f"run_root: {tmp_path / 'runs'}\n")
     assert_refused(submit("--profile", str(profile), "--dry-run"), message, tmp_path / "runs")
+
+
+@pytest.mark.parametrize(("runtime", "folder"), [("pyxis", "runs,a"), ("apptainer", "runs:b")])
+def test_a_run_root_the_mount_syntax_would_split_is_refused(tmp_path: Path, runtime: str, folder: str) -> None:
+    """`--container-mounts`/`--bind` take `,` between mounts and `:` inside one: such a run root is refused."""
+    profile = tmp_path / "p.yaml"
+    text = f"executor: slurm\ncontainer_image: x.sif\ncontainer_runtime: {runtime}\nrun_root: '{tmp_path / folder}'\n"
+    profile.write_text(text)
+    message = f"run_root {tmp_path / folder} holds {folder[4]}, which {runtime} reads as a separator of its mounts"
+    assert_refused(submit("--profile", str(profile), "--dry-run"), message, tmp_path / folder)

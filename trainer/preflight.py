@@ -71,7 +71,13 @@ def run(folder: str, code_dir: str, expected: dict[str, str]) -> None:
     facts: dict[str, Any] = {"rank": env.rank, "node": env.node_name, "local_rank": env.local_rank}
     out = Path(folder) / "preflight" / f"rank_{env.rank}.json"
     facts["run_root_error"] = writable(Path(folder), env.rank)
-    facts["code_seen"] = Path(code_dir, "trainer", "__init__.py").is_file() if code_dir else True
+    # The snapshot as the job's tasks would see it: your code in code/, the tool's packages beside it in tool/.
+    seen = (
+        code_dir
+        and Path(code_dir).is_dir()
+        and Path(code_dir).parent.joinpath("tool", "trainer", "__init__.py").is_file()
+    )
+    facts["code_seen"] = bool(seen) if code_dir else True
     facts["cwd"] = os.getcwd()
     facts["python"] = sys.executable
     facts["versions"] = {name: version(name) for name in expected}

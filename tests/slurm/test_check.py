@@ -1,6 +1,9 @@
 """jobs.check on the test cluster: a healthy profile passes; an interpreter without the project's dependencies,
 a node that cannot write the run root, more GPUs than a node has: each fails with the row that says so."""
 
+import os
+import re
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -89,3 +92,44 @@ def test_a_partition_that_does_not_exist_is_named_with_the_fix_for_it(tmp_path: 
     assert "name a partition that exists (sinfo -s lists them)" in result.stdout and "fewer" not in result.stdout
     assert "at most what one node has" not in result.stdout
     assert result.stderr == "" and not list((tmp_path / "runs").glob("check-*"))
+
+
+def test_an_interpreter_the_nodes_lack_is_named_and_the_batch_script_records_sacct(tmp_path: Path) -> None:
+    """`python:` that does not exist on the nodes: the row names it (srun's execve error), not "see the logs";
+    the batch script still writes its sacct record (it makes provenance/ itself: no task made it)."""
+    result = check(tmp_path, "python: /opt/none/bin/python3\n")
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "/opt/none/bin/python3: No such file or directory on the nodes; set python: in the profile" in result.stdout
+    logs = next((tmp_path / "runs").glob("check-*/logs"))
+    batch = "".join(p.read_text() for p in logs.glob("*_log.*"))
+    assert "sacct_" not in batch and list(logs.parent.glob("provenance/sacct_*.txt"))
+
+
+def test_a_run_root_with_a_variable_is_the_folder_it_names(tmp_path: Path) -> None:
+    """run_root: $CHECK_ROOT/runs is checked (and made) where the variable says, as jobs.submit would use it;
+    from a user's folder (the snapshot holds only their files, the tool's beside them in tool/)."""
+    profile = cluster.mini_profile(tmp_path / "p.yaml", Path("$CHECK_ROOT/runs"), "request_gpus: false\n")
+    result = subprocess.run(
+        [sys.executable, "-m", "jobs.check", "--profile", str(profile)],
+        cwd=tmp_path, capture_output=True, text=True, timeout=300, env={**os.environ, "CHECK_ROOT": str(tmp_path / "x")},
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert (tmp_path / "x" / "runs").is_dir() and not (tmp_path / "$CHECK_ROOT").exists()
+
+
+def test_ctrl_c_cancels_the_checks_job_in_one_line(tmp_path: Path) -> None:
+    """A check whose job pends (it may start in an hour): Ctrl-C cancels it; one line, exit 130, no traceback."""
+    profile = cluster.mini_profile(tmp_path / "p.yaml", tmp_path / "runs", "sbatch_args:\n  begin: now+3600\n")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "jobs.check", "--profile", str(profile)],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    assert proc.stdout is not None
+    first = proc.stdout.readline()
+    job = re.match(r"check job (\d+) ", first).group(1)  # type: ignore[union-attr]
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, first + out + err
+    assert err == f"interrupted: cancelled check job {job}; its logs: {next((tmp_path / 'runs').glob('check-*/logs'))}\n"
+    state = cluster._run("squeue", "-h", "-j", job, "-o", "%T").stdout.strip()
+    assert state in ("", "CANCELLED"), state

@@ -188,7 +188,9 @@ def test_slurm_refusals_are_one_line(
     assert result.returncode == 2, result.stdout + result.stderr
     assert result.stderr.count("\n") == 1 and "Traceback" not in result.stderr
     assert message.lower() in result.stderr.lower(), result.stderr
-    assert run_dirs(tmp_path / "runs") == [] and not any(p.name not in ("sample_data", "CACHEDIR.TAG") for p in (tmp_path / "runs").glob("*"))
+    assert run_dirs(tmp_path / "runs") == [] and not any(
+        p.name not in ("sample_data", "CACHEDIR.TAG") for p in (tmp_path / "runs").glob("*")
+    )
 
 
 def test_smuggled_newline_is_refused_before_sbatch(tmp_path: Path, slurm_cluster: None) -> None:
@@ -287,7 +289,9 @@ def test_a_dependency_that_can_never_hold_is_refused_and_a_pending_job_says_why(
     holder = submit("--profile", str(mini), "--", "python", "-c", "import time; time.sleep(60)", cwd=tmp_path)
     held = submit("--profile", str(mini), "--after", str(run_dir_of(holder)), "--", "python", "-V", cwd=tmp_path)
     assert held.returncode == 0, held.stderr
-    status = poll("the reason", lambda: (out := cli("jobs.status", str(run_dir_of(held))).stdout) * ("Dependency" in out))
+    status = poll(
+        "the reason", lambda: (out := cli("jobs.status", str(run_dir_of(held))).stdout) * ("Dependency" in out)
+    )
     assert "PENDING (Slurm's reason: Dependency)" in status, status
     for result in (held, holder):
         assert cli("jobs.cancel", str(run_dir_of(result))).returncode == 0
@@ -337,3 +341,32 @@ def test_gpus_per_task_gives_each_task_its_own_gpus(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stdout + result.stderr
     logs = "".join(p.read_text() for p in (run_dir_of(result) / "logs").glob("*_log.out"))
     assert sorted(re.findall(r"^seen (\d) (\S+) 2$", logs, re.M)) == [("0", "2"), ("1", "2")], logs
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (
+            "container_image: nvcr.io/x\ncontainer_runtime: pyxis\n",
+            "srun does not know --container-image: this cluster has no pyxis",
+        ),
+        (
+            "container_image: x.sif\ncontainer_runtime: apptainer\n",
+            "apptainer: No such file or directory on the nodes: no Apptainer",
+        ),
+        (
+            "python: /opt/none/bin/python3\n",
+            "/opt/none/bin/python3: No such file or directory on the nodes; set python:",
+        ),
+    ],
+    ids=["no-pyxis", "no-apptainer", "no-python"],
+)
+def test_tasks_that_cannot_start_say_why_in_the_outcome(
+    tmp_path: Path, slurm_cluster: None, extra: str, message: str
+) -> None:
+    """A cluster without pyxis or Apptainer, or nodes without the profile's python: the job fails before any
+    task starts, and --wait's line says why with the fix (srun's words in the batch log), not "see the log"."""
+    profile = cluster.mini_profile(tmp_path / "p.yaml", tmp_path / "runs", extra)
+    result = submit("--profile", str(profile), "--wait", "--", "python", "-V", cwd=tmp_path)
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert result.stderr.strip().splitlines()[-1].startswith("error: job ") and message in result.stderr, result.stderr
