@@ -179,13 +179,14 @@ def follow(job: submitit.Job[Any], poll_s: float = 0.5) -> None:
 
 
 def settle(job: submitit.Job[Any], timeout_s: float = 120) -> None:
-    settle_id(job.job_id, timeout_s)
+    settle_id(Target(job.job_id, "slurm", None, rank0_log(job).parent), timeout_s)
 
 
-def settle_id(job_id: str, timeout_s: float = 120) -> None:
-    """Wait until Slurm itself calls the job ended: results are written a moment before the epilog ends."""
+def settle_id(target: Target, timeout_s: float = 120) -> None:
+    """Wait until Slurm itself calls the job ended: results are written a moment before the epilog ends. A
+    job Slurm has forgotten is ended (its run directory tells how)."""
     deadline = time.monotonic() + timeout_s
-    while slurm_info(job_id).state not in TERMINAL and time.monotonic() < deadline:
+    while info(target).state not in TERMINAL and time.monotonic() < deadline:
         time.sleep(0.5)
 
 
@@ -193,7 +194,7 @@ def ended_well(target: Target) -> bool | None:
     """Whether every task of an ended job exited 0, from Slurm's state or the local controller's exit codes,
     without submitit's wait for result files a failed task never writes (15 s); None where neither tells."""
     if target.executor == "slurm":
-        state = slurm_info(target.job_id).state
+        state = info(target).state  # a job Slurm forgot: what its run directory says
         return state == "COMPLETED" if state in TERMINAL else None
     if target.executor == "local":
         codes = local_exit_record(target).get("codes")

@@ -69,7 +69,11 @@ def parse_scontrol(text: str) -> list[dict[str, str]]:
     """`scontrol show job -o` output: one record per line of key=value pairs."""
     records = []
     for line in text.splitlines():
-        pairs = (item.split("=", 1) for item in shlex.split(line) if "=" in item)
+        try:
+            words = shlex.split(line)
+        except ValueError:  # a quote in a job's name or command: its words as they stand
+            words = line.split()
+        pairs = (item.split("=", 1) for item in words if "=" in item)
         records.append({k: v for k, v in pairs})
     return [r for r in records if r]
 
@@ -190,11 +194,18 @@ def array_tasks(spec: str) -> list[str]:
 
 
 def slurm_infos(job_ids: list[str]) -> dict[str, JobInfo]:
-    """Many jobs' states in one scontrol call per array job (a sweep: one), then one sacct call for those the
-    controller has forgotten; a sweep of 1,000 points costs two commands, not 1,000."""
+    """Many jobs' states in one scontrol call, then one sacct call for those the controller has forgotten; a
+    sweep of 1,000 points, or jobs.list over 200 runs, costs two commands, not 1,000."""
     found: dict[str, JobInfo] = {}
-    for array in sorted({job_id.split("_")[0] for job_id in job_ids}):
-        for r in parse_scontrol(_slurm("scontrol", "show", "job", "-o", array).stdout):
+    bases = sorted({job_id.split("_")[0] for job_id in job_ids})
+    # One job: its own record. Several (jobs.list over many runs): every job the controller holds, in one call.
+    asks = (
+        [["scontrol", "show", "job", "-o", base] for base in bases]
+        if len(bases) == 1
+        else [["scontrol", "show", "job", "-o"]]
+    )
+    for ask in asks if bases else []:
+        for r in parse_scontrol(_slurm(*ask).stdout):
             info = scontrol_info(r)
             if "ArrayTaskId" in r:
                 for task in array_tasks(r["ArrayTaskId"]):
@@ -303,7 +314,7 @@ def run_dir_info(target: Target) -> JobInfo | None:
     if target.run_dir is None or not target.run_dir.is_dir():
         return None
     files = RunDir(target.run_dir)
-    note = "from the run directory: Slurm no longer knows the job and keeps no accounting"
+    note = "from the run directory: Slurm no longer knows the job, and its accounting (if any) does not either"
     if files.summary.exists():
         return JobInfo("COMPLETED", 0, "", note)
     if files.error.exists():

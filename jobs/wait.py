@@ -19,7 +19,7 @@ def wait(target: Target, offset: int = 0) -> str | None:
         raise UserError(f"the log folder of job {target.job_id} is unknown; pass its run directory instead")
     tail(target.log0, lambda: info(target).state in TERMINAL, poll_s=0.5, offset=offset)
     if target.executor == "slurm":
-        launch.settle_id(target.job_id)
+        launch.settle_id(target)
     return launch.target_outcome(target)
 
 

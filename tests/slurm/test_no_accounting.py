@@ -69,3 +69,6 @@ def test_a_preempted_run_resumes_and_status_reads_the_run_once_slurm_forgot_it(
         status = cli("jobs.status", str(run_dir))
     assert status.returncode == 0, status.stderr
     assert f"job {job}: COMPLETED (from the run directory: Slurm no longer knows the job" in status.stdout
+    with conf(no_accounting):  # the run folder says it finished: so does jobs.wait, the job forgotten
+        forgotten = cli("jobs.wait", str(run_dir))
+    assert forgotten.returncode == 0 and forgotten.stdout.endswith("finished\n"), forgotten.stdout + forgotten.stderr
