@@ -30,7 +30,7 @@ from jobs import launch
 from jobs.plan import make_plan
 from jobs.profiles import load_profile, run_root_of
 from jobs.snapshot import copy, plan_snapshot
-from jobs.submit import has_local_gpus
+from jobs.submit import check_partition, has_local_gpus
 from jobs.tracking import TERMINAL, Target, info, start_failure
 from trainer import preflight  # the tasks' side (torch only inside its functions)
 from trainer.errors import UserError, one_line_errors
@@ -136,6 +136,8 @@ def main(argv: list[str] | None = None) -> int:
         raise UserError(f"jobs.check submits a job with profile {profile.name}: run it where that profile submits")
     # The profile's settings, but no restarts: a failing check must end, not try again.
     profile = dataclasses.replace(profile, restarts_in_job=0, requeue_on_failure=0, spare_nodes=0, timeout_min=10)
+    if profile.executor == "slurm":
+        check_partition(profile)  # more nodes or time than the partition has: the check's job would pend for ever
     run_root = run_root_of(profile)
     prepare_run_root(run_root)
     folder = run_root / f"check-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(2)}"

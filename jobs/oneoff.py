@@ -74,6 +74,44 @@ def refuse_unsatisfiable(pairs: list[tuple[str, str]], states: dict[str, str], n
             raise UserError(f"{what}: the job COMPLETED, so this one would pend for ever; drop the dependency")
 
 
+def minutes(limit: str) -> float | None:
+    """Slurm's time limit in minutes (its forms: M, M:S, H:M:S, D-H, D-H:M, D-H:M:S); None for UNLIMITED or
+    what it cannot read."""
+    days, dash, rest = limit.partition("-")
+    if not dash:
+        days, rest = "0", limit
+    parts = rest.split(":")
+    if not days.isdigit() or not all(p.isdigit() for p in parts) or len(parts) > 3:
+        return None
+    n = [int(p) for p in parts]
+    if dash:  # D-H, D-H:M, D-H:M:S
+        h, m, sec = (n + [0, 0])[:3]
+    else:  # M, M:S, H:M:S
+        h, m, sec = (0, n[0], 0) if len(n) == 1 else (0, n[0], n[1]) if len(n) == 2 else (n[0], n[1], n[2])
+    return int(days) * 1440 + h * 60 + m + sec / 60
+
+
+def refuse_beyond_partition(partition: dict[str, str], nodes: int, spare: int, timeout_min: int) -> None:
+    """Refuse what would pend for ever in this partition (`scontrol show partition -o`'s record): more
+    nodes than it has or allows, more time than its MaxTime (pure)."""
+    name, want = partition.get("PartitionName", "?"), nodes + spare
+    spares = f" + spare_nodes {spare}" if spare else ""
+    counts = [int(v) for k in ("TotalNodes", "MaxNodes") if (v := partition.get(k, "")).isdigit()]
+    if counts and want > min(counts):
+        most = min(counts)
+        raise UserError(
+            f"--nodes {nodes}{spares} asks for {want} nodes, but partition {name} has or allows {most}: the job "
+            f"would pend for ever; ask for at most --nodes {max(1, most - spare)}"
+            + (", or fewer spare_nodes" if spare else "")
+        )
+    limit = minutes(partition.get("MaxTime", "UNLIMITED"))
+    if limit is not None and timeout_min > limit:
+        raise UserError(
+            f"--time {timeout_min} is more than partition {name} allows ({partition['MaxTime']}): the job would "
+            f"pend for ever; ask for at most --time {int(limit)}"
+        )
+
+
 def env_items(items: list[str]) -> dict[str, str]:
     out = {}
     for item in items:

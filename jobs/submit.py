@@ -164,6 +164,24 @@ def check_dependency(spec: str | None, after: dict[str, str]) -> None:
     oneoff.refuse_unsatisfiable(pairs, states, after)
 
 
+def check_partition(profile: Profile) -> None:
+    """More nodes than the partition has, or more time than it allows, pend for ever where Slurm does not
+    refuse them itself (EnforcePartLimits=NO, its default): refused here, against `scontrol show partition`."""
+    from jobs.tracking import parse_scontrol, scontrol_text
+
+    if "," in (profile.partition or ""):  # several: Slurm picks one that fits
+        return
+    records = parse_scontrol(scontrol_text("show", "partition", "-o"))
+    named = [r for r in records if r.get("PartitionName") == profile.partition] if profile.partition else []
+    found = named or [r for r in records if r.get("Default") == "YES" and not profile.partition]
+    if not found:
+        if profile.partition and records:
+            names = ", ".join(r.get("PartitionName", "?") for r in records)
+            raise UserError(f"partition {profile.partition} does not exist here; pick one of {names} (--partition)")
+        return
+    oneoff.refuse_beyond_partition(found[0], profile.nodes, profile.spare_nodes, profile.timeout_min)
+
+
 def check_local_processes(count: int) -> None:
     """The local profile starts one process per GPU (per CPU without GPUs): bounded by this machine."""
     gpus = len(list(Path("/dev").glob("nvidia[0-9]*"))) if has_local_gpus() else 0
@@ -219,6 +237,7 @@ def prepare(argv: list[str] | None) -> Request:
     profile = oneoff.apply(profile, args.dependency, list(after), args.env, args.mail)
     if profile.executor == "slurm" and not args.dry_run:  # a --dry-run prints the script, asking Slurm nothing
         check_dependency(args.dependency, after)
+        check_partition(profile)
     if profile.login:  # a --dry-run of a profile for another machine: the script as the cluster would run it
         profile = dataclasses.replace(profile, run_root=profile.remote_root)
     run_root = run_root_of(profile)

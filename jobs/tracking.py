@@ -85,6 +85,11 @@ def _slurm(*cmd: str) -> subprocess.CompletedProcess[str]:
         raise UserError(f"{cmd[0]} not found: run this on a Slurm login node") from None
 
 
+def scontrol_text(*args: str) -> str:
+    """What `scontrol ARGS` prints; empty where it fails (the caller decides what silence means)."""
+    return _slurm("scontrol", *args).stdout
+
+
 def find_all(target: str) -> list[tuple[str, Target]]:
     """The jobs behind a run directory or job id (one, named ""), or behind a sweep's folder (one per point,
     named after the point's folder)."""

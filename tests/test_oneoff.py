@@ -6,8 +6,10 @@ from pathlib import Path
 
 import pytest
 
+from jobs.oneoff import minutes, refuse_beyond_partition
 from tests.conftest import submit, write_profile
 from tests.test_bad_input import assert_refused
+from trainer.errors import UserError
 
 SLURM = "executor: slurm\npartition: gpu\nmail_user: ada@example.org\nrun_root: {root}\n"
 
@@ -62,3 +64,23 @@ def test_gpus_per_task_with_a_model_that_takes_no_devices_is_refused_at_submit(t
     profile = write_profile(tmp_path, SLURM.format(root=tmp_path / "runs") + "gpus_per_node: 8\ngpus_per_task: 2\n")
     message = "gpus_per_task: 2 gives each task 2 devices, but Pix2Pix.model() takes no devices=; add it"
     assert_refused(submit("--profile", str(profile), "--dry-run"), message, tmp_path / "runs")
+
+
+@pytest.mark.parametrize(
+    ("limit", "expected"),
+    [("60", 60), ("30:00", 30), ("01:00:00", 60), ("1-00:00:00", 1440), ("2-12", 3600), ("2-12:30", 3630)],
+)
+def test_slurms_time_limits_read_as_minutes(limit: str, expected: float) -> None:
+    assert minutes(limit) == expected
+    assert minutes("UNLIMITED") is None and minutes("INFINITE") is None
+
+
+def test_what_a_partition_cannot_hold_is_refused_and_what_it_can_is_not() -> None:
+    """A partition of 4 nodes, MaxNodes 3, MaxTime 2 h: the tightest of its limits, spare nodes counted."""
+    part = {"PartitionName": "gpu", "TotalNodes": "4", "MaxNodes": "3", "MaxTime": "02:00:00"}
+    refuse_beyond_partition(part, 3, 0, 120)
+    refuse_beyond_partition({**part, "MaxNodes": "UNLIMITED", "MaxTime": "UNLIMITED"}, 3, 1, 10**6)
+    with pytest.raises(UserError, match="asks for 4 nodes, but partition gpu has or allows 3: .* at most --nodes 2, or fewer spare"):
+        refuse_beyond_partition(part, 3, 1, 60)
+    with pytest.raises(UserError, match=r"--time 121 is more than partition gpu allows \(02:00:00\).* --time 120$"):
+        refuse_beyond_partition(part, 1, 0, 121)

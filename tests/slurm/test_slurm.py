@@ -172,18 +172,21 @@ def test_cancel_stops_every_task_at_once_and_reads_cancelled(
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (
-            ["--partition", "nosuch"],
-            "Slurm refused the job: Batch job submission failed: Invalid partition name specified",
-        ),
-        (["--nodes", "3"], "Batch job submission failed: Node count specification invalid"),
+        (["--partition", "nosuch"], "partition nosuch does not exist here; pick one of normal, urgent (--partition)"),
+        (["--nodes", "3"], "--nodes 3 asks for 3 nodes, but partition normal has or allows 2: the job would pend for"),
         (["--gpus-per-node", "9"], "Batch job submission failed: Requested node configuration is not available"),
-        (["--time", "120"], "Batch job submission failed: Requested time limit is invalid"),
+        (["--time", "120"], "--time 120 is more than partition normal allows (01:00:00): the job would pend for ever"),
+        (["--sbatch-spare"], "--nodes 2 + spare_nodes 1 asks for 3 nodes, but partition normal has or allows 2"),
     ],
 )
 def test_slurm_refusals_are_one_line(
     args: list[str], message: str, mini: Path, tmp_path: Path, sample_root: Path
 ) -> None:
+    """Refused before sbatch where the partition says so (Slurm's default EnforcePartLimits=NO would queue the
+    job to pend for ever; this cluster's ALL would refuse it less clearly), else sbatch's own reason."""
+    if args == ["--sbatch-spare"]:
+        mini.write_text(mini.read_text() + "restarts_in_job: 1\nspare_nodes: 1\n")
+        args = ["--nodes", "2"]
     result = submit("--profile", str(mini), *args, f"data.root={sample_root / 'pix2pix'}")
     assert result.returncode == 2, result.stdout + result.stderr
     assert result.stderr.count("\n") == 1 and "Traceback" not in result.stderr
