@@ -36,7 +36,10 @@ OWNED_VARS = {
 
 
 def run_root_of(profile: "Profile") -> Path:
-    """The profile's run_root as every command resolves it: `$VARS` and `~` expanded, absolute."""
+    """The profile's run_root as every command resolves it: `$VARS` and `~` expanded, absolute. A profile for
+    another machine (login: its --dry-run) keeps remote_root as written: only the login node can expand it."""
+    if profile.login:
+        return Path(profile.remote_root)
     return Path(os.path.expandvars(profile.run_root)).expanduser().resolve()
 
 

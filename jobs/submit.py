@@ -623,7 +623,13 @@ def main(argv: list[str] | None = None) -> int:
         print(request.finished)
         return 0
     if request.dry_run:
-        print(sbatch_script(request.plan), end="")
+        script = sbatch_script(request.plan)
+        if request.profile is not None and request.profile.login and not request.profile.remote_root.startswith("/"):
+            # Made absolute here, under this folder; the login node expands it in its own environment.
+            remote_root = request.profile.remote_root
+            script = script.replace(str(Path.cwd() / remote_root), remote_root)
+            script += f"\n# remote_root {remote_root}: $VARS and ~ as the login node expands them\n"
+        print(script, end="")
         if request.plan.script is not None:
             print(f"# every task runs: {shlex.join(request.plan.script.commands[0])}")
         return 0
