@@ -190,6 +190,18 @@ def settle_id(target: Target, timeout_s: float = 120) -> None:
         time.sleep(0.5)
 
 
+CANCELLED = "cancelled: "  # an outcome line that is not an error: printed as it is, not after "error: "
+
+
+def was_cancelled(target: Target) -> bool:
+    """The job ended because someone cancelled it: Slurm says CANCELLED, or the local controller recorded it."""
+    if target.executor == "slurm":
+        return info(target).state.startswith("CANCELLED")
+    if target.executor == "local":
+        return bool(local_exit_record(target).get("cancelled"))
+    return False
+
+
 def ended_well(target: Target) -> bool | None:
     """Whether every task of an ended job exited 0, from Slurm's state or the local controller's exit codes,
     without submitit's wait for result files a failed task never writes (15 s); None where neither tells."""
@@ -210,6 +222,9 @@ def outcome(job: submitit.Job[Any], run_dir: Path, executor: str) -> str | None:
 def target_outcome(target: Target, results: Callable[[], Any] | None = None) -> str | None:
     """None when the job behind `target` succeeded, else one line saying why it did not. `results`: submitit's
     (the debug executor's job ran in this process, and only its results tell)."""
+    if was_cancelled(target):  # asked for (jobs.cancel, scancel): not a failure, and nothing to look for
+        resume = f"python -m jobs.submit --resume {target.run_dir}" if target.run_dir else "its run directory"
+        return f"{CANCELLED}job {target.job_id} was cancelled (jobs.cancel or scancel); continue it with {resume}"
     well = ended_well(target)
     problem = "failed" if well is False else None
     if well is None and results is not None:

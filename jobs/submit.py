@@ -670,7 +670,8 @@ def wait_for(jobs: list, plan: Plan, folder: Path) -> int:  # type: ignore[type-
             launch.settle(job)
     failures = [f for job, d in zip(jobs, plan.run_dirs, strict=True) if (f := launch.outcome(job, d, plan.executor))]
     if failures:
-        print(f"error: {failures[0]}", file=sys.stderr)
+        first = failures[0]
+        print(first if first.startswith(launch.CANCELLED) else f"error: {first}", file=sys.stderr)
         return 1
     wrote_events = plan.script is None or next(folder.rglob("events.out.tfevents*"), None) is not None
     print(f"finished; TensorBoard: tensorboard --logdir {folder}" if wrote_events else "finished")

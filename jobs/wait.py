@@ -36,7 +36,8 @@ def main(argv: list[str] | None = None) -> int:
         if line := wait(target, args.offset):
             problems.append(line)
     if problems:
-        print(f"error: {problems[0]}", file=sys.stderr)
+        first = problems[0]
+        print(first if first.startswith(launch.CANCELLED) else f"error: {first}", file=sys.stderr)
         return 1
     print("finished")
     return 0

@@ -496,3 +496,25 @@ def test_env_from_the_command_line_reaches_every_local_task(tmp_path: Path) -> N
     run_dir = Path(re.search(r"^run directory: (.+)$", result.stdout, re.M).group(1))  # type: ignore[union-attr]
     logs = "".join(p.read_text() for p in (run_dir / "logs").glob("*_log.out"))
     assert "seen: 0 hello world" in logs and "seen: 1 hello world" in logs
+
+
+def test_a_job_cancelled_while_wait_follows_it_is_reported_as_cancelled(tmp_path: Path) -> None:
+    """jobs.cancel from another terminal while --wait follows: --wait says cancelled, with how to continue,
+    not that the job failed (exit 1: it did not finish)."""
+    profile = write_profile(tmp_path, f"executor: local\ngpus_per_node: 2\nrun_root: {tmp_path / 'runs'}\n")
+    (tmp_path / "long.py").write_text("import time\nfor i in range(600):\n    print(i, flush=True)\n    time.sleep(0.1)\n")
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "jobs.submit", "--profile", str(profile), "--wait", "--", "python", "long.py"],
+        cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    assert proc.stdout is not None
+    lines = iter(proc.stdout.readline, "")
+    run_dir = run_dir_of(next(line for line in lines if line.startswith("run directory:")))
+    next(line for line in lines if line.strip() == "3")  # the command runs
+    assert cli("jobs.cancel", str(run_dir)).returncode == 0
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 1, out + err
+    last = err.strip().splitlines()[-1]
+    assert last.startswith(f"cancelled: job {job_pid(run_dir)} was cancelled (jobs.cancel or scancel); continue it")
+    assert "error" not in err, err
