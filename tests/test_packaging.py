@@ -66,3 +66,41 @@ def test_every_imported_package_is_declared() -> None:
         and not {normalise(d) for d in providers.get(name, [name])} & declared
     }
     assert not missing, f"imported but installed by no extra of pyproject.toml: {missing}"
+
+
+EDITABLE = """
+import sys
+from importlib.machinery import PathFinder
+
+
+class Editable:  # setuptools' finder for `pip install -e .`: it answers for jobs' children from its own folder
+    @classmethod
+    def find_spec(cls, fullname, path=None, target=None):
+        parent, _, _ = fullname.rpartition(".")
+        return PathFinder.find_spec(fullname, path=[{installed!r} + "/" + parent]) if parent in ("jobs", "trainer") else None
+
+
+sys.meta_path.append(Editable)
+import jobs.submit  # this copy's, found first
+try:
+    import jobs.only_there
+    print("mixed:", jobs.only_there.__file__)
+except ModuleNotFoundError as exc:
+    print("missing:", exc.name)
+"""
+
+
+def test_a_module_this_copy_lacks_is_never_taken_from_an_installed_copy(tmp_path: Path) -> None:
+    """A run's tool/ snapshot imported on a login node where another version of the project is installed
+    (editable): a module the snapshot lacks is missing, not loaded from the installed copy."""
+    import subprocess
+
+    installed = tmp_path / "installed"
+    (installed / "jobs").mkdir(parents=True)
+    (installed / "jobs" / "__init__.py").write_text("")
+    (installed / "jobs" / "only_there.py").write_text("")
+    script = EDITABLE.format(installed=str(installed))
+    done = subprocess.run(
+        [sys.executable, "-c", script], cwd=tmp_path, capture_output=True, text=True, env={"PYTHONPATH": str(ROOT)}
+    )
+    assert done.stdout == "missing: jobs.only_there\n", done.stdout + done.stderr

@@ -290,3 +290,20 @@ def test_after_a_run_recorded_here_names_its_run_directory_on_the_login_node(
     ]  # fmt: skip
     with pytest.raises(UserError, match="that run lives on a@h, not b@h"):
         with_after(argv, Login("b@h", "/scratch/runs"))
+
+
+def test_a_connection_that_drops_after_it_worked_is_named_as_such(monkeypatch: pytest.MonkeyPatch) -> None:
+    """ssh's 255 after the login node answered (the snapshot's transfer cut): the connection dropped, run
+    again; not advice to check the profile's login and ssh_options."""
+    from jobs.remote.ssh import Connection
+
+    monkeypatch.setattr("jobs.remote.ssh.control_options", lambda login: [])
+    answers = iter([[sys.executable, "-c", "print('{}')"], [sys.executable, "-c", DROP]])
+    monkeypatch.setattr(Connection, "argv", lambda self, *a: next(answers))
+    connection = Connection(Login("a@h", "/runs"))
+    assert connection.call("manifest", "/runs/x") == b"{}\n"
+    with pytest.raises(UserError, match=r"^the connection to a@h dropped during receive \(.*Broken pipe\); nothing is"):
+        connection.call("receive", "/runs/x", data=b"tar")
+
+
+DROP = "import sys; sys.stderr.write('client_loop: send disconnect: Broken pipe\\n'); sys.exit(255)"

@@ -144,6 +144,7 @@ class Connection:
         self.login = login
         self.control = control_options(login)
         self.sent = 0  # bytes sent to the login node's agent (a snapshot's files)
+        self.answered = False  # the login node has answered a command of this invocation: ssh works
 
     def argv(self, action: str, *args: str) -> list[str]:
         return ssh_argv(self.login, action, *args, control=self.control)
@@ -155,8 +156,15 @@ class Connection:
             done = subprocess.run(self.argv(action, *args), input=data, capture_output=True, timeout=timeout)
         except subprocess.TimeoutExpired:
             raise UserError(f"{self.login.login} did not answer within {timeout:.0f} s; try again") from None
+        if done.returncode == SSH_FAILED and self.answered:  # it worked a moment ago: the connection dropped
+            said = " ".join(done.stderr.decode(errors="replace").split())[-200:] or "no word from ssh"
+            raise UserError(
+                f"the connection to {self.login.login} dropped during {action} ({said}); nothing is lost: run the "
+                "same command again"
+            )
         if done.returncode != 0:
             raise UserError(self.explain(done.returncode, done.stderr.decode(errors="replace")))
+        self.answered = True
         return done.stdout
 
     @contextlib.contextmanager
