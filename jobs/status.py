@@ -7,7 +7,17 @@ from collections import Counter
 from pathlib import Path
 
 from jobs.remote import follow, runs
-from jobs.tracking import Target, failed_tasks, failure_line, find_all, full_disk_line, info, infos, progress
+from jobs.tracking import (
+    Target,
+    failed_tasks,
+    failure_line,
+    find_all,
+    full_disk_line,
+    info,
+    infos,
+    progress,
+    requeue_line,
+)
 from trainer.errors import one_line_errors
 from trainer.run.provenance import read_submit
 from trainer.run.rundir import RunDir
@@ -30,6 +40,8 @@ def report(target: Target) -> str:
     if job.reason and job.state in ("PENDING", "REQUEUED", "REQUEUE_HOLD", "SUSPENDED"):
         state += f" (Slurm's reason: {job.reason})"
     lines = [f"job {target.job_id}: {state}", f"restarts: {job.restarts}", f"nodes: {job.nodes or '-'}"]
+    if job.restarts and target.executor == "slurm" and job.state not in ("COMPLETED", "CANCELLED"):
+        lines += [line] if (line := requeue_line(target.job_id)) else []  # why it went back: the lost node
     if target.run_dir is not None:
         lines.append(f"run directory: {target.run_dir}")
         if not RunDir(target.run_dir).command.is_file():  # a script's steps and checkpoints are its own

@@ -17,6 +17,7 @@ from typing import Any, TextIO
 import submitit
 
 from jobs.local_controller import exit_codes_path
+from trainer.env.hostlist import expand_hostlist
 from trainer.errors import UserError
 from trainer.run import failures
 from trainer.run.atomic import read_json
@@ -432,6 +433,32 @@ START_FAILURES = (
         "{0}: No such file or directory on the nodes; set python: in the profile to an interpreter they have",
     ),
 )
+
+
+def requeue_line(job_id: str) -> str | None:
+    """Why a job Slurm requeued went back to the queue: its previous attempt's state and nodes (sacct keeps
+    one record per attempt), and which of them Slurm holds down and why. None without accounting or
+    an earlier attempt."""
+    out = _slurm("sacct", "-j", job_id, "-D", "-X", "-n", "-P", "-o", "Start,State,NodeList").stdout
+    records = sorted(line.split("|") for line in out.splitlines() if line.count("|") == 2)
+    ended = [r for r in records if r[1].split(" ")[0] not in ("PENDING", "RUNNING", "CONFIGURING", "COMPLETING")]
+    if not ended:
+        return None
+    _, state, nodes = ended[-1]
+    line = f"requeued {len(ended)} time(s); the last attempt ended {state.split(' ')[0]} on {nodes}"
+    mine = set(_hosts(nodes))
+    down = []
+    for entry in _slurm("sinfo", "-h", "-R", "-o", "%N|%E").stdout.splitlines():
+        hosts, _, why = entry.partition("|")
+        down += [f"; {node} is down ({why})" for node in _hosts(hosts) if node in mine]
+    return line + "".join(down)
+
+
+def _hosts(hostlist: str) -> list[str]:
+    try:
+        return expand_hostlist(hostlist)
+    except (ValueError, UserError):
+        return []
 
 
 def start_failure(log: str) -> str | None:

@@ -28,8 +28,7 @@ class OwnModules(importlib.abc.MetaPathFinder):
     for `jobs.X` from its own folder when this copy (a run's tool/ snapshot) lacks X: two versions mixed in
     one command. This finder answers first, for this copy's packages only."""
 
-    @classmethod
-    def find_spec(cls, fullname: str, path: object = None, target: object = None) -> object:
+    def find_spec(self, fullname: str, path: object = None, target: object = None) -> object:
         top, _, rest = fullname.partition(".")
         own = [os.path.join(HOME, top)]
         if top not in TOOL_PACKAGES or not rest or "." in rest or list(path or []) != own:
@@ -42,8 +41,8 @@ class OwnModules(importlib.abc.MetaPathFinder):
 
 def keep_own_modules() -> None:
     """Install OwnModules (once) ahead of every other finder."""
-    if OwnModules not in sys.meta_path:
-        sys.meta_path.insert(0, OwnModules)
+    if not any(isinstance(finder, OwnModules) for finder in sys.meta_path):
+        sys.meta_path.insert(0, OwnModules())
 
 
 def defines(folder: Path, name: str) -> bool:

@@ -295,12 +295,15 @@ def test_a_lost_node_is_recorded_as_a_node_failure(tmp_path: Path, sample_root: 
     subprocess.run(["scontrol", "update", "nodename=node2", "state=down", "reason=test"], check=True)
     job = job_id_of(run_dir)
 
+    seen: list[str] = []  # jobs.status while the job waits to run again
+
     def done() -> bool:
         # node2 back (resume it while Slurm still holds it down), each requeue released: Slurm may requeue the
         # job more than once as node2 comes back.
         if "down" in " ".join(cluster.node_states()):
             subprocess.run(["scontrol", "update", "nodename=node2", "state=resume"], capture_output=True)
         elif squeue_state(job) == "PENDING":
+            seen.append(cli("jobs.status", str(run_dir)).stdout)
             release_when_requeued(job)
         finished = (run_dir / "summary.json").exists()
         assert finished or squeue_state(job) != "" or (run_dir / "summary.json").exists(), attempts(run_dir)
@@ -309,6 +312,8 @@ def test_a_lost_node_is_recorded_as_a_node_failure(tmp_path: Path, sample_root: 
     poll("the run to finish after node2 came back", done, timeout=300)
     first = attempts(run_dir)[0]["stop"]
     assert (first["reason"], first["slurm_state"]) == ("failure", "NODE_FAIL"), first
+    # Why it went back to the queue, and which node: Slurm's accounting of the attempt, sinfo's reason.
+    assert any("the last attempt ended NODE_FAIL on node[1-2]" in status for status in seen), seen
 
 
 def test_a_job_ended_by_a_lost_node_says_so(tmp_path: Path, sample_root: Path) -> None:
