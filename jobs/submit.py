@@ -606,7 +606,19 @@ def over_ssh(argv: list[str]) -> int | None:
     if args.dry_run or (args.resume and not args.profile):
         return None
     profile = profile_for(args)
-    return remote_submit.submit(argv, profile, args.wait, None) if profile.login else None
+    if not profile.login:
+        return None
+    name = args.name or new_run_dir(Path("."), run_label(split_command(argv)[1], args.overrides, profile)).name
+    return remote_submit.submit(argv, profile, args.wait, None, name=name)
+
+
+def run_label(command: list[str], overrides: list[str], profile: Profile) -> str:
+    """What a new run's folder is named after: the script, or the task (from its text: nothing is imported)."""
+    if command:
+        return script_name(command)
+    task = next((o.partition("=")[2] for o in reversed(overrides) if o.startswith("task=")), "")
+    task = task or str(profile.trainer.get("task") or TrainConfig.task)
+    return task.rpartition(":")[2] or Path(task).stem
 
 
 @one_line_errors

@@ -9,6 +9,7 @@ modules, the project's dependencies. Standard library only; no import of this pr
                                                   put there that its manifest no longer names
     python -c AGENT read PATH OFFSET [LIMIT]      the bytes of PATH from OFFSET (a log, tailed)
     python -c AGENT pack RUN_DIR > TAR            the run's records and TensorBoard events, for jobs.fetch
+    python -c AGENT job RUN_DIR                   whether RUN_DIR exists, and the job its job.json names
     python -c AGENT run CWD MODULE ARGS...        python -m MODULE ARGS in CWD (a code snapshot), the tool from
                                                   CWD/../tool
 
@@ -158,6 +159,18 @@ def pack(run_dir: str) -> None:
                     tar.add(path, arcname=os.path.relpath(path, base))
 
 
+def job(run_dir: str) -> None:
+    """Whether a run directory exists here and the job its job.json names: how a laptop whose connection
+    dropped during a submit learns what the submit did."""
+    base = expand(run_dir)
+    try:
+        with open(os.path.join(base, "job.json")) as f:
+            job_id = json.load(f).get("job_id")
+    except (OSError, ValueError, AttributeError):
+        job_id = None
+    print(json.dumps({"exists": os.path.isdir(base), "job_id": None if job_id is None else str(job_id)}))
+
+
 def run(cwd: str, module: str, *args: str) -> None:
     folder = expand(cwd)
     if not os.path.isdir(folder):
@@ -178,7 +191,7 @@ def run(cwd: str, module: str, *args: str) -> None:
     runpy.run_module(module, run_name="__main__", alter_sys=True)
 
 
-ACTIONS = {"hello": hello, "manifest": manifest, "receive": receive, "read": read, "pack": pack, "run": run}
+ACTIONS = {"hello": hello, "manifest": manifest, "receive": receive, "read": read, "pack": pack, "job": job, "run": run}
 
 
 def main(argv: list) -> None:

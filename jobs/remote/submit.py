@@ -7,8 +7,10 @@ whose run_root is `remote_root`, and its lines are printed as they come. A folde
 import dataclasses
 import json
 import re
+import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import yaml
@@ -114,8 +116,10 @@ def with_after(argv: list[str], login: Login) -> list[str]:
     return out + argv[end:]
 
 
-def submit(argv: list[str], profile: Profile, wait: bool, resume: RemoteRun | None) -> int:
-    """Send the code, submit on the login node, record the run here; follow it with --wait."""
+def submit(argv: list[str], profile: Profile, wait: bool, resume: RemoteRun | None, name: str = "") -> int:
+    """Send the code, record the run here, submit on the login node, settle the record with what it did;
+    follow it with --wait. `name`: the run's folder name, chosen here for a new run (the laptop must know it
+    before the submit, to find the job again if the connection drops during it)."""
     login = resume.login if resume else login_of(profile)
     argv = with_after(argv, login)
     connection = Connection(login)
@@ -134,19 +138,72 @@ def submit(argv: list[str], profile: Profile, wait: bool, resume: RemoteRun | No
         args = with_resume(argv, resume.run_dir)
     else:
         cwd = send_folder(connection, login, profile, root)
-        args = with_profile(argv, PROFILE)  # relative: the submit there runs in that copy
-    out = submit_there(connection, cwd, args)
-    run_dir = re.search(r"^run directory: (.+)$", out, re.M)
-    job = re.search(r"^submitted (?:array )?job (\S+)", out, re.M)
-    if run_dir is None or job is None:
-        return 0  # a --dry-run's script, or a run that had already finished: nothing to record
+        args = with_name(with_profile(argv, PROFILE), name)  # relative: the submit there runs in that copy
+    run_dir = resume.run_dir if resume else f"{root}/{name}"
     fresh = (profile.snapshot and not resume) or "--current-code" in argv
-    where = f"{run_dir.group(1)}/code" if fresh else cwd
-    run = RemoteRun(login, run_dir.group(1), job.group(1), resume.profile if resume else profile.name, where)
+    where = f"{run_dir}/code" if fresh else cwd
+    run = RemoteRun(login, run_dir, resume.job_id if resume else "", resume.profile if resume else profile.name, where)
     folder = runs.local_folder(run.run_dir)
+    runs.save(folder, run)  # first: whatever happens to the connection now, this machine knows the run
+    try:
+        out = submit_there(connection, cwd, args)
+    except Unsettled as exc:
+        run = settle(connection, run, folder, str(exc))
+        out = f"submitted job {run.job_id}\n"
+    except UserError:
+        if not resume:  # refused there, before anything was queued
+            shutil.rmtree(folder, ignore_errors=True)
+        raise
+    job = re.search(r"^submitted (?:array )?job (\S+)", out, re.M)
+    if job is None:
+        if not resume:
+            shutil.rmtree(folder, ignore_errors=True)
+        return 0  # a run that had already finished: nothing queued
+    printed = re.search(r"^run directory: (.+)$", out, re.M)  # the login node's own spelling of the path
+    run = dataclasses.replace(run, job_id=job.group(1), run_dir=printed.group(1) if printed else run.run_dir)
     runs.save(folder, run)
     print(f"here:          {folder} (jobs.status, jobs.logs, jobs.wait, jobs.fetch take it or its name)", flush=True)
     return follow.wait(run) if wait else 0
+
+
+class Unsettled(UserError):
+    """The submit on the login node ended without saying what it did (the connection dropped, or it died)."""
+
+
+def settle(connection: Connection, run: RemoteRun, folder: Path, why: str, window_s: float = 60) -> RemoteRun:
+    """After `why` cut the submit off: ask the login node (again and again, for `window_s`) whether the run
+    has a job. One: adopted, said here. None, and no run directory: the record goes, one line says to run
+    again. Otherwise the record stays for jobs.status and jobs.list, and one line says so."""
+    print(f"{why}; asking {run.login.login} what the submit did", file=sys.stderr, flush=True)
+    started, seen = time.monotonic(), None
+    while True:
+        try:
+            seen = json.loads(connection.call("job", run.run_dir, timeout=30))
+        except (UserError, ValueError):
+            pass  # still unreachable: try again
+        if isinstance(seen, dict) and seen.get("job_id"):
+            job = str(seen["job_id"])
+            print(f"the job was queued all the same: job {job}, recorded here", file=sys.stderr, flush=True)
+            return dataclasses.replace(run, job_id=job)
+        waited = time.monotonic() - started
+        if waited > window_s or (waited > window_s / 4 and isinstance(seen, dict) and seen.get("exists") is False):
+            break  # no run directory a while after the drop: the submit there had not got that far
+        time.sleep(3)
+    if isinstance(seen, dict) and seen.get("exists") is False:
+        shutil.rmtree(folder, ignore_errors=True)
+        raise UserError(f"{why}, before any job was queued ({run.run_dir} was never made); run the same command again")
+    raise UserError(
+        f"{why}; whether a job was queued is not known yet: python -m jobs.status {folder.name} asks the login node "
+        "again, and jobs.list shows the run"
+    )
+
+
+def with_name(args: list[str], name: str) -> list[str]:
+    """`--name NAME` for the login node's submit, unless the arguments name the run themselves."""
+    end = args.index("--") if "--" in args else len(args)
+    if not name or any(a == "--name" or a.startswith("--name=") for a in args[:end]):
+        return args
+    return [*args[:end], "--name", name, *args[end:]]
 
 
 def send_folder(connection: Connection, login: Login, profile: Profile, root: str) -> str:
@@ -169,9 +226,12 @@ def submit_there(connection: Connection, cwd: str, args: list[str]) -> str:
     argv = connection.argv("run", cwd, "jobs.submit", *args)
     done = subprocess.run(argv, capture_output=True, text=True)
     sys.stdout.write(done.stdout)
-    if done.returncode == SSH_FAILED or (done.returncode != 0 and "error: " in done.stderr):
+    if done.returncode == SSH_FAILED:  # it answered a moment ago: the connection dropped
+        said = " ".join(done.stderr.split())[-200:] or "no word from ssh"
+        raise Unsettled(f"the connection to {connection.login.login} dropped during the submit ({said})")
+    if done.returncode != 0 and "error: " in done.stderr:  # refused there: one line, nothing queued
         raise UserError(connection.explain(done.returncode, done.stderr))
     sys.stderr.write(done.stderr)
     if done.returncode != 0:
-        raise UserError(f"the submit on {connection.login.login} failed (exit {done.returncode})")
+        raise Unsettled(f"the submit on {connection.login.login} ended with exit {done.returncode}")
     return done.stdout

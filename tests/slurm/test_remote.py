@@ -207,3 +207,48 @@ def test_a_project_with_its_own_trainer_and_jobs_modules_over_ssh(login_node: No
         records = userproject.starts(run_dir, rank)
         assert len(records) == 1 and userproject.all_from(run_dir, records[0]), records
     assert not (run_dir / "code" / "runs").exists() and (run_dir / "tool" / "jobs" / "submit.py").is_file()
+
+
+# The login node's python, with the connection dropping during jobs.submit: {when} the submit there runs, the
+# session's sshd (this command's parent) is killed, as a network that goes away would end it.
+DROPPING = """#!/bin/sh
+case " $* " in
+  *" jobs.submit "*)
+    {before}
+    "{python}" "$@" > "{log}" 2>&1
+    kill -9 $PPID
+    exit 0 ;;
+esac
+exec "{python}" "$@"
+"""
+
+
+@pytest.mark.parametrize("when", ["after", "before"])
+def test_a_connection_dropped_during_the_submit_leaves_a_run_the_laptop_can_find(
+    login_node: None, tmp_path: Path, when: str
+) -> None:
+    """The laptop records the run before the login node's submit starts, then settles it: a job queued as the
+    connection dropped is adopted (jobs.status NAME and jobs.list find it); a submit cut off before it made
+    the run leaves no record, and one line says to run again."""
+    python = tmp_path / "python"
+    before = "kill -9 $PPID; exit 0" if when == "before" else ""
+    python.write_text(DROPPING.format(python=sys.executable, log=tmp_path / "submit.log", before=before))
+    python.chmod(0o755)
+    folder = laptop(tmp_path, {"nodes": 1, "gpus_per_node": 1, "python": str(python)})
+    (folder / "hello.py").write_text("print('hello')\n")
+    result = run(folder, "jobs.submit", "--profile", "site.yaml", "--", "python", "hello.py", timeout=180)
+    names = [p.name for p in (folder / "runs").iterdir()] if (folder / "runs").exists() else []
+    if when == "before":
+        assert result.returncode == 2 and names == [], result.stdout + result.stderr
+        assert result.stderr.strip().splitlines()[-1].startswith("error: the connection to root@127.0.0.1 dropped")
+        assert "before any job was queued" in result.stderr and "run the same command again" in result.stderr
+        return
+    assert result.returncode == 0 and len(names) == 1, result.stdout + result.stderr
+    assert "the job was queued all the same: job " in result.stderr, result.stderr
+    record = json.loads((folder / "runs" / names[0] / "remote.json").read_text())
+    job = re.search(r"^submitted job (\d+)", (tmp_path / "submit.log").read_text(), re.M).group(1)  # type: ignore[union-attr]
+    assert record["job_id"] == job
+    waited = run(folder, "jobs.wait", names[0])
+    assert waited.returncode == 0 and "hello" in waited.stdout, waited.stdout + waited.stderr
+    listed = run(folder, "jobs.list")
+    assert any(line.split()[:3] == [names[0], "site", job] for line in listed.stdout.splitlines()), listed.stdout
