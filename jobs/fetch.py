@@ -18,7 +18,8 @@ def main(argv: list[str] | None = None) -> int:
         raise UserError(
             f"{args.target} is not a run submitted over SSH (no runs/NAME/remote.json); a local run is here"
         )
-    folder = runs.local_folder(remote.run_dir)
+    folder = runs.record_folder(args.target)  # beside the record: never a folder the login node's words name
+    assert folder is not None
     names = follow.fetch(remote, folder)
     events = sum(1 for n in names if n.startswith("tensorboard/"))
     print(

@@ -47,13 +47,13 @@ def rows_of(found: list[tuple[str, Path]]) -> list[dict[str, Any]]:
             rows.append(damaged(name, target, path))
             continue
         try:
-            rows.append(row(path, name, target, states.get(target.job_id, "?")))
+            rows.append(row(path, name, target, states.get((target.executor, target.job_id), "?")))
         except DAMAGE as exc:
             rows.append(damaged(name, exc, path))
     return rows
 
 
-def states_of(targets: list[Target]) -> dict[str, str]:
+def states_of(targets: list[Target]) -> dict[tuple[str, str], str]:
     """Each target's state by job id: the Slurm ones from one query, a forgotten one from its run directory."""
     try:
         slurm = slurm_infos([t.job_id for t in targets if t.executor == "slurm"])
@@ -61,15 +61,16 @@ def states_of(targets: list[Target]) -> dict[str, str]:
         slurm = {}
     states = {}
     for target in targets:
+        key = (target.executor, target.job_id)  # a local job's pid may be a Slurm job's id too
         try:
             if target.executor != "slurm":
-                states[target.job_id] = local_info(target).state
+                states[key] = local_info(target).state
             elif target.job_id in slurm:
-                states[target.job_id] = slurm[target.job_id].state
+                states[key] = slurm[target.job_id].state
             elif (found := run_dir_info(target)) is not None:
-                states[target.job_id] = found.state
+                states[key] = found.state
         except DAMAGE:
-            states[target.job_id] = "?"
+            states[key] = "?"
     return states
 
 
@@ -136,6 +137,23 @@ def remote_rows(found: list[tuple[str, runs.RemoteRun]]) -> list[dict[str, Any]]
     return out
 
 
+def far_row(folder: Path) -> dict[str, Any]:
+    """The row a laptop asked for: one run's, or one for a whole sweep (its points' states, counted)."""
+    if not folder.is_dir():
+        return {"state": "gone", "validation": "no run directory"}
+    if RunDir(folder).job.is_file() or not (points := point_dirs(folder)):
+        return rows_of([(folder.name, folder)])[0]
+    rows = rows_of([(p.name, p) for p in points])
+    states = sorted({r["state"] for r in rows})
+    times = [r["time"] for r in rows if isinstance(r.get("time"), int | float)]
+    return {
+        "state": ",".join(states),
+        "step": "-",
+        "validation": f"sweep of {len(rows)} points",
+        "time": max(times, default=0.0),
+    }
+
+
 def printable(text: str) -> str:
     """A cell as one line of plain text: a newline or a terminal escape in a name shows as \\n or \\x1b."""
     return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
@@ -157,10 +175,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("dirs", nargs="*", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.json:  # what a laptop's jobs.list asks of its login node: these runs' rows, as JSON, in order
-        dirs = [(Path(d).expanduser(), Path(d).expanduser().is_dir()) for d in args.dirs]
-        rows = iter(rows_of([(d.name, d) for d, there in dirs if there]))
-        gone = {"state": "gone", "validation": "no run directory"}
-        print(json.dumps([next(rows) if there else gone for _, there in dirs]))
+        print(json.dumps([far_row(Path(d).expanduser()) for d in args.dirs]))
         return 0
     rows: list[dict[str, Any]] = []
     remote: dict[Group, list[tuple[str, runs.RemoteRun]]] = defaultdict(list)

@@ -160,7 +160,7 @@ def check_dependency(spec: str | None, after: dict[str, str]) -> None:
         return
     from jobs.tracking import slurm_infos
 
-    states = {job: found.state for job, found in slurm_infos([job for _, job in pairs]).items()}
+    states = {job: found.state for job, found in slurm_infos([job for _, job in pairs], with_tasks=True).items()}
     oneoff.refuse_unsatisfiable(pairs, states, after)
 
 
@@ -171,7 +171,7 @@ def check_partition(profile: Profile) -> None:
 
     if "," in (profile.partition or ""):  # several: Slurm picks one that fits
         return
-    records = parse_scontrol(scontrol_text("show", "partition", "-o"))
+    records = parse_scontrol(scontrol_text("-a", "show", "partition", "-o"))  # -a: hidden ones too
     named = [r for r in records if r.get("PartitionName") == profile.partition] if profile.partition else []
     found = named or [r for r in records if r.get("Default") == "YES" and not profile.partition]
     if not found:
@@ -602,12 +602,15 @@ def over_ssh(argv: list[str]) -> int | None:
     args = parse_args(split_command(argv)[0])
     resume = remote_runs.load(args.resume) if args.resume and not args.dry_run else None
     if resume is not None:
-        return remote_submit.submit(argv, load_profile(DEFAULT_PROFILE), args.wait, resume)
+        folder = remote_runs.record_folder(args.resume)
+        return remote_submit.submit(argv, load_profile(DEFAULT_PROFILE), args.wait, resume, resume_folder=folder)
     if args.dry_run or (args.resume and not args.profile):
         return None
     profile = profile_for(args)
     if not profile.login:
         return None
+    if args.name is not None:
+        check_name(args.name)  # a folder name here as there: never `..`, never a path
     name = args.name or new_run_dir(Path("."), run_label(split_command(argv)[1], args.overrides, profile)).name
     return remote_submit.submit(argv, profile, args.wait, None, name=name)
 

@@ -199,7 +199,7 @@ def array_tasks(spec: str) -> list[str]:
     return out
 
 
-def slurm_infos(job_ids: list[str]) -> dict[str, JobInfo]:
+def slurm_infos(job_ids: list[str], with_tasks: bool = False) -> dict[str, JobInfo]:
     """Many jobs' states in one scontrol call, then one sacct call for those the controller has forgotten; a
     sweep of 1,000 points, or jobs.list over 200 runs, costs two commands, not 1,000."""
     found: dict[str, JobInfo] = {}
@@ -217,7 +217,7 @@ def slurm_infos(job_ids: list[str]) -> dict[str, JobInfo]:
                 for task in array_tasks(r["ArrayTaskId"]):
                     found[f"{r['ArrayJobId']}_{task}"] = info
             found[r.get("JobId", "")] = info
-    missing = [job_id for job_id in job_ids if job_id not in found]
+    missing = [job_id for job_id in job_ids if job_id not in found and not (with_tasks and _has_tasks(found, job_id))]
     if missing:
         arrays = sorted({job_id.split("_")[0] for job_id in missing})
         out = _slurm("sacct", "-j", ",".join(arrays), "-X", "-n", "-P", "-o", "JobID,State,NodeList").stdout
@@ -227,7 +227,13 @@ def slurm_infos(job_ids: list[str]) -> dict[str, JobInfo]:
             info = JobInfo(state.split()[0] if state else "UNKNOWN", 0, nodes)
             for task in array_tasks(tasks) if tasks else [""]:
                 found.setdefault(f"{base}_{task}" if task else base, info)
+    if with_tasks:  # an array job's id: each of its tasks' states too (ID_N)
+        return {k: v for k, v in found.items() if any(k == j or k.startswith(f"{j}_") for j in job_ids)}
     return {job_id: found[job_id] for job_id in job_ids if job_id in found}
+
+
+def _has_tasks(found: dict[str, JobInfo], job_id: str) -> bool:
+    return any(k.startswith(f"{job_id}_") for k in found)
 
 
 def infos(targets: list[Target]) -> list[JobInfo]:

@@ -76,7 +76,7 @@ def test_bad_arguments(args: list[str], message: str, local_profile: Path, tmp_p
         ("executor: local\nrestarts_in_job: 1\nspare_nodes: 1\n", "spare_nodes: 1 takes a failed node's place in an"),
         ("executor: slurm\nspare_nodes: 2\n", "set restarts_in_job: 1 or more with executor: slurm, or spare_nodes: 0"),
         ("executor: slurm\nlogin: a@b\nremote_root: runs\n", "remote_root runs is relative: the login node would put"),
-        ("executor: slurm\nlogin: a@b\nremote_root: ./scratch/runs\n", "write an absolute folder, e.g. /scratch/$USER"),
+        ("executor: slurm\nlogin: a@b\nremote_root: ./scratch/runs\n", "write an absolute folder, e.g. ~/runs or /scratch/$USER/runs"),
         (
             "executor: slurm\nlogin: a@b\nremote_root: /r\nssh_options: [-o, ProxyCommand=nc %h %p]\n",
             "ssh_options: -o ProxyCommand is not passed on (it can run commands on this machine",
@@ -84,6 +84,11 @@ def test_bad_arguments(args: list[str], message: str, local_profile: Path, tmp_p
         ("executor: slurm\nlogin: a@b\nremote_root: /r\nssh_options: ['-oLocalCommand=id']\n", "-o LocalCommand is not"),
         ("executor: slurm\nlogin: a@b\nremote_root: /r\nssh_options: [-A]\n", "'-A' is not passed on (only -p, -i, -J"),
         ("executor: slurm\nlogin: a@b\nremote_root: /r\nssh_options: [-p]\n", "-p needs a value after it"),
+        ("executor: slurm\nlogin: a@b\nremote_root: /r\nssh_options: [-J, 'a$(id)@h']\n", "-J 'a$(id)@h' is not a user"),
+        (
+            "executor: slurm\nlogin: a@b\nremote_root: /r\nssh_options: [-o, UserKnownHostsFile=~/.bashrc]\n",
+            "would let ssh write host keys there; name /dev/null or a file under ~/.ssh",
+        ),
     ],
 )
 def test_bad_profiles(text: str, message: str, tmp_path: Path) -> None:
@@ -334,3 +339,12 @@ def test_a_refused_resume_writes_nothing_into_the_folder_it_names(
     result = submit("--profile", str(local_profile), *args, cwd=home, env={"HOME": str(home)})
     assert_refused(result, message, tmp_path / "runs")
     assert sorted(p.name for p in home.iterdir()) == []
+
+
+def test_a_run_name_that_is_not_a_folder_name_is_refused_before_connecting(tmp_path: Path) -> None:
+    """`--name ..` with a login profile: refused here, before any connection, and nothing here is touched."""
+    profile = write_profile(tmp_path, "executor: slurm\nlogin: nobody@unreachable.invalid\nremote_root: /r\n")
+    (tmp_path / "keep.txt").write_text("mine")
+    result = submit("--profile", str(profile), "--name", "..", cwd=tmp_path)
+    assert_refused(result, "--name '..' is not a plain folder name", tmp_path / "runs")
+    assert (tmp_path / "keep.txt").read_text() == "mine" and not (tmp_path / "remote.json").exists()

@@ -159,16 +159,38 @@ def pack(run_dir: str) -> None:
                     tar.add(path, arcname=os.path.relpath(path, base))
 
 
-def job(run_dir: str) -> None:
-    """Whether a run directory exists here and the job its job.json names: how a laptop whose connection
-    dropped during a submit learns what the submit did."""
+def job(run_dir: str, name: str = "") -> None:
+    """Whether a run directory exists here, the job its job.json names (a sweep's: its first point's), and
+    whether a jobs.submit naming it still runs on this machine: how a laptop whose connection dropped during
+    a submit learns what the submit did."""
     base = expand(run_dir)
-    try:
-        with open(os.path.join(base, "job.json")) as f:
-            job_id = json.load(f).get("job_id")
-    except (OSError, ValueError, AttributeError):
-        job_id = None
-    print(json.dumps({"exists": os.path.isdir(base), "job_id": None if job_id is None else str(job_id)}))
+    found = [os.path.join(base, "job.json")]
+    if os.path.isdir(base):
+        found += sorted(os.path.join(base, d, "job.json") for d in os.listdir(base))
+    job_id = None
+    for path in found:
+        try:
+            with open(path) as f:
+                job_id = str(json.load(f)["job_id"]).split("_")[0]
+            break
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+    print(json.dumps({"exists": os.path.isdir(base), "job_id": job_id, "submitting": submitting(name)}))
+
+
+def submitting(name: str) -> bool:
+    """A jobs.submit of the run `name` (its --name) still runs on this machine (Linux: /proc)."""
+    if not name or not os.path.isdir("/proc"):
+        return False
+    for pid in os.listdir("/proc"):
+        try:
+            with open(os.path.join("/proc", pid, "cmdline"), "rb") as f:
+                words = f.read().split(b"\0")
+        except OSError:
+            continue
+        if b"jobs.submit" in words and (name.encode() in words or b"--name=" + name.encode() in words):
+            return True
+    return False
 
 
 def run(cwd: str, module: str, *args: str) -> None:

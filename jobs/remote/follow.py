@@ -83,9 +83,11 @@ def fetch(run: RemoteRun, folder: Path) -> list[str]:
                 with part.open("wb") as out:
                     shutil.copyfileobj(source, out)
                 part.replace(target)
-            except OSError as exc:
+            except BaseException as exc:  # a full disk, a folder in the way, Ctrl-C: no .part is left
                 with contextlib.suppress(OSError):
                     part.unlink()
+                if not isinstance(exc, OSError):
+                    raise
                 raise UserError(
                     f"cannot write {target}: {exc.strerror} (a folder where the run's file goes?); move it "
                     "aside and fetch again"

@@ -36,19 +36,30 @@ def save(folder: Path, run: RemoteRun) -> None:
     write_text(folder / RECORD, json.dumps(record, indent=2) + "\n")
 
 
-def load(target: str) -> RemoteRun | None:
-    """The remote run a path or a name stands for; None when it is not one (a local run, a job id)."""
+def record_folder(target: str) -> Path | None:
+    """The folder holding the record of the remote run a path or a name stands for; None when there is none."""
     path = Path(target)
     if not path.is_dir() and "/" not in target and (Path(LOCAL_ROOT) / target).is_dir():
         path = Path(LOCAL_ROOT) / target  # a run's name
-    record_file = path / RECORD
-    if not record_file.is_file():
+    return path if (path / RECORD).is_file() else None
+
+
+def load(target: str) -> RemoteRun | None:
+    """The remote run a path or a name stands for; None when it is not one (a local run, a job id)."""
+    folder = record_folder(target)
+    if folder is None:
         return None
+    record_file = folder / RECORD
     try:
         data = json.loads(record_file.read_text())
+        fields = [data["run_dir"], data["cwd"], data.get("profile", "")]
+        if not isinstance(data["login"], dict) or not all(isinstance(f, str) for f in fields):
+            raise TypeError("a field of the wrong type")
         login = Login(**data["login"])
         return RemoteRun(login, data["run_dir"], str(data["job_id"]), data.get("profile", ""), data["cwd"])
     except (ValueError, KeyError, TypeError) as exc:
         raise UserError(
             f"{record_file} is damaged ({exc}); remove the folder and look the run up on the cluster"
         ) from None
+    except UserError as exc:  # a login, remote_root or ssh option this version refuses
+        raise UserError(f"{record_file}: {exc}; edit its login fields to what a profile may hold now") from None

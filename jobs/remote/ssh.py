@@ -90,14 +90,47 @@ def check_ssh_options(options: object) -> None:
         value = joined or next(words, "")
         if not value or any(c in value for c in "\n\r\0") or (value.startswith("-") and flag != "-o"):
             raise UserError(f"ssh_options: {flag} needs a value after it; {example}")
+        if flag in ("-J", "-l"):
+            check_hosts(flag, value)
         if flag == "-o":
-            key = re.split(r"[=\s]", value.strip(), maxsplit=1)[0]
+            key, _, rest = _key_value(value)
+            if key.lower() in ("user", "proxyjump"):
+                check_hosts(f"-o {key}", rest)
+            if key.lower() == "userknownhostsfile" and not _known_hosts_ok(rest):
+                raise UserError(
+                    f"ssh_options: -o {key}={rest} would let ssh write host keys there; name /dev/null or a file "
+                    "under ~/.ssh, e.g. -o UserKnownHostsFile=~/.ssh/known_hosts_cluster"
+                )
             if key.lower() not in SSH_KEYS:
                 raise UserError(
                     f"ssh_options: -o {key} is not passed on (it can run commands on this machine, forward to "
                     "the login node, or is unknown here); put it under a Host in ~/.ssh/config and use that "
                     "Host as login"
                 )
+
+
+def _key_value(option: str) -> tuple[str, str, str]:
+    """`Key=Value` or `Key Value` as ssh's -o takes it: (key, separator, value)."""
+    found = re.match(r"\s*([^=\s]+)\s*(=|\s)\s*(.*)$", option)
+    return (found.group(1), found.group(2), found.group(3).strip()) if found else (option.strip(), "", "")
+
+
+def check_hosts(what: str, value: str) -> None:
+    """A user, or jump hosts ([user@]host[:port], comma-separated): names, nothing a shell would read."""
+    hosts = value.split(",") if what != "-l" and "user" not in what.lower() else [value]
+    if not all(re.fullmatch(r"(?:[A-Za-z0-9._-]+@)?[A-Za-z0-9][A-Za-z0-9._-]*(?::\d+)?", h) for h in hosts):
+        raise UserError(
+            f"ssh_options: {what} {value!r} is not a user or [user@]host[:port] (letters, digits, . _ - only); "
+            "e.g. -J alice@gateway.example.org"
+        )
+
+
+def _known_hosts_ok(path: str) -> bool:
+    """Where ssh may write host keys it learns: nowhere (/dev/null), or a file of ~/.ssh."""
+    if path == "/dev/null":
+        return True
+    full = os.path.normpath(os.path.expanduser(path))
+    return full.startswith(os.path.expanduser("~/.ssh") + os.sep) and ".." not in path
 
 
 def check_remote_root(root: str) -> None:
@@ -109,7 +142,7 @@ def check_remote_root(root: str) -> None:
     if not root.startswith(("/", "~", "$")):
         raise UserError(
             f"remote_root {root} is relative: the login node would put runs inside its copy of your code; "
-            "write an absolute folder, e.g. /scratch/$USER/runs"
+            "write an absolute folder, e.g. ~/runs or /scratch/$USER/runs"
         )
 
 
@@ -178,7 +211,8 @@ class Connection:
             assert proc.stdout is not None
             try:
                 yield proc.stdout
-                proc.stdout.read()  # what the body left (a tar's padding), so the agent can end
+                while proc.stdout.read(1 << 16):  # what the body left (a tar's padding), so the agent can end
+                    pass
             except UserError:  # the body refused what came: nothing more is read
                 proc.kill()
                 raise

@@ -4,10 +4,10 @@ node's own `python -m jobs.submit` runs on that copy with the same arguments and
 whose run_root is `remote_root`, and its lines are printed as they come. A folder of the run's name under
 ./runs records where it lives (jobs.remote.runs), so jobs.status NAME and the others work from here."""
 
+import contextlib
 import dataclasses
 import json
 import re
-import shutil
 import subprocess
 import sys
 import time
@@ -116,7 +116,14 @@ def with_after(argv: list[str], login: Login) -> list[str]:
     return out + argv[end:]
 
 
-def submit(argv: list[str], profile: Profile, wait: bool, resume: RemoteRun | None, name: str = "") -> int:
+def submit(
+    argv: list[str],
+    profile: Profile,
+    wait: bool,
+    resume: RemoteRun | None,
+    name: str = "",
+    resume_folder: Path | None = None,
+) -> int:
     """Send the code, record the run here, submit on the login node, settle the record with what it did;
     follow it with --wait. `name`: the run's folder name, chosen here for a new run (the laptop must know it
     before the submit, to find the job again if the connection drops during it)."""
@@ -143,24 +150,26 @@ def submit(argv: list[str], profile: Profile, wait: bool, resume: RemoteRun | No
     fresh = (profile.snapshot and not resume) or "--current-code" in argv
     where = f"{run_dir}/code" if fresh else cwd
     run = RemoteRun(login, run_dir, resume.job_id if resume else "", resume.profile if resume else profile.name, where)
-    folder = runs.local_folder(run.run_dir)
+    folder = resume_folder if resume and resume_folder else runs.local_folder(run.run_dir)
+    if not resume and folder.exists():
+        raise UserError(f"{folder} already exists here; pick another --name, or move that folder aside")
     runs.save(folder, run)  # first: whatever happens to the connection now, this machine knows the run
     try:
         out = submit_there(connection, cwd, args)
     except Unsettled as exc:
-        run = settle(connection, run, folder, str(exc))
+        run = settle(connection, run, folder, str(exc), made_here=not resume)
         out = f"submitted job {run.job_id}\n"
-    except UserError:
-        if not resume:  # refused there, before anything was queued
-            shutil.rmtree(folder, ignore_errors=True)
+    except BaseException:
+        if not resume:  # refused there (or interrupted here) before it was known what it did: see settle
+            _forget(folder)
         raise
-    job = re.search(r"^submitted (?:array )?job (\S+)", out, re.M)
+    job = re.search(r"^submitted (?:array )?job (\d+)", out, re.M)
     if job is None:
         if not resume:
-            shutil.rmtree(folder, ignore_errors=True)
+            _forget(folder)
         return 0  # a run that had already finished: nothing queued
-    printed = re.search(r"^run directory: (.+)$", out, re.M)  # the login node's own spelling of the path
-    run = dataclasses.replace(run, job_id=job.group(1), run_dir=printed.group(1) if printed else run.run_dir)
+    # The record keeps the run directory this machine asked for: what the login node prints is shown, not kept.
+    run = dataclasses.replace(run, job_id=job.group(1))
     runs.save(folder, run)
     print(f"here:          {folder} (jobs.status, jobs.logs, jobs.wait, jobs.fetch take it or its name)", flush=True)
     return follow.wait(run) if wait else 0
@@ -170,32 +179,43 @@ class Unsettled(UserError):
     """The submit on the login node ended without saying what it did (the connection dropped, or it died)."""
 
 
-def settle(connection: Connection, run: RemoteRun, folder: Path, why: str, window_s: float = 60) -> RemoteRun:
+def settle(
+    connection: Connection, run: RemoteRun, folder: Path, why: str, made_here: bool, window_s: float = 60
+) -> RemoteRun:
     """After `why` cut the submit off: ask the login node (again and again, for `window_s`) whether the run
-    has a job. One: adopted, said here. None, and no run directory: the record goes, one line says to run
-    again. Otherwise the record stays for jobs.status and jobs.list, and one line says so."""
+    has a new job. One: adopted, said here. None, no run directory and no submit of it still running there:
+    a record made here goes, one line says to run again. Otherwise the record stays for jobs.status and
+    jobs.list, and one line says so."""
     print(f"{why}; asking {run.login.login} what the submit did", file=sys.stderr, flush=True)
-    started, seen = time.monotonic(), None
+    started, seen, quiet = time.monotonic(), None, 0
     while True:
         try:
-            seen = json.loads(connection.call("job", run.run_dir, timeout=30))
+            seen = json.loads(connection.call("job", run.run_dir, Path(run.run_dir).name, timeout=30))
         except (UserError, ValueError):
-            pass  # still unreachable: try again
-        if isinstance(seen, dict) and seen.get("job_id"):
-            job = str(seen["job_id"])
+            seen = None  # still unreachable: try again
+        job = str(seen.get("job_id") or "") if isinstance(seen, dict) else ""
+        if job.isdigit() and job != run.job_id:  # a new job (a --resume's run names its old one until then)
             print(f"the job was queued all the same: job {job}, recorded here", file=sys.stderr, flush=True)
             return dataclasses.replace(run, job_id=job)
-        waited = time.monotonic() - started
-        if waited > window_s or (waited > window_s / 4 and isinstance(seen, dict) and seen.get("exists") is False):
-            break  # no run directory a while after the drop: the submit there had not got that far
+        gone = isinstance(seen, dict) and seen.get("exists") is False and seen.get("submitting") is False
+        quiet = quiet + 1 if gone else 0
+        if time.monotonic() - started > window_s or quiet >= 3:  # nothing there, nothing on its way, 3 times
+            break
         time.sleep(3)
-    if isinstance(seen, dict) and seen.get("exists") is False:
-        shutil.rmtree(folder, ignore_errors=True)
+    if quiet and made_here:
+        _forget(folder)
         raise UserError(f"{why}, before any job was queued ({run.run_dir} was never made); run the same command again")
     raise UserError(
         f"{why}; whether a job was queued is not known yet: python -m jobs.status {folder.name} asks the login node "
         "again, and jobs.list shows the run"
     )
+
+
+def _forget(folder: Path) -> None:
+    """Remove the record this submit made here: remote.json, and its folder if that is all it held."""
+    (folder / runs.RECORD).unlink(missing_ok=True)
+    with contextlib.suppress(OSError):
+        folder.rmdir()
 
 
 def with_name(args: list[str], name: str) -> list[str]:

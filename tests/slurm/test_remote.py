@@ -212,13 +212,14 @@ def test_a_project_with_its_own_trainer_and_jobs_modules_over_ssh(login_node: No
 # The login node's python, with the connection dropping during jobs.submit: {when} the submit there runs, the
 # session's sshd (this command's parent) is killed, as a network that goes away would end it.
 DROPPING = """#!/bin/sh
-case " $* " in
-  *" jobs.submit "*)
+for word in "$@"; do
+  if [ "$word" = jobs.submit ]; then
     {before}
     "{python}" "$@" > "{log}" 2>&1
     kill -9 $PPID
-    exit 0 ;;
-esac
+    exit 0
+  fi
+done
 exec "{python}" "$@"
 """
 
@@ -234,7 +235,10 @@ def test_a_connection_dropped_during_the_submit_leaves_a_run_the_laptop_can_find
     before = "kill -9 $PPID; exit 0" if when == "before" else ""
     python.write_text(DROPPING.format(python=sys.executable, log=tmp_path / "submit.log", before=before))
     python.chmod(0o755)
-    folder = laptop(tmp_path, {"nodes": 1, "gpus_per_node": 1, "python": str(python)})
+    # An ssh connection of its own (another set of options, another ControlMaster): the one this test cuts is
+    # not one another test rides.
+    own = [*sshd.ssh_options(), "-o", f"ConnectionAttempts={2 if when == 'after' else 3}"]
+    folder = laptop(tmp_path, {"nodes": 1, "gpus_per_node": 1, "python": str(python), "ssh_options": own})
     (folder / "hello.py").write_text("print('hello')\n")
     result = run(folder, "jobs.submit", "--profile", "site.yaml", "--", "python", "hello.py", timeout=180)
     names = [p.name for p in (folder / "runs").iterdir()] if (folder / "runs").exists() else []
