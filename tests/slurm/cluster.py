@@ -10,7 +10,6 @@ Everything lives under one folder per cluster; the only system file touched is /
 
 import contextlib
 import os
-import re
 import shutil
 import socket
 import subprocess
@@ -74,11 +73,6 @@ def on(side: str) -> Iterator[None]:
         yield
     finally:
         use(before)
-
-
-def own_job(job_id: int) -> bool:
-    """Whether a job id is this cluster's (the clusters' ids are apart: FirstJobId)."""
-    return (job_id >= SIDES["b"].first_job_id) == (SIDE == "b")
 
 
 class Unavailable(RuntimeError):
@@ -339,7 +333,7 @@ def steps_left(job_id: str) -> bool:
     """Whether a slurmstepd of the job's last attempt still runs (both nodes are on this host). A node marked
     down and resumed still ends its step while the job is pending; a new attempt started then reuses the step
     id, and the old step's end cancels the new one (seen: the restarted job FAILED within a second)."""
-    return _run("pgrep", "-f", rf"slurmstepd: \[{job_id}\.", check=False).returncode == 0
+    return any(f"[{job_id}." in line for line in own_steps())
 
 
 def squeue_state(job_id: str) -> str:
@@ -407,10 +401,20 @@ def describe() -> str:
 
 
 def own_steps() -> list[str]:
-    """This cluster's slurmstepd processes on this host ("slurmstepd: [JOB.STEP]"), by their job ids."""
+    """This cluster's slurmstepd processes on this host ("PID slurmstepd: [JOB.STEP]"): those whose slurmd
+    read this cluster's slurm.conf (their environment's SLURM_CONF). Another Slurm on the machine (a site's,
+    another checkout's), whatever its job ids, is not waited on."""
     lines = _run("pgrep", "-af", "slurmstepd", check=False).stdout.splitlines()
-    found = [(line, re.search(r"\[(\d+)\.", line)) for line in lines]
-    return [line for line, match in found if match and own_job(int(match[1]))]
+    return [line for line in lines if stepd_conf(line.split(" ", 1)[0]) == str(CONF)]
+
+
+def stepd_conf(pid: str) -> str:
+    """The SLURM_CONF a process was started with; empty if it has none or is gone."""
+    try:
+        environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    except OSError:
+        return ""
+    return next((e[11:].decode() for e in environ if e.startswith(b"SLURM_CONF=")), "")
 
 
 def quiet() -> bool:

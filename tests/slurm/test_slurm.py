@@ -373,3 +373,17 @@ def test_tasks_that_cannot_start_say_why_in_the_outcome(
     result = submit("--profile", str(profile), "--wait", "--", "python", "-V", cwd=tmp_path)
     assert result.returncode == 1, result.stdout + result.stderr
     assert result.stderr.strip().splitlines()[-1].startswith("error: job ") and message in result.stderr, result.stderr
+
+
+def test_a_foreign_slurmstepd_leaves_the_harness_alone(slurm_cluster: None) -> None:
+    """Another Slurm's job step on this machine (its slurmstepd, a job id this cluster also uses, another
+    slurm.conf): the harness neither counts it nor waits for it."""
+    env = {"PATH": "/usr/bin:/bin", "SLURM_CONF": "/etc/another-slurm/slurm.conf"}
+    foreign = subprocess.Popen(["bash", "-c", "exec -a 'slurmstepd: [1.0]' sleep 120"], env=env)
+    try:
+        poll("the foreign step", lambda: "slurmstepd: [1.0]" in cluster._run("pgrep", "-af", "slurmstepd").stdout)
+        assert not any("[1.0]" in line for line in cluster.own_steps()) and not cluster.steps_left("1")
+        poll("the cluster to be quiet with the foreign step running", cluster.quiet, timeout=60)
+    finally:
+        foreign.kill()
+        foreign.wait()
