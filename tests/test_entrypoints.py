@@ -138,3 +138,19 @@ def test_a_job_is_sent_plain_values_only(tmp_path: Path) -> None:
     [(function, config, job)] = calls_of(plan)
     assert function.__module__ == "trainer.entry" and type(config) is dict and type(job) is dict
     assert b"trainer.config" not in pickle.dumps((config, job)) and job["signal"] == "USR2"
+
+
+def test_the_submit_synopsis_in_jobs_readme_names_every_flag_of_its_help() -> None:
+    """jobs/README.md's `python -m jobs.submit` synopsis and `--help` name the same flags (it once lacked four)."""
+    import re
+    import subprocess
+    import sys
+
+    text = (ROOT / "jobs" / "README.md").read_text()
+    block = re.search(r"^python -m jobs\.submit .*?(?=^python -m jobs\.status)", text, re.M | re.S)
+    assert block is not None
+    help_text = subprocess.run(
+        [sys.executable, "-m", "jobs.submit", "--help"], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout
+    flags = set(re.findall(r"(?<![\w-])--[a-z][a-z-]+", help_text)) - {"--help"}
+    assert set(re.findall(r"(?<![\w-])--[a-z][a-z-]+", block.group(0))) == flags

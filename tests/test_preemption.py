@@ -165,3 +165,19 @@ def test_a_disk_too_full_for_any_record_is_still_one_line(tmp_path: Path, sample
         assert line in status.stdout, status.stdout
     finally:
         subprocess.run(["umount", str(disk)], check=True)
+
+
+def test_the_requeue_module_copied_alone_into_a_project_works(tmp_path: Path) -> None:
+    """README: trainer/requeue/__init__.py is a few lines you may copy instead of importing the project. The
+    copy, alone in a folder and with the project not installed (-S), imports and takes the profile's signal."""
+    import shutil
+
+    from tests.conftest import ROOT
+
+    shutil.copy(ROOT / "trainer" / "requeue" / "__init__.py", tmp_path / "requeue.py")
+    script = "import os, signal, requeue\nrequeue.install()\nos.kill(os.getpid(), signal.SIGUSR1)\nprint(requeue.requested())\n"
+    done = subprocess.run(
+        [sys.executable, "-S", "-c", script], cwd=tmp_path, capture_output=True, text=True,
+        env={"REQUEUE_SIGNAL": "USR1", "PATH": "/usr/bin:/bin"},
+    )  # fmt: skip
+    assert done.returncode == 0 and done.stdout == "True\n", done.stdout + done.stderr

@@ -10,7 +10,8 @@
             save(os.environ["RUN_DIR"])    # your checkpoint, in the run directory
             requeue.exit_for_requeue()     # exit code 144: the job is requeued and the script starts again
 
-Torch-free and a few lines on purpose: copy it if you would rather not import the project.
+Torch-free, standard library only and a few lines on purpose: copy this file into your project (as
+requeue.py, say) if you would rather not import this one.
 
 The package also holds the rest of the requeue signal's way (torch-free, every module): its one spelling
 (signals), the flag the trainer's handler sets (flag), and its relay from the batch shell to the tasks (relay).
@@ -21,8 +22,7 @@ import signal
 import sys
 from typing import Any, NoReturn
 
-from trainer.requeue import signals
-
+SIGNAL_ENV = "REQUEUE_SIGNAL"  # the profile's signal, as the task names it (USR2): trainer.requeue.signals.ENV
 PROGRESS_ENV = "SLURM_DDP_PROGRESS_FILE"  # set by the task that runs your command (trainer.script)
 REQUEUE_EXIT = 144  # submitit's local requeue code, used for Slurm too: one number everywhere
 _raised = False
@@ -35,7 +35,7 @@ def _handle(signum: int, frame: Any) -> None:
 
 def install() -> None:
     """Set the flag on the requeue signal the submitter names in REQUEUE_SIGNAL (the profile's, e.g. USR2)."""
-    signal.signal(signals.from_environ(os.environ), _handle)
+    signal.signal(getattr(signal, "SIG" + os.environ.get(SIGNAL_ENV, "USR2").upper().removeprefix("SIG")), _handle)
 
 
 def requested() -> bool:

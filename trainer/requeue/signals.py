@@ -9,11 +9,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from signal import Signals
 
+from trainer.requeue import SIGNAL_ENV
+
 NAMES = ("USR1", "USR2", "TERM", "INT", "HUP", "URG")  # the ones a job can be given and a script can catch
 DEFAULT = "USR2"
 DEFAULT_DELAY_S = 120
 DEFAULT_MAX_NUM_TIMEOUT = 3
-ENV = "REQUEUE_SIGNAL"  # what a task tells your command (and what trainer.requeue reads)
+ENV = SIGNAL_ENV  # what a task tells your command (and what trainer.requeue reads)
 SUBMITIT_ENV = "SUBMITIT_PREEMPT_SIGNAL"  # what submitit and the local controller read
 
 
