@@ -1,7 +1,6 @@
 """jobs.list over a folder of runs some of which are damaged: one row each, the others intact, nothing run."""
 
 import json
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -22,14 +21,22 @@ def remote_record(folder: Path, ssh_options: list[str]) -> None:
     (folder / "remote.json").write_text(json.dumps(record | {"cwd": f"/scratch/runs/{folder.name}/code"}))
 
 
-def test_one_damaged_run_is_one_row_and_hides_no_other(reference_run: Path, tmp_path: Path) -> None:
+def finished_run(folder: Path) -> None:
+    """A local run's records as a finished one leaves them (no job needed: its controller is long gone)."""
+    (folder / "logs").mkdir(parents=True)
+    record = {"job_id": "4194000", "executor": "local", "log": str(folder / "logs" / "4194000_0_log.out")}
+    (folder / "job.json").write_text(json.dumps(record))
+    (folder / "summary.json").write_text(json.dumps({"final_step": 48, "val_metrics": {"l1": 0.25}}))
+
+
+def test_one_damaged_run_is_one_row_and_hides_no_other(tmp_path: Path) -> None:
     """A damaged job.json, summary.json, progress.json or remote.json, a remote.json whose ssh options would run
     a command here, a name with a newline: each is one row (the damaged ones say which file), the intact run
     keeps its state and step, and no ProxyCommand a record names is run."""
     root = tmp_path / "runs"
     root.mkdir()
     for name in ("good", "bad-job", "bad-summary", "bad-progress", "new\nline"):
-        shutil.copytree(reference_run, root / name, symlinks=True)
+        finished_run(root / name)
     (root / "bad-job" / "job.json").write_text("{not json")
     (root / "bad-summary" / "summary.json").write_text("[1, 2]")
     (root / "bad-progress" / "summary.json").unlink()

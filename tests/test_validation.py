@@ -55,6 +55,7 @@ def worker(rank: int, world: int, store: str, out: str) -> None:
     dist.destroy_process_group()
 
 
+@pytest.mark.job  # forks DDP ranks (about 8 s each): with the jobs, out of the inner loop
 @pytest.mark.parametrize("world", [1, 2, 3])
 def test_the_distributed_mean_equals_a_single_process_evaluation(world: int, tmp_path: Path) -> None:
     store, out = tempfile.mktemp(dir=tmp_path), tmp_path / "result.json"
