@@ -137,21 +137,34 @@ def remote_rows(found: list[tuple[str, runs.RemoteRun]]) -> list[dict[str, Any]]
     return out
 
 
-def far_row(folder: Path) -> dict[str, Any]:
-    """The row a laptop asked for: one run's, or one for a whole sweep (its points' states, counted)."""
-    if not folder.is_dir():
-        return {"state": "gone", "validation": "no run directory"}
-    if RunDir(folder).job.is_file() or not (points := point_dirs(folder)):
-        return rows_of([(folder.name, folder)])[0]
-    rows = rows_of([(p.name, p) for p in points])
-    states = sorted({r["state"] for r in rows})
-    times = [r["time"] for r in rows if isinstance(r.get("time"), int | float)]
-    return {
-        "state": ",".join(states),
-        "step": "-",
-        "validation": f"sweep of {len(rows)} points",
-        "time": max(times, default=0.0),
-    }
+def far_rows(folders: list[Path]) -> list[dict[str, Any]]:
+    """The rows a laptop asked for, in order, from one query to Slurm: a run's, or one for a whole sweep (its
+    points' states together)."""
+    wanted: list[tuple[str, Path]] = []
+    shape: list[tuple[str, int]] = []  # ("gone", 0), ("run", 1) or ("sweep", its points)
+    for folder in folders:
+        if not folder.is_dir():
+            shape.append(("gone", 0))
+        elif RunDir(folder).job.is_file() or not (points := point_dirs(folder)):
+            shape.append(("run", 1))
+            wanted.append((folder.name, folder))
+        else:
+            shape.append(("sweep", len(points)))
+            wanted += [(p.name, p) for p in points]
+    rows, out, at = rows_of(wanted), [], 0
+    for kind, count in shape:
+        mine, at = rows[at : at + count], at + count
+        if kind == "gone":
+            out.append({"state": "gone", "validation": "no run directory"})
+        elif kind == "run":
+            out.append(mine[0])
+        else:
+            times = [r["time"] for r in mine if isinstance(r.get("time"), int | float)]
+            state = ",".join(sorted({r["state"] for r in mine}))
+            out.append(
+                {"state": state, "step": "-", "validation": f"sweep of {count} points", "time": max(times, default=0.0)}
+            )
+    return out
 
 
 def printable(text: str) -> str:
@@ -175,7 +188,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("dirs", nargs="*", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.json:  # what a laptop's jobs.list asks of its login node: these runs' rows, as JSON, in order
-        print(json.dumps([far_row(Path(d).expanduser()) for d in args.dirs]))
+        print(json.dumps(far_rows([Path(d).expanduser() for d in args.dirs])))
         return 0
     rows: list[dict[str, Any]] = []
     remote: dict[Group, list[tuple[str, runs.RemoteRun]]] = defaultdict(list)

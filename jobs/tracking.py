@@ -217,7 +217,8 @@ def slurm_infos(job_ids: list[str], with_tasks: bool = False) -> dict[str, JobIn
                 for task in array_tasks(r["ArrayTaskId"]):
                     found[f"{r['ArrayJobId']}_{task}"] = info
             found[r.get("JobId", "")] = info
-    missing = [job_id for job_id in job_ids if job_id not in found and not (with_tasks and _has_tasks(found, job_id))]
+    # An array's tasks the controller has purged are in accounting only: with_tasks asks it for every array.
+    missing = job_ids if with_tasks else [job_id for job_id in job_ids if job_id not in found]
     if missing:
         arrays = sorted({job_id.split("_")[0] for job_id in missing})
         out = _slurm("sacct", "-j", ",".join(arrays), "-X", "-n", "-P", "-o", "JobID,State,NodeList").stdout
@@ -230,10 +231,6 @@ def slurm_infos(job_ids: list[str], with_tasks: bool = False) -> dict[str, JobIn
     if with_tasks:  # an array job's id: each of its tasks' states too (ID_N)
         return {k: v for k, v in found.items() if any(k == j or k.startswith(f"{j}_") for j in job_ids)}
     return {job_id: found[job_id] for job_id in job_ids if job_id in found}
-
-
-def _has_tasks(found: dict[str, JobInfo], job_id: str) -> bool:
-    return any(k.startswith(f"{job_id}_") for k in found)
 
 
 def infos(targets: list[Target]) -> list[JobInfo]:

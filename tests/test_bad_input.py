@@ -87,8 +87,13 @@ def test_bad_arguments(args: list[str], message: str, local_profile: Path, tmp_p
         ("executor: slurm\nlogin: a@b\nremote_root: /r\nssh_options: [-J, 'a$(id)@h']\n", "-J 'a$(id)@h' is not a user"),
         (
             "executor: slurm\nlogin: a@b\nremote_root: /r\nssh_options: [-o, UserKnownHostsFile=~/.bashrc]\n",
-            "would let ssh write host keys there; name /dev/null or a file under ~/.ssh",
+            "would let ssh write host keys there; name /dev/null or a known_hosts file of ~/.ssh",
         ),
+        (
+            "executor: slurm\nlogin: a@b\nremote_root: /r\nssh_options: [-o, UserKnownHostsFile=~/.ssh/authorized_keys]\n",
+            "would let ssh write host keys there",
+        ),
+        ("executor: slurm\nlogin: a@b\nremote_root: /r\nssh_options: [-F, runs/x/cfg]\n", "-F runs/x/cfg must be a file of ~/.ssh"),
     ],
 )
 def test_bad_profiles(text: str, message: str, tmp_path: Path) -> None:

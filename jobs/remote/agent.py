@@ -24,6 +24,7 @@ import json
 import os
 import re
 import runpy
+import socket
 import sys
 import tarfile
 
@@ -70,7 +71,14 @@ def hello(root: str) -> None:
     except OSError as exc:
         fail(f"remote_root {root} ({folder}) is not writable on the login node: {exc.strerror}; pick a folder you own")
     missing = [name for name in NEEDED if importlib.util.find_spec(name) is None]
-    print(json.dumps({"root": folder, "python": sys.executable, "missing": missing, "version": sys.version.split()[0]}))
+    version = sys.version.split()[0]
+    print(
+        json.dumps({"root": folder, "python": sys.executable, "missing": missing, "version": version, "host": host()})
+    )
+
+
+def host() -> str:
+    return socket.gethostname()
 
 
 def digest(path: str) -> str:
@@ -172,10 +180,13 @@ def job(run_dir: str, name: str = "") -> None:
         try:
             with open(path) as f:
                 job_id = str(json.load(f)["job_id"]).split("_")[0]
-            break
+            if job_id.isdigit():
+                break
+            job_id = None
         except (OSError, ValueError, KeyError, TypeError):
             continue
-    print(json.dumps({"exists": os.path.isdir(base), "job_id": job_id, "submitting": submitting(name)}))
+    found_there = {"exists": os.path.isdir(base), "job_id": job_id, "submitting": submitting(name), "host": host()}
+    print(json.dumps(found_there))
 
 
 def submitting(name: str) -> bool:

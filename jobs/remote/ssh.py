@@ -92,14 +92,19 @@ def check_ssh_options(options: object) -> None:
             raise UserError(f"ssh_options: {flag} needs a value after it; {example}")
         if flag in ("-J", "-l"):
             check_hosts(flag, value)
+        if flag == "-F" and not _under_ssh(value):
+            raise UserError(
+                f"ssh_options: -F {value} must be a file of ~/.ssh (a config file can run commands here); e.g. "
+                "-F ~/.ssh/config_cluster, or use a Host of ~/.ssh/config as login"
+            )
         if flag == "-o":
             key, _, rest = _key_value(value)
-            if key.lower() in ("user", "proxyjump"):
+            if key.lower() in ("user", "proxyjump", "hostkeyalias"):
                 check_hosts(f"-o {key}", rest)
             if key.lower() == "userknownhostsfile" and not _known_hosts_ok(rest):
                 raise UserError(
-                    f"ssh_options: -o {key}={rest} would let ssh write host keys there; name /dev/null or a file "
-                    "under ~/.ssh, e.g. -o UserKnownHostsFile=~/.ssh/known_hosts_cluster"
+                    f"ssh_options: -o {key}={rest} would let ssh write host keys there; name /dev/null or a "
+                    "known_hosts file of ~/.ssh, e.g. -o UserKnownHostsFile=~/.ssh/known_hosts_cluster"
                 )
             if key.lower() not in SSH_KEYS:
                 raise UserError(
@@ -126,11 +131,15 @@ def check_hosts(what: str, value: str) -> None:
 
 
 def _known_hosts_ok(path: str) -> bool:
-    """Where ssh may write host keys it learns: nowhere (/dev/null), or a file of ~/.ssh."""
-    if path == "/dev/null":
-        return True
+    """Where ssh may write host keys it learns: nowhere (/dev/null), or a known_hosts file of ~/.ssh (never
+    authorized_keys or config, which a line of host key would change the meaning of)."""
+    return path == "/dev/null" or (_under_ssh(path) and os.path.basename(path).startswith("known_hosts"))
+
+
+def _under_ssh(path: str) -> bool:
+    """A file inside ~/.ssh, named without `..`."""
     full = os.path.normpath(os.path.expanduser(path))
-    return full.startswith(os.path.expanduser("~/.ssh") + os.sep) and ".." not in path
+    return full.startswith(os.path.expanduser("~/.ssh") + os.sep) and ".." not in path.split("/")
 
 
 def check_remote_root(root: str) -> None:

@@ -157,10 +157,14 @@ def submit(
     try:
         out = submit_there(connection, cwd, args)
     except Unsettled as exc:
-        run = settle(connection, run, folder, str(exc), made_here=not resume)
+        run = settle(connection, run, folder, str(exc), made_here=not resume, host=str(hello.get("host", "")))
         out = f"submitted job {run.job_id}\n"
-    except BaseException:
-        if not resume:  # refused there (or interrupted here) before it was known what it did: see settle
+    except KeyboardInterrupt:  # the submit there may go on and queue the job: the record stays to find it
+        print(f"\ninterrupted: the submit on {login.login} may still queue the job; python -m jobs.status "
+              f"{folder.name} tells, python -m jobs.cancel {folder.name} stops it", file=sys.stderr)  # fmt: skip
+        raise
+    except UserError:
+        if not resume:  # refused there, one line: nothing was queued
             _forget(folder)
         raise
     job = re.search(r"^submitted (?:array )?job (\d+)", out, re.M)
@@ -180,7 +184,13 @@ class Unsettled(UserError):
 
 
 def settle(
-    connection: Connection, run: RemoteRun, folder: Path, why: str, made_here: bool, window_s: float = 60
+    connection: Connection,
+    run: RemoteRun,
+    folder: Path,
+    why: str,
+    made_here: bool,
+    host: str = "",
+    window_s: float = 60,
 ) -> RemoteRun:
     """After `why` cut the submit off: ask the login node (again and again, for `window_s`) whether the run
     has a new job. One: adopted, said here. None, no run directory and no submit of it still running there:
@@ -197,7 +207,10 @@ def settle(
         if job.isdigit() and job != run.job_id:  # a new job (a --resume's run names its old one until then)
             print(f"the job was queued all the same: job {job}, recorded here", file=sys.stderr, flush=True)
             return dataclasses.replace(run, job_id=job)
-        gone = isinstance(seen, dict) and seen.get("exists") is False and seen.get("submitting") is False
+        # Nothing there and no submit of it running, as seen from the login node the submit ran on (another one
+        # behind the same name cannot see that node's processes).
+        same_node = isinstance(seen, dict) and bool(host) and seen.get("host") == host
+        gone = same_node and seen.get("exists") is False and seen.get("submitting") is False  # type: ignore[union-attr]
         quiet = quiet + 1 if gone else 0
         if time.monotonic() - started > window_s or quiet >= 3:  # nothing there, nothing on its way, 3 times
             break

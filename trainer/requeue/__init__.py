@@ -35,7 +35,11 @@ def _handle(signum: int, frame: Any) -> None:
 
 def install() -> None:
     """Set the flag on the requeue signal the submitter names in REQUEUE_SIGNAL (the profile's, e.g. USR2)."""
-    signal.signal(getattr(signal, "SIG" + os.environ.get(SIGNAL_ENV, "USR2").upper().removeprefix("SIG")), _handle)
+    name = os.environ.get(SIGNAL_ENV, "USR2").upper()
+    name = name if name.startswith("SIG") else "SIG" + name
+    if not isinstance(getattr(signal, name, None), signal.Signals):
+        raise SystemExit(f"error: {SIGNAL_ENV}={name} is not a signal; the tool sets it (e.g. USR2): leave it to it")
+    signal.signal(getattr(signal, name), _handle)
 
 
 def requested() -> bool:
