@@ -236,6 +236,8 @@ def prepare(argv: list[str] | None) -> Request:
     after = after_jobs(args.after)
     profile = oneoff.apply(profile, args.dependency, list(after), args.env, args.mail)
     if profile.executor == "slurm" and not args.dry_run:  # a --dry-run prints the script, asking Slurm nothing
+        if shutil.which("sbatch") is None:
+            raise UserError("sbatch not found: run on a Slurm login node, or use --profile local")
         check_dependency(args.dependency, after)
         check_partition(profile)
     if profile.login:  # a --dry-run of a profile for another machine: the script as the cluster would run it

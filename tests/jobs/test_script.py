@@ -570,8 +570,10 @@ def test_a_shell_form_command_gets_its_variables_and_the_tasks_interpreter(tmp_p
     """README's `bash -c` form: $WORLD_SIZE expanded by the shell, `"$SLURM_DDP_PYTHON"` the task's interpreter
     even where PATH has no python at all; {RUN_DIR} in the command filled in by each task."""
     (tmp_path / "echo.py").write_text("import sys; open(sys.argv[2] + '/w.' + sys.argv[3], 'w').write(sys.argv[1])\n")
-    script = 'exec "$SLURM_DDP_PYTHON" echo.py "$WORLD_SIZE" {RUN_DIR} "$RANK"'
-    profile = f"executor: local\ngpus_per_node: 2\nenv:\n  PATH: /usr/bin:/bin\nrun_root: {tmp_path / 'runs'}\n"
+    # A PATH with nothing on it (a profile may not set PATH: the shell inside the command does, as a site's
+    # bashrc might).
+    script = 'PATH=/nonexistent; exec "$SLURM_DDP_PYTHON" echo.py "$WORLD_SIZE" {RUN_DIR} "$RANK"'
+    profile = f"executor: local\ngpus_per_node: 2\nrun_root: {tmp_path / 'runs'}\n"
     result = submit_in(tmp_path, "--wait", "--", "bash", "-c", script, profile=profile)
     assert result.returncode == 0, result.stdout + result.stderr
     run_dir = run_dir_of(result.stdout)

@@ -375,9 +375,11 @@ def preempt_normal_jobs() -> None:
     _run("sbatch", "-p", "urgent", "--exclusive", "-N2", "-o", "/dev/null", "--wrap", "sleep 1")
 
 
-def release_when_requeued(job_id: str) -> None:
-    """A requeued job waits ~120 s before it is eligible; move its start time to now once it is pending."""
-    wait_for("the job to be pending again", lambda: squeue_state(job_id) == "PENDING", timeout=90)
+def release_when_requeued(job_id: str, seen_pending: bool = False) -> None:
+    """A requeued job waits ~120 s before it is eligible; move its start time to now once it is pending.
+    `seen_pending`: the caller saw it pending already (it may have started on its own since: nothing to do)."""
+    if not seen_pending:
+        wait_for("the job to be pending again", lambda: squeue_state(job_id) == "PENDING", timeout=90)
     # slurmd compares credential times in whole seconds: a restart within the second of the requeue is
     # killed as "Job credential revoked". Slurm's own 120 s delay avoids that; we wait for the clock instead.
     requeued_at = int(time.time())

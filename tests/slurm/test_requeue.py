@@ -304,7 +304,7 @@ def test_a_lost_node_is_recorded_as_a_node_failure(tmp_path: Path, sample_root: 
             subprocess.run(["scontrol", "update", "nodename=node2", "state=resume"], capture_output=True)
         elif squeue_state(job) == "PENDING":
             seen.append(cli("jobs.status", str(run_dir)).stdout)
-            release_when_requeued(job)
+            release_when_requeued(job, seen_pending=True)
         finished = (run_dir / "summary.json").exists()
         assert finished or squeue_state(job) != "" or (run_dir / "summary.json").exists(), attempts(run_dir)
         return finished
