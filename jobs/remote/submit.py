@@ -82,10 +82,15 @@ def with_profile(argv: list[str], path: str) -> list[str]:
     return [*out, "--profile", path]
 
 
+def options_end(argv: list[str]) -> int:
+    """Where the submit's own options end: at `--` (the words after it are the command's), else at the end."""
+    return argv.index("--") if "--" in argv else len(argv)
+
+
 def with_resume(argv: list[str], run_dir: str) -> list[str]:
     """The submit's arguments for the login node: --resume (either form) naming the run directory there, and
     without --wait (followed from here). Words after `--` are the command's, left as they are."""
-    end = argv.index("--") if "--" in argv else len(argv)
+    end = options_end(argv)
     out, skip = [], False
     for arg in argv[:end]:
         if skip:
@@ -103,7 +108,7 @@ def with_resume(argv: list[str], run_dir: str) -> list[str]:
 def with_after(argv: list[str], login: Login) -> list[str]:
     """--after (either form) naming a run recorded here (runs/NAME) as its run directory on the login node,
     where the submit resolves it; a run of another login node is refused."""
-    end = argv.index("--") if "--" in argv else len(argv)
+    end = options_end(argv)
     out, after = [], False
     for arg in argv[:end]:
         value = arg.removeprefix("--after=") if arg.startswith("--after=") else arg if after else None
@@ -233,7 +238,7 @@ def _forget(folder: Path) -> None:
 
 def with_name(args: list[str], name: str) -> list[str]:
     """`--name NAME` for the login node's submit, unless the arguments name the run themselves."""
-    end = args.index("--") if "--" in args else len(args)
+    end = options_end(args)
     if not name or any(a == "--name" or a.startswith("--name=") for a in args[:end]):
         return args
     return [*args[:end], "--name", name, *args[end:]]
