@@ -135,6 +135,9 @@ def write_configs() -> None:
         f"NodeName={name} NodeHostname={host} NodeAddr={addr} Port={port} CPUs=8 RealMemory=16000 Gres=gpu:8 State=UNKNOWN"
         for (name, addr), port in zip(ADDRESSES.items(), PORTS, strict=True)
     )
+    # Cluster a refuses a job beyond its partition at sbatch (ALL); b keeps Slurm's default (NO), which queues
+    # it to pend for ever, as many sites do: the submitter's own partition check is shown on b.
+    enforce = "EnforcePartLimits=ALL\n" if SIDE == "a" else ""
     CONF.write_text(f"""\
 ClusterName={CLUSTER}
 SlurmctldHost={host}(127.0.0.1)
@@ -166,8 +169,7 @@ AccountingStorageType=accounting_storage/slurmdbd
 AccountingStorageHost=127.0.0.1
 AccountingStoragePort={DBD_PORT}
 AccountingStorageTRES=gres/gpu
-EnforcePartLimits=ALL
-PreemptType=preempt/partition_prio
+{enforce}PreemptType=preempt/partition_prio
 PreemptMode=REQUEUE
 SlurmctldParameters=preempt_send_user_signal
 {nodes}

@@ -92,6 +92,24 @@ def test_a_partition_that_does_not_exist_is_named_with_the_fix_for_it(tmp_path: 
     assert not list((tmp_path / "runs").glob("check-*"))
 
 
+def test_beyond_the_partition_is_refused_where_slurm_itself_would_queue_it(tmp_path: Path) -> None:
+    """This cluster keeps Slurm's default EnforcePartLimits=NO, under which sbatch accepts 3 nodes of a 2-node
+    partition and the job pends for ever: jobs.submit and jobs.check refuse it first, and queue nothing."""
+    config = subprocess.run(["scontrol", "show", "config"], capture_output=True, text=True, check=True).stdout
+    assert re.search(r"^EnforcePartLimits\s*=\s*NO$", config, re.M), "cluster b must keep Slurm's default"
+    queued = subprocess.run(["squeue", "-h", "-o", "%i"], capture_output=True, text=True).stdout
+    profile = cluster.mini_profile(tmp_path / "p.yaml", tmp_path / "runs")
+    for module in ("jobs.submit", "jobs.check"):
+        result = subprocess.run(
+            [sys.executable, "-m", module, "--profile", str(profile), "--nodes", "3", *(["--", "true"] if module == "jobs.submit" else [])],
+            cwd=ROOT, capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+        assert result.returncode == 2 and result.stderr.count("\n") == 1, (module, result.stdout + result.stderr)
+        assert result.stderr.startswith("error: --nodes 3 asks for 3 nodes, but partition normal has or allows 2")
+    assert subprocess.run(["squeue", "-h", "-o", "%i"], capture_output=True, text=True).stdout == queued
+    assert not list((tmp_path / "runs").glob("*/config.yaml")) and not list((tmp_path / "runs").glob("check-*"))
+
+
 def test_an_interpreter_the_nodes_lack_is_named_and_the_batch_script_records_sacct(tmp_path: Path) -> None:
     """`python:` that does not exist on the nodes: the row names it (srun's execve error), not "see the logs";
     the batch script still writes its sacct record (it makes provenance/ itself: no task made it)."""
@@ -128,6 +146,8 @@ def test_ctrl_c_cancels_the_checks_job_in_one_line(tmp_path: Path) -> None:
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, first + out + err
-    assert err == f"interrupted: cancelled check job {job}; its logs: {next((tmp_path / 'runs').glob('check-*/logs'))}\n"
+    assert (
+        err == f"interrupted: cancelled check job {job}; its logs: {next((tmp_path / 'runs').glob('check-*/logs'))}\n"
+    )
     state = cluster._run("squeue", "-h", "-j", job, "-o", "%T").stdout.strip()
     assert state in ("", "CANCELLED"), state
