@@ -9,7 +9,6 @@ Either way the run root (and so the run's code snapshot under it) is mounted at 
 profile's `container_mounts`, and the tasks run the container's Python (`python:`, default python3).
 """
 
-
 from jobs.profiles import Profile, run_root_of
 from trainer.errors import UserError
 

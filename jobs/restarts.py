@@ -35,7 +35,7 @@ def setup_lines(profile: Profile, log_dir: Path, run_dirs: list[Path]) -> list[s
             'left_out=""',
             'exclude_node=""',
         ]
-    nodes = f"--nodes={profile.nodes} --ntasks={profile.nodes * profile.gpus_per_node}" if profile.spare_nodes else ""
+    nodes = f"--nodes={profile.nodes} --ntasks={profile.nodes * profile.tasks_per_node}" if profile.spare_nodes else ""
     if profile.restarts_in_job:
         lines += ["in_job=0", "while :; do", f'export {IN_JOB_RESTART}="$in_job"']
     if tracks_nodes(profile):

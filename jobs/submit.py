@@ -182,15 +182,29 @@ def check_partition(profile: Profile) -> None:
     oneoff.refuse_beyond_partition(found[0], profile.nodes, profile.spare_nodes, profile.timeout_min)
 
 
-def check_local_processes(count: int) -> None:
-    """The local profile starts one process per GPU (per CPU without GPUs): bounded by this machine."""
-    gpus = len(list(Path("/dev").glob("nvidia[0-9]*"))) if has_local_gpus() else 0
+def check_local_processes(profile: Profile) -> None:
+    """The local profile starts one process per GPU (per gpus_per_task GPUs; per CPU without GPUs): bounded by
+    the GPUs this machine shows (CUDA_VISIBLE_DEVICES's, when set), else by its CPUs."""
+    gpus = 0
+    if has_local_gpus():
+        shown = visible_gpus(os.environ.get("CUDA_VISIBLE_DEVICES"))
+        gpus = len(shown) if shown else len(list(Path("/dev").glob("nvidia[0-9]*")))
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    limit, what = (gpus, "GPUs") if gpus else (cpus, "CPUs")
-    if count > limit:
+    refuse_local_shape(profile.gpus_per_node, profile.tasks_per_node, gpus, cpus)
+
+
+def refuse_local_shape(gpus_per_node: int, tasks: int, gpus: int, cpus: int) -> None:
+    """With GPUs, the GPUs asked for (tasks x gpus_per_task) must exist: a rank is never put on another's GPU
+    (trainer.distributed.device_indices); without, one process per CPU at most (pure)."""
+    if gpus and gpus_per_node > gpus:
         raise UserError(
-            f"--gpus-per-node {count} would start {count} local processes on a machine with {limit} {what}; "
-            f"pass --gpus-per-node {limit} or fewer, or use a Slurm profile"
+            f"--gpus-per-node {gpus_per_node} asks for {gpus_per_node} GPUs on a machine that shows {gpus}; "
+            f"pass --gpus-per-node {gpus} or fewer, or use a Slurm profile"
+        )
+    if not gpus and tasks > cpus:
+        raise UserError(
+            f"--gpus-per-node {gpus_per_node} would start {tasks} local processes on a machine with {cpus} CPUs; "
+            f"pass --gpus-per-node {cpus} or fewer, or use a Slurm profile"
         )
 
 
@@ -247,7 +261,7 @@ def prepare(argv: list[str] | None) -> Request:
     if args.name is not None:
         check_name(args.name)
     if profile.executor == "local":
-        check_local_processes(profile.tasks_per_node)
+        check_local_processes(profile)
     if args.resume and args.sweep:
         raise UserError("--resume continues one run; drop --sweep")
     if not args.dry_run:

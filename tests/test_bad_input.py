@@ -20,7 +20,11 @@ def assert_refused(result, message: str, run_root: Path) -> None:  # type: ignor
     assert lines[0].startswith("error: ") and message in lines[0], lines[0]
     assert "Traceback" not in result.stderr + result.stdout
     assert run_dirs(run_root) == []
-    assert not any(p.name not in ("sample_data", "CACHEDIR.TAG") for p in run_root.glob("*")) if run_root.exists() else True
+    assert (
+        not any(p.name not in ("sample_data", "CACHEDIR.TAG") for p in run_root.glob("*"))
+        if run_root.exists()
+        else True
+    )
 
 
 @pytest.fixture
@@ -71,20 +75,32 @@ def test_bad_arguments(args: list[str], message: str, local_profile: Path, tmp_p
         ("executor: local\nrestarts_in_job: 101\n", "restarts_in_job must be between 0 and 100, got 101"),
         ("executor: local\nscript_hang_s: 5\n", "script_hang_s must be 0 (never) or between 10 s and a week, got 5"),
         ("executor: local\nspare_nodes: -1\n", "spare_nodes must be between 0 and 64, got -1"),
-        ("executor: local\nrequeue_grace_s: 500\n", "requeue_grace_s must be -1 (what signal_delay_s leaves) or from 0"),
+        (
+            "executor: local\nrequeue_grace_s: 500\n",
+            "requeue_grace_s must be -1 (what signal_delay_s leaves) or from 0",
+        ),
         ("executor: local\nrequeue_grace_s: -5\n", "e.g. requeue_grace_s: 90"),
         ("executor: local\nrestarts_in_job: 1\nspare_nodes: 1\n", "spare_nodes: 1 takes a failed node's place in an"),
         ("executor: slurm\nspare_nodes: 2\n", "set restarts_in_job: 1 or more with executor: slurm, or spare_nodes: 0"),
         ("executor: slurm\nlogin: a@b\nremote_root: runs\n", "remote_root runs is relative: the login node would put"),
-        ("executor: slurm\nlogin: a@b\nremote_root: ./scratch/runs\n", "write an absolute folder, e.g. ~/runs or /scratch/$USER/runs"),
+        (
+            "executor: slurm\nlogin: a@b\nremote_root: ./scratch/runs\n",
+            "write an absolute folder, e.g. ~/runs or /scratch/$USER/runs",
+        ),
         (
             "executor: slurm\nlogin: a@b\nremote_root: /r\nssh_options: [-o, ProxyCommand=nc %h %p]\n",
             "ssh_options: -o ProxyCommand is not passed on (it can run commands on this machine",
         ),
-        ("executor: slurm\nlogin: a@b\nremote_root: /r\nssh_options: ['-oLocalCommand=id']\n", "-o LocalCommand is not"),
+        (
+            "executor: slurm\nlogin: a@b\nremote_root: /r\nssh_options: ['-oLocalCommand=id']\n",
+            "-o LocalCommand is not",
+        ),
         ("executor: slurm\nlogin: a@b\nremote_root: /r\nssh_options: [-A]\n", "'-A' is not passed on (only -p, -i, -J"),
         ("executor: slurm\nlogin: a@b\nremote_root: /r\nssh_options: [-p]\n", "-p needs a value after it"),
-        ("executor: slurm\nlogin: a@b\nremote_root: /r\nssh_options: [-J, 'a$(id)@h']\n", "-J 'a$(id)@h' is not a user"),
+        (
+            "executor: slurm\nlogin: a@b\nremote_root: /r\nssh_options: [-J, 'a$(id)@h']\n",
+            "-J 'a$(id)@h' is not a user",
+        ),
         (
             "executor: slurm\nlogin: a@b\nremote_root: /r\nssh_options: [-o, UserKnownHostsFile=~/.bashrc]\n",
             "would let ssh write host keys there; name /dev/null or a known_hosts file of ~/.ssh",
@@ -93,7 +109,10 @@ def test_bad_arguments(args: list[str], message: str, local_profile: Path, tmp_p
             "executor: slurm\nlogin: a@b\nremote_root: /r\nssh_options: [-o, UserKnownHostsFile=~/.ssh/authorized_keys]\n",
             "would let ssh write host keys there",
         ),
-        ("executor: slurm\nlogin: a@b\nremote_root: /r\nssh_options: [-F, runs/x/cfg]\n", "-F runs/x/cfg must be a file of ~/.ssh"),
+        (
+            "executor: slurm\nlogin: a@b\nremote_root: /r\nssh_options: [-F, runs/x/cfg]\n",
+            "-F runs/x/cfg must be a file of ~/.ssh",
+        ),
     ],
 )
 def test_bad_profiles(text: str, message: str, tmp_path: Path) -> None:

@@ -152,6 +152,18 @@ def test_restarts_in_job_run_srun_in_a_loop_the_shell_accepts(tmp_path: Path) ->
     assert "while :; do" not in without and "in_job=0" not in without
 
 
+def test_a_step_on_spare_nodes_asks_for_the_tasks_per_node_not_the_gpus(tmp_path: Path) -> None:
+    """With spare_nodes the step names its own task count: one task per gpus_per_task GPUs, not one per GPU."""
+    from jobs.plan import make_plan, sbatch_script
+    from jobs.profiles import Profile
+
+    profile = Profile(
+        name="p", executor="slurm", nodes=2, gpus_per_node=8, gpus_per_task=2, restarts_in_job=1, spare_nodes=1
+    )
+    script = sbatch_script(make_plan(profile, [], tmp_path / "logs", False, "python"))
+    assert 'step_args="--nodes=2 --ntasks=8' in script, script
+
+
 SUGGESTION = re.compile(r"e\.g\. ([A-Za-z_][\w.]*)(?:=|: )(\S+?)[;,)]?$")
 BAD_NUMBERS = ["nan", "inf", "-1", "0", "1e30", "99999999999999999999", "x"]
 

@@ -179,3 +179,19 @@ def test_a_slurm_shell_says_why_it_runs_one_process() -> None:
 def test_a_second_task_of_an_interactive_step_refuses_to_run_a_copy() -> None:
     with pytest.raises(UserError, match="without --pty"):
         resolve(slurm(1, 1, 0, "node[1-2]", SLURM_PTY_PORT="39191"))
+
+
+def test_a_restart_in_the_allocation_never_reads_the_port_of_the_start_before(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Rank 0 of the first start published its port; the next start's rank 1 waits for its own rank 0's."""
+    import dataclasses
+
+    from trainer.env.rendezvous import agree_port
+
+    env = {"SLURM_PROCID": "0", "SLURM_STEP_ID": "0", "SLURM_NTASKS": "2", "SLURM_JOB_NODELIST": "n[1-2]",
+           "SLURM_JOB_ID": "77", "SLURM_NODEID": "0", "SLURM_TASKS_PER_NODE": "1(x2)"}  # fmt: skip
+    first = resolve(env)
+    chosen = agree_port(first, tmp_path)
+    assert agree_port(dataclasses.replace(first, rank=1), tmp_path).master_port == chosen.master_port
+    restarted = resolve({**env, "SLURM_PROCID": "1", "SLURM_DDP_IN_JOB_RESTART": "1"})
+    with pytest.raises(UserError, match="rank 0 published no port"):
+        agree_port(restarted, tmp_path, wait_s=0.3)

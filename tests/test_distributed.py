@@ -63,3 +63,27 @@ def test_the_comm_timer_measures_a_gloo_all_reduce_through_ddp(group: None) -> N
     ddp(torch.randn(8, 64)).sum().backward()
     first = timer.take()
     assert first > 0.0 and timer.take() == 0.0 and timer._in_flight == 0
+
+
+def test_each_rank_gets_its_own_gpus_or_a_refusal_never_a_shared_one() -> None:
+    from trainer.distributed import device_indices
+    from trainer.errors import UserError
+
+    assert [device_indices(r, 1, 8) for r in (0, 7)] == [[0], [7]]
+    assert device_indices(3, 2, 8) == [6, 7]
+    assert device_indices(5, 2, 2) == [0, 1]  # Slurm showed the task its own two (--gpus-per-task)
+    for local_rank, k, count in ((4, 1, 4), (2, 2, 4), (1, 2, 3)):
+        with pytest.raises(UserError, match=rf"local rank {local_rank} would drive GPU.*shows {count} GPU"):
+            device_indices(local_rank, k, count)
+
+
+def test_a_local_shape_beyond_the_machine_is_refused() -> None:
+    from jobs.submit import refuse_local_shape
+    from trainer.errors import UserError
+
+    refuse_local_shape(8, 4, 8, 2)  # 4 tasks of 2 GPUs on 8 GPUs
+    refuse_local_shape(2, 2, 0, 2)  # 2 processes on 2 CPUs
+    with pytest.raises(UserError, match="asks for 8 GPUs on a machine that shows 4; pass --gpus-per-node 4"):
+        refuse_local_shape(8, 4, 4, 64)  # 4 tasks of 2 GPUs: the task count alone would fit
+    with pytest.raises(UserError, match="would start 3 local processes on a machine with 2 CPUs"):
+        refuse_local_shape(3, 3, 0, 2)

@@ -80,7 +80,9 @@ def test_what_a_partition_cannot_hold_is_refused_and_what_it_can_is_not() -> Non
     part = {"PartitionName": "gpu", "TotalNodes": "4", "MaxNodes": "3", "MaxTime": "02:00:00"}
     refuse_beyond_partition(part, 3, 0, 120)
     refuse_beyond_partition({**part, "MaxNodes": "UNLIMITED", "MaxTime": "UNLIMITED"}, 3, 1, 10**6)
-    with pytest.raises(UserError, match="asks for 4 nodes, but partition gpu has or allows 3: .* at most --nodes 2, or fewer spare"):
+    with pytest.raises(
+        UserError, match="asks for 4 nodes, but partition gpu has or allows 3: .* at most --nodes 2, or fewer spare"
+    ):
         refuse_beyond_partition(part, 3, 1, 60)
     with pytest.raises(UserError, match=r"--time 121 is more than partition gpu allows \(02:00:00\).* --time 120$"):
         refuse_beyond_partition(part, 1, 0, 121)

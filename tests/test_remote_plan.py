@@ -112,7 +112,9 @@ def test_a_dry_run_of_a_profile_for_another_machine_prints_the_clusters_script_w
 def test_a_dry_run_of_a_profile_for_another_machine_leaves_its_variables_to_that_machine(tmp_path: Path) -> None:
     """remote_root: $SCRATCH/runs is the login node's $SCRATCH: the laptop's --dry-run shows it as written,
     never as this machine's $SCRATCH or home."""
-    (tmp_path / "site.yaml").write_text("executor: slurm\nlogin: nobody@unreachable.invalid\nremote_root: $SCRATCH/runs\n")
+    (tmp_path / "site.yaml").write_text(
+        "executor: slurm\nlogin: nobody@unreachable.invalid\nremote_root: $SCRATCH/runs\n"
+    )
     env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT), "SCRATCH": "/laptop/scratch", "HOME": str(tmp_path)}
     done = subprocess.run(
         [sys.executable, "-m", "jobs.submit", "--profile", str(tmp_path / "site.yaml"), "--dry-run", "--name", "d"],

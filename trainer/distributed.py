@@ -16,6 +16,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 from trainer.config import DistConfig
 from trainer.env.launcher import DistEnv
+from trainer.errors import UserError
 from trainer.run.rundir import RunDir
 from trainer.tasks import check_devices
 
@@ -51,7 +52,7 @@ def dump_flight_recorder(run_dir: Path, rank: int) -> str | None:
 def rendezvous_file(env: DistEnv, run_dir: Path) -> Path:
     """dist.init_method=file: the file the ranks of this attempt meet in, in the run directory every node sees;
     a new one for each attempt (job, requeue, in-job restart), so no rank reads a store an earlier one left."""
-    return RunDir(run_dir).rendezvous / f"store_{env.job_id}_{env.restart_count}_{env.in_job_restart}"
+    return RunDir(run_dir).rendezvous / f"store_{env.attempt_key}"
 
 
 @contextlib.contextmanager
@@ -94,11 +95,23 @@ def pick_devices(env: DistEnv) -> list[torch.device]:
     k = max(1, env.gpus_per_task)
     if not torch.cuda.is_available():
         return [torch.device("cpu")] * k
-    count = torch.cuda.device_count()
-    first = 0 if count == k else env.local_rank * k
-    devices = [torch.device("cuda", (first + j) % count) for j in range(k)]
+    devices = [torch.device("cuda", i) for i in device_indices(env.local_rank, k, torch.cuda.device_count())]
     torch.cuda.set_device(devices[0])
     return devices
+
+
+def device_indices(local_rank: int, k: int, count: int) -> list[int]:
+    """The CUDA indices a task drives among the `count` it sees: all of them when it sees just its own k
+    (--gpus-per-task), else its share by local rank. Two ranks on one GPU would run, slowly or out of memory,
+    so a share beyond the GPUs is refused, never wrapped around."""
+    first = 0 if count == k else local_rank * k
+    if first + k > count:
+        share = f"GPU {first}" if k == 1 else f"GPUs {first}-{first + k - 1}"
+        raise UserError(
+            f"local rank {local_rank} would drive {share}, but this node shows {count} GPU(s); ask for at most "
+            f"{count} GPUs per node (gpus_per_node), or check CUDA_VISIBLE_DEVICES"
+        )
+    return list(range(first, first + k))
 
 
 def pick_device(env: DistEnv) -> torch.device:

@@ -502,7 +502,9 @@ def test_a_job_cancelled_while_wait_follows_it_is_reported_as_cancelled(tmp_path
     """jobs.cancel from another terminal while --wait follows: --wait says cancelled, with how to continue,
     not that the job failed (exit 1: it did not finish)."""
     profile = write_profile(tmp_path, f"executor: local\ngpus_per_node: 2\nrun_root: {tmp_path / 'runs'}\n")
-    (tmp_path / "long.py").write_text("import time\nfor i in range(600):\n    print(i, flush=True)\n    time.sleep(0.1)\n")
+    (tmp_path / "long.py").write_text(
+        "import time\nfor i in range(600):\n    print(i, flush=True)\n    time.sleep(0.1)\n"
+    )
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     proc = subprocess.Popen(
         [sys.executable, "-m", "jobs.submit", "--profile", str(profile), "--wait", "--", "python", "long.py"],

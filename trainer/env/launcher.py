@@ -66,6 +66,12 @@ class DistEnv:
         )
 
     @property
+    def attempt_key(self) -> str:
+        """One start of this job's tasks: job id, Slurm's requeue count, restart in the allocation. What each
+        start agrees on anew (its port, its store) is named by it, so no start reads an earlier one's."""
+        return f"{self.job_id}_{self.restart_count}_{self.in_job_restart}"
+
+    @property
     def is_main(self) -> bool:
         return self.rank == 0
 

@@ -40,7 +40,7 @@ def agree_port(env: DistEnv, run_dir: Path, wait_s: float = WAIT_S) -> DistEnv:
     """`env` with the master port every rank of this attempt uses (see the module's docstring)."""
     if not env.port_derived or not env.distributed:
         return env
-    path = RunDir(run_dir).rendezvous / f"port_{env.job_id}_{env.restart_count}"
+    path = RunDir(run_dir).rendezvous / f"port_{env.attempt_key}"
     if env.is_main:
         port = env.master_port if free(env.master_port) else any_free_port()
         if port != env.master_port:
