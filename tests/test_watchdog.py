@@ -77,3 +77,52 @@ def test_a_hang_dumps_the_recorder_before_the_record_and_a_failing_dump_does_not
     dog.on_hang = broken
     dog._hung("data", 30.0, 12)
     assert "warning: could not dump the NCCL flight recorder: NCCL is not initialised" in capfd.readouterr().err
+
+
+def test_a_stopped_rank_is_named_at_the_step_its_peers_wait_in_not_its_last_heartbeats() -> None:
+    """Heartbeats are seconds apart: rank 1's last said step 28; ranks 0 and 2 wait for it in step 40."""
+    stuck, why = culprit([beat(0, 40), beat(1, 28, written=100.0), beat(2, 41)], now=121.0, stale_s=11.0)  # type: ignore[misc]
+    assert stuck.rank == 1 and "at step 40" in why
+
+
+def test_while_the_group_forms_a_frozen_or_absent_rank_is_named_not_rank_0() -> None:
+    from trainer.watchdog import absent
+
+    start = [beat(0, -1, "startup", written=120.0), beat(1, -1, "startup", written=60.0), beat(2, -1, "startup")]
+    stuck, why = absent(start, 3, now=121.0, stale_s=11.0)  # type: ignore[misc]
+    assert stuck.rank == 1 and why.startswith("its heartbeat stopped 61 s ago")
+    stuck, why = absent([start[0], start[2]], 4, now=121.0, stale_s=11.0)  # type: ignore[misc]
+    assert stuck.rank == 1 and why.startswith("wrote no heartbeat")
+    assert absent([start[0], beat(1, -1, "startup")], 2, now=121.0, stale_s=11.0) is None
+
+
+class FakeStore:
+    """A dict with the TCPStore calls StoreBoard makes; `gone` raises as a store that does not answer."""
+
+    def __init__(self) -> None:
+        self.keys: dict[str, bytes] = {}
+        self.gone = False
+
+    def set(self, key: str, value: str) -> None:
+        self.keys[key] = value.encode()
+
+    def check(self, keys: list[str]) -> bool:
+        if self.gone:
+            raise RuntimeError("Socket Timeout")
+        return all(k in self.keys for k in keys)
+
+    def multi_get(self, keys: list[str]) -> list[bytes]:
+        return [self.keys[k] for k in keys]
+
+
+def test_once_the_group_formed_heartbeats_go_to_the_store_and_no_file_is_left(tmp_path: Path) -> None:
+    from trainer.run.rundir import RunDir
+    from trainer.watchdog import StoreBoard
+
+    dog = Watchdog(HangConfig(), tmp_path, 1, "node2", world_size=2).start()
+    store = FakeStore()
+    dog.use_store(store, "node1")
+    dog._beat(beat(1, 7))
+    assert not RunDir(tmp_path).heartbeat(1).exists() and [b.step for b in StoreBoard(store, 0, 2).read()] == [7]
+    dog.stop()
+    assert not RunDir(tmp_path).heartbeats.exists()

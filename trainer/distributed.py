@@ -88,6 +88,15 @@ def process_group(
             store.unlink(missing_ok=True)  # torch's FileStore removes it when the last rank leaves; else here
 
 
+def beat_store(env: DistEnv, init: str) -> dist.TCPStore | None:
+    """A client of the job's TCPStore (rank 0's, at MASTER_ADDR:MASTER_PORT) for heartbeats, apart from the
+    process group's: a short timeout, so that a rank 0 that does not answer is named in seconds, not after the
+    group's timeout. None without one (one process, dist.init_method=file)."""
+    if not env.distributed or init != "tcp":
+        return None
+    return dist.TCPStore(env.master_addr, env.master_port, is_master=False, timeout=timedelta(seconds=5))
+
+
 def pick_devices(env: DistEnv) -> list[torch.device]:
     """The devices this process drives: one per task, or gpus_per_task of them. On CUDA, the task's own K
     GPUs when Slurm showed it only those (--gpus-per-task), else its share of the node's by local rank; on

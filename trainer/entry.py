@@ -37,9 +37,9 @@ def run(config: dict[str, Any], job: dict[str, Any] | None = None) -> dict[str, 
     stop_flag = StopFlag(settings.signal)  # before the seconds spent importing torch, and your task's file
     run_dir = Path(config["run_dir"])
     env = agree_port(resolve(os.environ), run_dir)
-    relay.watch(
-        relay.signal_file(env.attempt), stop_flag.signum
-    )  # on Slurm the batch shell, not this task, gets the signal
+    # On Slurm the batch shell, not this task, gets the signal, and leaves a file. Rank 0 alone watches for it:
+    # the ranks' stop vote is a MAX (trainer.preemption), and the others stay off the shared filesystem.
+    relay.watch(relay.signal_file(env.attempt) if env.is_main else None, stop_flag.signum)
     # submitit's task ignores SIGTERM; a cancel (scancel, jobs.cancel) must stop training now, not at SIGKILL.
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     from trainer.train import train  # torch is imported here, in the task, not at submit time

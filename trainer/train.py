@@ -23,6 +23,7 @@ from trainer.data.checks import count_bad_images
 from trainer.data.loader import batches, make_loader, shutdown, to_device
 from trainer.distributed import (
     CommTimer,
+    beat_store,
     dump_flight_recorder,
     gather_hosts,
     make_model,
@@ -68,13 +69,19 @@ def train(
     stop_flag = stop_flag or StopFlag(settings.signal)
     device = pick_device(env)
     torch.set_num_threads(env.cpus_per_task)
-    with (
-        process_group(env, config.dist.timeout_s, device, Path(config.run_dir), config.dist.init_method),
-        contextlib.ExitStack() as cleanup,
-    ):
-        startup.mark("process_group_joined")
+    with contextlib.ExitStack() as cleanup:
+        # Before the group forms: a rank frozen meanwhile is named by its heartbeat file, not blamed on rank 0.
         watchdog = start_watchdog(config, env)
         cleanup.callback(watchdog.stop)
+        try:
+            group = process_group(env, config.dist.timeout_s, device, Path(config.run_dir), config.dist.init_method)
+            cleanup.enter_context(group)
+        except Exception as exc:
+            watchdog.blame_absent(exc)
+            raise
+        startup.mark("process_group_joined")
+        if (store := beat_store(env, config.dist.init_method)) is not None:
+            watchdog.use_store(store, env.master_addr)  # off the shared filesystem from here on
         run = setup(config, env, device, watchdog)
         resume(run, cause)
         task, model, ddp, optimizer, state = run.task, run.model, run.ddp, run.optimizer, run.state

@@ -17,6 +17,7 @@ the local controller, stops the others. The stuck rank itself, when its process 
 """
 
 import contextlib
+import dataclasses
 import faulthandler
 import json
 import multiprocessing
@@ -27,6 +28,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol, TypeVar
 
 from trainer.config.schema import HangConfig
 from trainer.errors import UserError
@@ -76,6 +78,10 @@ def culprit(beats: list[Beat], now: float, stale_s: float) -> tuple[Beat, str] |
     stopped = sorted((b for b in beats if now - b.written > stale_s), key=lambda b: b.written)
     if stopped:
         first = stopped[0]
+        # Its last beat is up to beat_s old (steps ago); the ranks still beating wait for it in the step they
+        # are in, the lowest of them the first it did not join.
+        live = [b.step for b in beats if b not in stopped]
+        first = dataclasses.replace(first, step=max(first.step, min(live, default=first.step)))
         return (
             first,
             f"its heartbeat stopped {now - first.written:.0f} s ago {first.where()} (stopped or frozen)",
@@ -89,6 +95,100 @@ def culprit(beats: list[Beat], now: float, stale_s: float) -> tuple[Beat, str] |
         where = "at that step" if behind >= 0 else "making progress"
         why += f" (no rank stands out: ranks {', '.join(str(b.rank) for b in candidates)} all stopped {where})"
     return first, why
+
+
+class FileBoard:
+    """Heartbeats as one small file per rank in the run directory: before the process group forms (no store
+    yet), and with dist.init_method=file (no TCP store at all)."""
+
+    def __init__(self, run_dir: Path, rank: int) -> None:
+        self.run_dir, self.rank = run_dir, rank
+
+    def put(self, beat: Beat) -> None:
+        write_text(RunDir(self.run_dir).heartbeat(self.rank), json.dumps(beat.__dict__) + "\n")
+
+    def read(self) -> list[Beat]:
+        return read_beats(self.run_dir)
+
+    def close(self) -> None:
+        files = RunDir(self.run_dir)
+        with contextlib.suppress(OSError):
+            files.heartbeat(self.rank).unlink(missing_ok=True)
+            files.heartbeats.rmdir()  # the last rank out removes the folder
+
+
+class KeyValue(Protocol):
+    """What StoreBoard needs of a torch.distributed Store: a client of the job's TCPStore (trainer.distributed)."""
+
+    def set(self, key: str, value: str) -> None: ...
+    def multi_get(self, keys: list[str]) -> list[bytes]: ...
+    def check(self, keys: list[str]) -> bool: ...
+
+
+STORE_PREFIX = "slurm_ddp/beat/"
+
+
+T = TypeVar("T")
+STORE_WAIT_S = 5.0  # how long a hang's detector waits for the store's answer: a stopped rank 0 never gives one
+
+
+def within(seconds: float, read: Callable[[], T]) -> T:
+    """`read()`'s answer, or TimeoutError after `seconds`: a TCPStore client whose server is stopped (SIGSTOP)
+    can wait on its socket for ever, its own timeout notwithstanding."""
+    answer: list[T] = []
+    failed: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            answer.append(read())
+        except BaseException as exc:  # handed to the caller
+            failed.append(exc)
+
+    thread = threading.Thread(target=run, name="hang-read-beats", daemon=True)
+    thread.start()
+    thread.join(seconds)
+    if failed:
+        raise failed[0]
+    if not answer:
+        raise TimeoutError(f"no answer within {seconds:g} s")
+    return answer[0]
+
+
+class StoreBoard:
+    """Heartbeats as keys of the job's TCPStore, on rank 0, once the process group has formed: no file on the
+    shared filesystem per rank. A store that does not answer is itself the news: rank 0 holds it."""
+
+    def __init__(self, store: KeyValue, rank: int, world_size: int) -> None:
+        self.store, self.rank, self.world_size = store, rank, world_size
+
+    def put(self, beat: Beat) -> None:
+        self.store.set(f"{STORE_PREFIX}{self.rank}", json.dumps(beat.__dict__))
+
+    def read(self) -> list[Beat]:
+        keys = [f"{STORE_PREFIX}{r}" for r in range(self.world_size)]
+        present = [k for k in keys if self.store.check([k])]
+        beats = []
+        for raw in self.store.multi_get(present) if present else []:
+            with contextlib.suppress(ValueError, TypeError):
+                beats.append(Beat(**json.loads(raw)))
+        return beats
+
+    def close(self) -> None:
+        pass  # the store ends with rank 0's process
+
+
+def absent(beats: list[Beat], world_size: int, now: float, stale_s: float) -> tuple[Beat, str] | None:
+    """While the process group forms: the rank that keeps it from forming, by its heartbeat file (there is
+    no store yet): one whose heartbeat stopped (frozen), else one that never wrote one; None if every rank beats."""
+    stopped = [b for b in beats if now - b.written > stale_s and b.rank < world_size]
+    if stopped:
+        return culprit(stopped, now, stale_s)
+    missing = sorted(set(range(world_size)) - {b.rank for b in beats})
+    if missing:
+        return Beat(
+            missing[0], "an unknown node", -1, "startup", now, now
+        ), "wrote no heartbeat: it never started, or froze first"
+    return None
 
 
 # Sections in which a rank waits on its peers (a collective): a rank stuck there gets a little longer than one
@@ -111,10 +211,15 @@ class Watchdog:
     # Called on a hang after the stacks, before the exit (NCCL's flight recorder: trainer.distributed); may return
     # the path it wrote, for the log.
     on_hang: Callable[[], str | None] | None = None
+    # Where heartbeats go: files until the process group forms, then the job's store (use_store). The address
+    # of rank 0's store names it when the store does not answer.
+    board: "FileBoard | StoreBoard | None" = None
+    store_host: str = ""
     _stop: threading.Event = field(default_factory=threading.Event)
     _threads: list[threading.Thread] = field(default_factory=list)
 
     def start(self, step: int = 0) -> "Watchdog":
+        self.board = self.board or FileBoard(self.run_dir, self.rank)
         self.current = ("startup", time.monotonic(), time.time(), step)
         if self.settings.enabled:
             # Two threads: a heartbeat write that blocks (a hung shared filesystem) must not stop the check.
@@ -122,6 +227,32 @@ class Watchdog:
                 self._threads.append(threading.Thread(target=target, name=name, daemon=True))
                 self._threads[-1].start()
         return self
+
+    def use_store(self, store: KeyValue, host: str) -> None:
+        """The process group formed: heartbeats go to the job's store from now on, and this rank's file goes."""
+        files = self.board
+        self.board, self.store_host = StoreBoard(store, self.rank, self.world_size), host
+        if files is not None:
+            files.close()
+
+    def blame_absent(self, exc: BaseException) -> None:
+        """The process group did not form (`exc`, after dist.timeout_s): record the rank that kept it from
+        forming, named by the heartbeats, before this rank records its own timeout (error.txt names the first)."""
+        if not self.settings.enabled or self.world_size < 2:
+            return
+        now = time.time()
+        found = absent(
+            FileBoard(self.run_dir, self.rank).read(), self.world_size, now, 2 * self.settings.beat_s + CHECK_S
+        )
+        if found is None:
+            return
+        stuck, why = found
+        message = (
+            f"hung: it kept the process group from forming: {why}; seen by rank {self.rank} ({type(exc).__name__})"
+        )
+        self._say(f"hang: rank {stuck.rank} on {stuck.host}: {message}")
+        with contextlib.suppress(OSError, ValueError, UserError):
+            failures.record(self.run_dir, failures.Failure(now, stuck.rank, stuck.host, "", message, False))
 
     def enter(self, name: str, step: int | None = None) -> None:
         """The training thread begins section `name`; the time since the last one began counts for that one."""
@@ -154,10 +285,7 @@ class Watchdog:
         self._stop.set()
         for thread in self._threads:
             thread.join(timeout=2 * CHECK_S)  # a heartbeat stuck on a hung filesystem is left behind
-        files = RunDir(self.run_dir)
-        with contextlib.suppress(OSError):
-            files.heartbeat(self.rank).unlink(missing_ok=True)
-            files.heartbeats.rmdir()  # the last rank out removes the folder
+        FileBoard(self.run_dir, self.rank).close()  # a beat written as the store took over leaves no file
 
     def _watch(self) -> None:
         while not self._stop.wait(CHECK_S):
@@ -181,9 +309,9 @@ class Watchdog:
 
     def _beat(self, beat: Beat) -> None:
         try:
-            write_text(RunDir(self.run_dir).heartbeat(self.rank), json.dumps(beat.__dict__) + "\n")
-        except (OSError, UserError):
-            pass  # a full or lost disk: the budget still holds
+            (self.board or FileBoard(self.run_dir, self.rank)).put(beat)
+        except (OSError, UserError, RuntimeError):
+            pass  # a full or lost disk, a store that does not answer: the budget still holds
 
     def _say(self, text: str) -> None:
         """A line on stderr with one write(2): the training thread may hold sys.stderr's lock, stuck."""
@@ -205,14 +333,21 @@ class Watchdog:
             except Exception as exc:  # a dump that fails must not keep the rank from exiting
                 self._say(f"warning: could not dump the NCCL flight recorder: {exc}")
         now = time.time()
-        beats = [b for b in read_beats(self.run_dir) if b.rank < self.world_size and b.section != "hung"]
-        found = culprit(beats, now, stale_s=2 * self.settings.beat_s + CHECK_S)
+        try:
+            beats = within(STORE_WAIT_S, (self.board or FileBoard(self.run_dir, self.rank)).read)
+            beats = [b for b in beats if b.rank < self.world_size and b.section != "hung"]
+            found = culprit(beats, now, stale_s=2 * self.settings.beat_s + CHECK_S)
+        except (OSError, RuntimeError, TimeoutError):  # rank 0, which holds the store, does not answer
+            zero = Beat(0, self.store_host, step, name, me.since, now)
+            found = (zero, f"the job's store on rank 0 does not answer {zero.where()} (rank 0 stopped or frozen, "
+                           "or its node gone)")  # fmt: skip
         stuck, why = found if found else (me, f"no progress for {waited:.0f} s {me.where()}")
         message = f"hung: {why}; seen by rank {self.rank} after {waited:.0f} s (budgets: hang.timeout_s, hang.factor)"
         failure = failures.Failure(now, stuck.rank, stuck.host, "", message, False)
         self._say(f"hang: {failure.line()}")  # kept here when a restart clears error.txt
         # This rank's heartbeat says it detected, so a later detector does not take its silence for the cause.
-        self._beat(Beat(self.rank, self.host, step, "hung", me.since, now))
+        with contextlib.suppress(TimeoutError):  # a store that does not answer: the record below still goes
+            within(STORE_WAIT_S, lambda: self._beat(Beat(self.rank, self.host, step, "hung", me.since, now)))
         try:
             failures.record(self.run_dir, failure)
         except (OSError, ValueError, UserError) as exc:

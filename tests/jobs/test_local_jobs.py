@@ -353,31 +353,62 @@ def test_a_local_sweep_runs_as_many_points_at_once_as_the_machine_allows(tmp_pat
 HANG = ["hang.floor_s=10", "hang.factor=2", "hang.beat_s=2"]
 
 
+@pytest.mark.parametrize("rank", [1, 0])
 def test_a_stopped_rank_is_named_by_its_peers_watchdog_within_the_budget(
-    local_profile: Path, sample_root: Path, tmp_path: Path
+    local_profile: Path, sample_root: Path, tmp_path: Path, rank: int
 ) -> None:
     """Rank 1 is stopped (SIGSTOP, as a dead NIC or a frozen node leaves it): rank 0 waits in the all-reduce, and
     within its budget its watchdog names rank 1 from the heartbeats (rank 1's stopped), writes every thread's
-    stack into its log and exits; the controller stops the rest. Long before gloo's own timeout (300 s)."""
+    stack into its log and exits; the controller stops the rest. Long before gloo's own timeout (300 s).
+    Rank 0 stopped: the job's store, which it holds, does not answer rank 1's watchdog, which names it."""
+    other = 1 - rank
     out = tmp_path / "submit.out"
     with out.open("w") as f:
         args = ["--profile", str(local_profile), "--wait", f"data.root={sample_root / 'pix2pix'}", *LONG, *HANG]
         proc = subprocess.Popen([sys.executable, "-m", "jobs.submit", *args], cwd=ROOT, stdout=f, stderr=f)
     run_dir = poll("the run directory", lambda: (found := run_dirs(tmp_path / "runs")) and found[0])
     tasks = started(run_dir)
-    beat = run_dir / "heartbeats" / "rank_1.json"
-    poll("rank 1 training", lambda: beat.exists() and json.loads(beat.read_text() or "{}").get("step", 0) >= 2)
+    progress = run_dir / "progress.json"  # rank 0's; heartbeats go to the job's store, not to files
+    poll("the ranks training", lambda: progress.exists() and json.loads(progress.read_text() or "{}")["step"] >= 2)
     stopped = time.monotonic()
-    os.kill(tasks[1][0], signal.SIGSTOP)
+    os.kill(tasks[rank][0], signal.SIGSTOP)
     assert proc.wait(timeout=90) == 1, out.read_text()
     assert time.monotonic() - stopped < 15 + 15
     line = (run_dir / "error.txt").read_text()
-    assert line.startswith(f"rank 1 on {socket.gethostname()}: hung: its heartbeat stopped "), line
-    assert "(stopped or frozen); seen by rank 0 after " in line
-    log0 = "".join(p.read_text() for p in (run_dir / "logs").glob("*_0_log.*"))  # stderr holds the stacks
-    assert "hang: rank 0 made no progress for" in log0 and 'File "' in log0 and "Thread 0x" in log0
+    if rank == 1:
+        assert line.startswith(f"rank 1 on {socket.gethostname()}: hung: its heartbeat stopped "), line
+        assert "(stopped or frozen); seen by rank 0 after " in line
+    else:
+        assert line.startswith("rank 0 on 127.0.0.1: hung: the job's store on rank 0 does not answer at step "), line
+        assert "(rank 0 stopped or frozen, or its node gone); seen by rank 1 after " in line
+    log = "".join(p.read_text() for p in (run_dir / "logs").glob(f"*_{other}_log.*"))  # stderr holds the stacks
+    assert f"hang: rank {other} made no progress for" in log and 'File "' in log and "Thread 0x" in log
     assert not any(alive(*p) for p in tasks.values())
     assert line.strip() in cli("jobs.status", str(run_dir)).stdout
+
+
+def test_a_rank_frozen_before_the_group_forms_is_named_not_rank_0(
+    local_profile: Path, sample_root: Path, tmp_path: Path
+) -> None:
+    """Rank 1 stopped as it starts: rank 0 waits for it to join the process group until dist.timeout_s, then
+    names rank 1 from the heartbeat files (it froze, or never wrote one), not its own timeout."""
+    out = tmp_path / "submit.out"
+    with out.open("w") as f:
+        args = ["--profile", str(local_profile), "--wait", f"data.root={sample_root / 'pix2pix'}", *LONG]
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "jobs.submit", *args, "dist.timeout_s=20"], cwd=ROOT, stdout=f, stderr=f
+        )
+    run_dir = poll("the run directory", lambda: (found := run_dirs(tmp_path / "runs")) and found[0])
+    job = poll("the job", lambda: (run_dir / "job.json").exists() and job_pid(run_dir))
+    tasks = poll("its tasks", lambda: len(found := ranks(job)) == 2 and found)
+    os.kill(tasks[1][0], signal.SIGSTOP)
+    stopped = time.monotonic()
+    assert proc.wait(timeout=120) == 1, out.read_text()
+    assert time.monotonic() - stopped < 20 + 15 + 15  # the group's timeout, and torch's import on rank 0
+    line = (run_dir / "error.txt").read_text()
+    assert line.startswith("rank 1 on "), line
+    assert "hung: it kept the process group from forming: " in line and "seen by rank 0" in line, line
+    assert not (run_dir / "progress.json").exists()
 
 
 STALLS = """

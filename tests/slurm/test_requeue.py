@@ -185,9 +185,10 @@ def test_a_stopped_rank_is_named_and_the_job_restarts_in_its_allocation_to_the_s
     result = submit("--profile", str(profile), f"data.root={sample_root / 'pix2pix'}", *args, *hang)
     assert result.returncode == 0, result.stderr
     run_dir = run_dir_of(result)
-    beat = run_dir / "heartbeats" / "rank_1.json"
+    progress = run_dir / "progress.json"  # rank 0's; heartbeats go to the job's store, not to files
     poll(
-        "rank 1 past a checkpoint", lambda: beat.exists() and json.loads(beat.read_text() or "{}").get("step", 0) >= 25
+        "the ranks past a checkpoint",
+        lambda: progress.exists() and json.loads(progress.read_text() or "{}")["step"] >= 25,
     )
     log = run_dir / "logs" / f"{job_id_of(run_dir)}_1_log.out"
     os.kill(int(re.findall(r"^dist: .* pid=(\d+)", log.read_text(), re.M)[-1]), signal.SIGSTOP)

@@ -201,7 +201,7 @@ class HangConfig:
     first_s: float = setting(900.0, "the budget of start-up to the first step, and of any section's first time")
     factor: float = setting(5.0, "a derived budget: the longest time the section took so far in this attempt x this")
     floor_s: float = setting(120.0, "a derived budget is never below this many seconds")
-    beat_s: float = setting(5.0, "seconds between a rank's heartbeat files, which tell a stopped rank from a slow one")
+    beat_s: float = setting(5.0, "seconds between a rank's heartbeats, which tell a stopped rank from a slow one")
 
     def __post_init__(self) -> None:
         _check(1 <= self.beat_s <= 60, "hang.beat_s", "must be between 1 and 60 seconds, e.g. 5")
