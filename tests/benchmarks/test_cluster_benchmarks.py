@@ -14,6 +14,7 @@ TINY = [
     (["startup.py", "--rounds", "1", "--tasks", "1"], ["| process group joined |", "ratio"]),
     (["restart_cost.py", "--rounds", "1", "--steps", "40"], ["round 1 in-job: kill to first resumed step", "ratio"]),
     (["remote_submit.py", "--rounds", "1"], ["| ssh, unchanged |", "sends no file again: meets"]),
+    (["quiet_ranks.py", "--seconds", "5"], ["rank 1, 5 s of steady training: 0 calls on the run folder"]),
 ]
 
 
