@@ -13,8 +13,9 @@ from typing import Any
 
 import submitit
 
+from jobs import restarts
 from jobs.local_controller import LocalExecutor
-from jobs.plan import Plan, in_background, submit_command
+from jobs.plan import Plan, after_options, submit_command
 from jobs.tracking import (
     TERMINAL,
     Target,
@@ -36,14 +37,19 @@ from trainer.run.rundir import RunDir
 
 
 class SlurmExecutor(submitit.SlurmExecutor):  # type: ignore[misc]
-    """submitit's, with srun in the background of the batch script (jobs.plan.in_background) and the
+    """submitit's, with srun run by the batch step's supervisor (jobs.restarts.supervised) and the
     interpreter's path quoted (submitit pastes it as it is)."""
 
     launcher: list[str] = []  # a container runtime's words before python (jobs.containers)
+    supervisor: tuple[str, dict[str, Any]] | None = None  # its python and what it is told (jobs.restarts.spec)
 
     @property
     def _submitit_command_str(self) -> str:
-        return in_background(submit_command(self.python, self.folder, self.launcher))
+        return after_options(submit_command(self.python, self.folder, self.launcher))
+
+    def _make_submission_file_text(self, command: str, uid: str) -> str:
+        script = super()._make_submission_file_text(command, uid)
+        return restarts.supervised(script, *self.supervisor) if self.supervisor else script
 
 
 def make_executor(plan: Plan) -> submitit.Executor:
@@ -61,6 +67,7 @@ def make_executor(plan: Plan) -> submitit.Executor:
                 )
         executor = SlurmExecutor(plan.log_dir, max_num_timeout=plan.settings.max_num_timeout, python=plan.python)
         executor.launcher = plan.launcher
+        executor.supervisor = plan.supervisor
     executor.update_parameters(**plan.parameters)
     return executor
 

@@ -29,6 +29,7 @@ from trainer.requeue import signals
 from trainer.requeue.relay import ATTEMPT, die_with_parent, stopped_file
 from trainer.requeue.signals import JobSettings
 from trainer.run.atomic import try_lock, write_text
+from trainer.supervise.policy import Ended, Policy, State, decide
 
 RESTARTS_IN_JOB = "SLURM_DDP_RESTARTS_IN_JOB"  # the profile's restarts_in_job, for the controller
 GRACE_S = 3.0  # between SIGTERM and SIGKILL when stopping tasks (Slurm's KillWait, shortened)
@@ -158,8 +159,9 @@ class Controller(local.Controller):  # type: ignore[misc]
         # the profile says), and up to restarts_in_job after a failed start, as the batch script's loop on Slurm.
         max_num_timeout = int(os.environ.get("SUBMITIT_LOCAL_MAX_NUM_TIMEOUT", signals.DEFAULT_MAX_NUM_TIMEOUT))
         restarts_in_job = int(os.environ.get(RESTARTS_IN_JOB, "0"))
-        requeues = in_job = 0
+        policy, state, requeues = Policy(restarts_in_job=restarts_in_job), State(), 0
         while True:
+            in_job = state.in_job
             os.environ[IN_JOB_RESTART] = str(in_job)
             attempt = str(self.folder / f"attempt_{self.pid}_{requeues}_{in_job}")
             os.environ[ATTEMPT] = attempt  # where a task marks a stop on purpose (trainer.requeue.relay)
@@ -171,13 +173,14 @@ class Controller(local.Controller):  # type: ignore[misc]
             if self.cancelled:
                 break
             if local.LOCAL_REQUEUE_RETURN_CODE in codes and requeues < max_num_timeout:
-                requeues, in_job = requeues + 1, 0  # as on Slurm: a requeued job's restarts begin anew
-            elif any(c != 0 for c in codes) and not self.signalled and in_job < restarts_in_job:
-                if stopped_file(attempt).exists():  # on purpose: a restart would stop the same way
-                    break
-                in_job += 1
-                print(f"a task failed: starting the tasks again ({in_job} of {restarts_in_job})", flush=True)
-            else:
+                requeues, state = requeues + 1, State()  # as on Slurm: a requeued job's restarts begin anew
+                continue
+            # The batch step's policy (trainer.supervise), on one node: no node to hold, no queue to go back to.
+            ended = Ended(int(any(c != 0 for c in codes)), self.signalled, stopped_file(attempt).exists())
+            decision = decide(policy, state, ended)
+            if decision.say:
+                print("\n".join(decision.say), flush=True)
+            if decision.action != "restart":
                 break
 
 

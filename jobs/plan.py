@@ -14,7 +14,6 @@ from trainer.config import TrainConfig
 from trainer.env.launcher import GPUS_PER_TASK
 from trainer.errors import UserError
 from trainer.requeue import signals
-from trainer.requeue.relay import ATTEMPT
 from trainer.requeue.signals import JobSettings
 
 
@@ -44,6 +43,8 @@ class Plan:
     spare_nodes: int = 0  # Slurm: nodes allocated beyond the step's, to take a failed node's place
     launcher: list[str] = field(default_factory=list)  # Slurm: words before python (apptainer exec ... IMAGE)
     env: dict[str, str] = field(default_factory=dict)  # local: exported for the tasks (Slurm: in the setup lines)
+    # Slurm: the batch step's supervisor, its python and what it is told (jobs.restarts.spec)
+    supervisor: tuple[str, dict[str, Any]] | None = None
 
     @property
     def run_dirs(self) -> list[Path]:
@@ -55,8 +56,8 @@ class Plan:
         return (self.parameters.get("nodes", 1) - self.spare_nodes) * per_node
 
     def submitit_command(self) -> str:
-        """The command each task runs: the same string submitit's SlurmExecutor builds, in the background."""
-        return in_background(submit_command(self.python, self.log_dir, self.launcher))
+        """The command each task runs: the same string submitit's SlurmExecutor builds, after srun's `--`."""
+        return after_options(submit_command(self.python, self.log_dir, self.launcher))
 
 
 def submit_command(python: str, log_dir: Path, launcher: list[str] | None = None) -> str:
@@ -65,11 +66,10 @@ def submit_command(python: str, log_dir: Path, launcher: list[str] | None = None
     return shlex.join([*(launcher or []), python, "-u", "-m", "submitit.core._submit", str(log_dir)])
 
 
-def in_background(srun_command: str) -> str:
-    """srun in the background, so the batch shell can take the requeue signal while its tasks run (a shell
-    runs a trap only between commands; `wait` returns for one: see teardown_lines). Before the command, the
-    step's own srun options (jobs.restarts: spare nodes, a node left out), empty unless set."""
-    return f"{restarts.STEP_ARGS} {srun_command} &"
+def after_options(srun_command: str) -> str:
+    """The tasks' command after srun's `--`: the supervisor puts each start's own srun options before it
+    (spare nodes, a node left out: trainer.supervise.policy.step_args)."""
+    return f"-- {srun_command}"
 
 
 def tool_lines(code_dir: Path | None) -> list[str]:
@@ -80,14 +80,6 @@ def tool_lines(code_dir: Path | None) -> list[str]:
     if "PYTHONPATH" in env:
         lines.append(f'export PYTHONPATH={shlex.quote(env["PYTHONPATH"])}"${{PYTHONPATH:+:$PYTHONPATH}}"')
     return lines
-
-
-def signal_lines(log_dir: Path, signal: str) -> list[str]:
-    """Batch-script lines before srun: the requeue signal comes to the batch shell alone (--signal=B:...),
-    which leaves a file that every task watches for (trainer.requeue.relay)."""
-    prefix = shlex.quote(str(log_dir)) + '/attempt_"$SLURM_JOB_ID"_"${SLURM_RESTART_COUNT:-0}"'
-    done = f'date +%s > "${ATTEMPT}.signal.part" && mv -f "${ATTEMPT}.signal.part" "${ATTEMPT}.signal"'
-    return [f"export {ATTEMPT}={prefix}", f"trap {shlex.quote(done)} {signal}"]
 
 
 def sweep_points(sweeps: list[str]) -> list[list[str]]:
@@ -200,28 +192,6 @@ def slurm_parameters(profile: Profile) -> dict[str, Any]:
     return params
 
 
-def teardown_lines(profile: Profile, log_dir: Path, python: str) -> list[str]:
-    """What the batch script runs after srun. It ends with srun's own status: the job must still end FAILED
-    when a task failed (the last command's status would otherwise be the job's)."""
-    # wait returns early when the requeue signal's trap ran: wait again while srun still runs.
-    wait = 'while wait "$srun_pid"; status=$?; [ "$status" -gt 128 ] && kill -0 "$srun_pid" 2>/dev/null; do :; done'
-    restart = restarts.teardown_lines(profile, log_dir, python)
-    return ["srun_pid=$!", wait, *restart, *sacct_lines(log_dir.parent), 'exit "$status"']
-
-
-def sacct_lines(folder: Path) -> list[str]:
-    """Batch-script lines run after srun: the job's accounting record (steps, states, exit codes) into the
-    run's provenance/ folder. The job still runs then, so its own line says RUNNING; its steps have ended.
-    Written aside and renamed: a reader never sees the file half-written."""
-    provenance = shlex.quote(str(folder / "provenance"))
-    target = provenance + '/sacct_"$SLURM_JOB_ID".txt'
-    return [
-        f"mkdir -p {provenance} && "  # a job whose tasks never started (jobs.check's) made no provenance/
-        'sacct -j "$SLURM_JOB_ID" --parsable2 --format=JobID,JobName,State,ExitCode,Start,End,Elapsed,NodeList '
-        f"> {target}.part 2>&1; mv -f {target}.part {target} || true"
-    ]
-
-
 def visible_gpus(cuda_visible_devices: str | None) -> tuple[int, ...]:
     """The caller's CUDA_VISIBLE_DEVICES as GPU indices for the local executor (empty: all of them)."""
     if not cuda_visible_devices:
@@ -250,12 +220,9 @@ def make_plan(
     if profile.executor == "slurm":
         folders = run_dirs if run_dirs is not None else [Path(c.run_dir) for c in configs]
         params = slurm_parameters(profile)
-        params["setup"] = [*params["setup"], *tool_lines(code_dir), *signal_lines(log_dir, profile.signal)]
-        # The restart loop's start (its end is in the teardown lines)
-        params["setup"] = [*params["setup"], *restarts.setup_lines(profile, log_dir, folders)]
-        # The batch script runs on the node itself, outside any container: its python (for jobs.restarts' helper)
+        params["setup"] = [*params["setup"], *tool_lines(code_dir)]
+        # The batch step runs on the node itself, outside any container: its python runs the supervisor
         host_python = "python3" if profile.container_image else (profile.python or python)
-        params["teardown"] = teardown_lines(profile, log_dir, host_python)
         if code_dir is not None:  # the batch script, and so every task and requeue, runs in the snapshot
             params["additional_parameters"]["chdir"] = str(code_dir)
         params["srun_args"] = [
@@ -266,7 +233,7 @@ def make_plan(
         launcher = containers.command_prefix(profile)
         return Plan(
             "slurm", log_dir, params, configs, python, settings, code_dir=code_dir, spare_nodes=profile.spare_nodes,
-            launcher=launcher,
+            launcher=launcher, supervisor=(host_python, restarts.spec(profile, log_dir, folders)),
         )  # fmt: skip
     # The requeue signal and its delay travel in plan.settings (the local controller reads them there).
     parameters: dict[str, Any] = {"timeout_min": profile.timeout_min}
@@ -300,4 +267,5 @@ def sbatch_script(plan: Plan) -> str:
     params = dict(plan.parameters)
     if len(plan.run_dirs) > 1:
         params["map_count"] = len(plan.run_dirs)
-    return _make_sbatch_string(command=plan.submitit_command(), folder=plan.log_dir, **params)
+    script = _make_sbatch_string(command=plan.submitit_command(), folder=plan.log_dir, **params)
+    return restarts.supervised(script, *plan.supervisor) if plan.supervisor else script

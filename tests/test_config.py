@@ -135,35 +135,6 @@ def test_help_settings_describes_every_key_and_is_the_table_in_the_trainer_readm
     assert subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, timeout=60).returncode == 0
 
 
-def test_restarts_in_job_run_srun_in_a_loop_the_shell_accepts(tmp_path: Path) -> None:
-    """The batch script starts srun again in the allocation after a failed step, not after the requeue signal,
-    and stops at the profile's count; bash parses the whole script."""
-    from jobs.plan import make_plan, sbatch_script
-    from jobs.profiles import Profile
-
-    plan = make_plan(Profile(name="p", executor="slurm", restarts_in_job=2), [], tmp_path / "logs", False, "python")
-    script = sbatch_script(plan)
-    assert 'in_job=0\nwhile :; do\nexport SLURM_DDP_IN_JOB_RESTART="$in_job"\n' in script
-    restart = '[ "$in_job" -lt 2 ] && [ ! -e "$SLURM_DDP_ATTEMPT.signal" ] && [ ! -e "$SLURM_DDP_ATTEMPT.stopped" ]'
-    assert restart in script and script.index("srun --unbuffered") < script.index(restart)
-    (tmp_path / "job.sh").write_text(script)
-    assert subprocess.run(["bash", "-n", str(tmp_path / "job.sh")], capture_output=True).returncode == 0
-    without = sbatch_script(make_plan(Profile(name="p", executor="slurm"), [], tmp_path / "logs", False, "python"))
-    assert "while :; do" not in without and "in_job=0" not in without
-
-
-def test_a_step_on_spare_nodes_asks_for_the_tasks_per_node_not_the_gpus(tmp_path: Path) -> None:
-    """With spare_nodes the step names its own task count: one task per gpus_per_task GPUs, not one per GPU."""
-    from jobs.plan import make_plan, sbatch_script
-    from jobs.profiles import Profile
-
-    profile = Profile(
-        name="p", executor="slurm", nodes=2, gpus_per_node=8, gpus_per_task=2, restarts_in_job=1, spare_nodes=1
-    )
-    script = sbatch_script(make_plan(profile, [], tmp_path / "logs", False, "python"))
-    assert 'step_args="--nodes=2 --ntasks=8' in script, script
-
-
 SUGGESTION = re.compile(r"e\.g\. ([A-Za-z_][\w.]*)(?:=|: )(\S+?)[;,)]?$")
 BAD_NUMBERS = ["nan", "inf", "-1", "0", "1e30", "99999999999999999999", "x"]
 

@@ -277,4 +277,28 @@ def wrap(
     )
     if timer is not None:  # the communication part of each rank's step (trainer.stragglers)
         ddp.register_comm_hook(timer, _timed_allreduce)
+    if not settings.static_graph:  # a static graph delays its first all-reduce: DDP's own path, not this one
+        settle_buckets(ddp)
     return ddp
+
+
+def settle_buckets(ddp: DDP) -> None:
+    """Make DDP lay out its gradient buckets now, before the first step, the same way in every attempt.
+
+    DDP reduces its first backward in one bucket in parameter order, then rebuilds its buckets in the order that
+    backward produced the gradients. Over more than two ranks a gradient's sum depends on where it sits in its
+    bucket (a ring all-reduce adds the ranks in an order that depends on the chunk), so an attempt resumed at step
+    N, whose step N + 1 was its first, summed it differently from an uninterrupted run, long rebuilt by then.
+    One backward of zeros into every parameter (each rank's all-reduce of its zeros, no optimizer step) makes DDP
+    rebuild its buckets at the first forward from that backward's order, fixed by the model alone; the zero
+    gradients are dropped."""
+    params = [p for p in ddp.module.parameters() if p.requires_grad]
+    if not params:
+        return
+    ddp.reducer.prepare_for_backward([])  # what DDP's forward does before a backward that must be reduced
+    # The autograd engine runs the newest branch first: the gradients arrive last parameter first, the order DDP
+    # itself assumes before its first backward (the output layers' gradients are ready first), so the first
+    # bucket's all-reduce starts while backward still runs.
+    torch.autograd.backward([p.reshape(-1)[:1].sum() * 0 for p in params])
+    for p in params:
+        p.grad = None

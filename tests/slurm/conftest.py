@@ -49,3 +49,18 @@ def reference_hash(tmp_path_factory: pytest.TempPathFactory, sample_root: Path) 
     data = json.loads((run_dir / "summary.json").read_text())
     assert (data["restarts"], data["world_size"], data["torch_threads"]) == (0, 2, 1), data
     return data["weights_sha256"]
+
+
+@pytest.fixture(scope="session")
+def reference_hash_of_4(tmp_path_factory: pytest.TempPathFactory, sample_root: Path) -> str:
+    """reference_hash over 4 ranks (2 nodes x 2 tasks), with checkpoints every 20 steps: over more than 2 ranks
+    a gradient's sum depends on its place in DDP's buckets, which a resume must lay out as the run did."""
+    run_dir = tmp_path_factory.mktemp("reference4") / "run"
+    profile = yaml.safe_load((ROOT / "cluster_profiles" / "mini.yaml").read_text())["trainer"]
+    args = [a if a != "checkpoint.every=100" else "checkpoint.every=20" for a in ARGS[4:]]
+    ranks.train(
+        run_dir, *[f"{k}={v}" for k, v in flat(profile).items()], f"data.root={sample_root / 'pix2pix'}", *args, world=4
+    )
+    data = json.loads((run_dir / "summary.json").read_text())
+    assert (data["restarts"], data["world_size"], data["torch_threads"]) == (0, 4, 1), data
+    return data["weights_sha256"]

@@ -1,0 +1,67 @@
+"""The supervisor's policy (pure) and the batch script that hands srun to it."""
+
+import subprocess
+from pathlib import Path
+
+from trainer.supervise.policy import Ended, Policy, State, decide, step_args
+
+
+def test_a_failed_start_restarts_in_the_allocation_up_to_the_profiles_count() -> None:
+    policy, state = Policy(restarts_in_job=2), State()
+    assert [decide(policy, state, Ended(1)).action for _ in range(3)] == ["restart", "restart", "end"]
+    assert state.in_job == 2
+
+
+def test_no_restart_after_the_requeue_signal_a_stop_on_purpose_or_a_success() -> None:
+    policy = Policy(restarts_in_job=3, requeue_on_failure=1)
+    for ended in (Ended(1, stopped=True), Ended(0)):
+        assert decide(policy, State(), ended).action == "end", ended
+    assert decide(policy, State(), Ended(1, signalled=True)).action == "requeue"  # died of it: requeued here
+    assert decide(Policy(restarts_in_job=3), State(), Ended(1, signalled=True)).action == "end"
+
+
+def test_a_node_that_failed_twice_is_left_out_while_a_spare_node_is_left_then_excluded_by_a_requeue() -> None:
+    policy, state = Policy(restarts_in_job=5, spare_nodes=1, nodes=2, tasks_per_node=4), State()
+    assert step_args(policy, state) == ["--nodes=2", "--ntasks=8"]  # tasks per node, not GPUs per node
+    decide(policy, state, Ended(1, node="n1"))
+    decision = decide(policy, state, Ended(1, node="n1"))
+    assert decision.action == "restart" and "node n1 failed twice: the next step leaves it out" in decision.say[1]
+    assert step_args(policy, state) == ["--nodes=2", "--ntasks=8", "--exclude=n1"]
+    decide(policy, state, Ended(1, node="n2"))
+    decision = decide(policy, state, Ended(1, node="n2"), partition_nodes=["n1", "n2", "n3", "n4", "n5"])
+    assert decision.action == "requeue_without" and decision.excluded == "n1,n2"
+    spent = State(in_job=1, failed_nodes=["n1"])
+    few = decide(Policy(restarts_in_job=1, nodes=2), spent, Ended(1, node="n1"), ["n1", "n2"])
+    assert few.action == "end" and "too few other nodes: it stays in" in few.say[-1]
+
+
+def test_a_traceback_holds_no_node_and_a_failure_requeues_up_to_its_count() -> None:
+    policy, state = Policy(requeue_on_failure=1), State()
+    first = decide(policy, state, Ended(1))
+    assert (
+        first.action == "requeue"
+        and not state.failed_nodes
+        and first.say == ["srun failed with status 1: requeueing (failure 1 of 1)"]
+    )
+    assert decide(policy, state, Ended(1)).action == "end"
+
+
+def test_the_profiles_exclude_list_is_a_hostlist_and_stays_excluded() -> None:
+    policy = Policy(nodes=1, exclude="n[1-2]", requeue_on_failure=1)
+    state = State(failed_nodes=["n3"])
+    decision = decide(policy, state, Ended(1, node="n3"), ["n1", "n2", "n3", "n4"])
+    assert decision.action == "requeue_without" and decision.excluded == "n[1-2],n3"
+
+
+def test_the_batch_script_hands_srun_to_the_supervisor_and_bash_parses_it(tmp_path: Path) -> None:
+    from jobs.plan import make_plan, sbatch_script
+    from jobs.profiles import Profile
+
+    plan = make_plan(Profile(name="p", executor="slurm", restarts_in_job=2), [], tmp_path / "logs", False, "py")
+    script = sbatch_script(plan)
+    line = next(line for line in script.splitlines() if "srun" in line)
+    assert line.startswith('exec py -m trainer.supervise.slurm \'{"policy": {"restarts_in_job": 2,')
+    assert " -- srun --unbuffered " in line and " -- py -u -m submitit.core._submit " in line
+    assert "while :; do" not in script and "trap " not in script  # no generated bash policy
+    (tmp_path / "job.sh").write_text(script)
+    assert subprocess.run(["bash", "-n", str(tmp_path / "job.sh")], capture_output=True).returncode == 0

@@ -1,0 +1,150 @@
+"""The batch step of a Slurm job: `python3 -m trainer.supervise.slurm SPEC -- srun ...` starts the tasks,
+takes the requeue signal, and after each start does what trainer.supervise.policy decides: start them again in
+the allocation, leave a node out, requeue the job (without a node), or end with srun's status.
+
+It runs on the job's first node, outside any container, with the node's own python3: stdlib only. SPEC is
+jobs.restarts.spec's JSON: the policy, the log folder, the run folders (one per array task), the signal.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from trainer.env.launcher import IN_JOB_RESTART
+from trainer.requeue.relay import ATTEMPT
+from trainer.run import failures
+from trainer.run.atomic import write_text
+from trainer.supervise.policy import Decision, Ended, Policy, State, decide, step_args
+
+
+def attempt_prefix(log_dir: Path, job_id: str, restart_count: str) -> str:
+    """This Slurm attempt's file prefix in the log folder: .signal, .stopped, .failed (trainer.requeue.relay)."""
+    return str(log_dir / f"attempt_{job_id}_{restart_count}")
+
+
+def state_path(log_dir: Path, job_id: str) -> Path:
+    """What survives a requeue (the same job id): the nodes held against failures, the failure requeues."""
+    return log_dir / f"supervise_{job_id}.json"
+
+
+def load_state(path: Path) -> State:
+    try:
+        saved = json.loads(path.read_text())
+        return State(failed_nodes=list(saved["failed_nodes"]), failure_requeues=int(saved["failure_requeues"]))
+    except (OSError, ValueError, KeyError, TypeError):
+        return State()
+
+
+def save_state(path: Path, state: State) -> None:
+    record = {"failed_nodes": state.failed_nodes, "failure_requeues": state.failure_requeues}
+    write_text(path, json.dumps(record) + "\n")
+
+
+def scontrol(*args: str) -> bool:
+    return subprocess.run(["scontrol", *args], stdout=subprocess.DEVNULL).returncode == 0
+
+
+def partition_nodes(partition: str) -> list[str]:
+    """The partition's nodes, one name each; empty when Slurm does not say."""
+    lists = subprocess.run(["sinfo", "-h", "-p", partition, "-o", "%N"], capture_output=True, text=True).stdout
+    hostlist = ",".join(line.strip() for line in lists.splitlines() if line.strip())
+    if not hostlist:
+        return []
+    names = subprocess.run(["scontrol", "show", "hostnames", hostlist], capture_output=True, text=True).stdout
+    return sorted(set(names.split()))
+
+
+def requeue_without(job_id: str, excluded: str) -> None:
+    """A running job's ExcNodeList cannot change: hold the requeued job, set it, release it. The requeue's
+    SIGTERM is ignored meanwhile (Slurm's KillWait, 30 s by default, leaves the time)."""
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    scontrol("requeuehold", job_id)
+    for _ in range(40):
+        if scontrol("update", f"JobId={job_id}", f"ExcNodeList={excluded}"):
+            break
+        time.sleep(0.5)
+    scontrol("release", job_id)
+
+
+def record_sacct(folder: Path, job_id: str) -> None:
+    """The job's accounting record (steps, states, exit codes) into the run's provenance/ folder; the job
+    still runs, so its own line says RUNNING."""
+    fields = "JobID,JobName,State,ExitCode,Start,End,Elapsed,NodeList"
+    try:
+        done = subprocess.run(
+            ["sacct", "-j", job_id, "--parsable2", f"--format={fields}"], capture_output=True, text=True
+        )
+        (folder / "provenance").mkdir(parents=True, exist_ok=True)  # a job whose tasks never started made none
+        write_text(folder / "provenance" / f"sacct_{job_id}.txt", done.stdout + done.stderr)
+    except OSError:
+        pass  # no sacct here, a full disk: the record is a courtesy
+
+
+def run_step(srun: list[str], extra: list[str]) -> int:
+    """srun with this start's own options after its others, before the `--` that ends them."""
+    split = srun.index("--") if "--" in srun else len(srun)
+    return subprocess.Popen([*srun[:split], *extra, *srun[split:]]).wait()  # a signal's handler runs meanwhile
+
+
+def say(lines: Sequence[str]) -> None:
+    for line in lines:
+        print(line, flush=True)
+
+
+def supervise(spec: dict, srun: list[str], environ: dict | None = None) -> int:
+    env = os.environ if environ is None else environ
+    policy = Policy(**spec["policy"])
+    log_dir = Path(spec["log_dir"])
+    run_dir = Path(spec["run_dirs"][int(env.get("SLURM_ARRAY_TASK_ID") or 0)])
+    job_id = env.get("SLURM_JOB_ID", "0")
+    attempt = attempt_prefix(log_dir, job_id, env.get("SLURM_RESTART_COUNT") or "0")
+    os.environ[ATTEMPT] = attempt  # every task's: where the signal file appears, where a stop on purpose is marked
+
+    def take_signal(signum: int, frame: object) -> None:
+        write_text(Path(attempt + ".signal"), f"{int(time.time())}\n")  # every task watches for it
+
+    signal.signal(getattr(signal, f"SIG{spec['signal']}"), take_signal)
+    saved = state_path(log_dir, job_id)
+    state = load_state(saved)
+    while True:
+        os.environ[IN_JOB_RESTART] = str(state.in_job)
+        started = time.time()
+        status = run_step(srun, step_args(policy, state))
+        signalled, stopped = os.path.exists(attempt + ".signal"), os.path.exists(attempt + ".stopped")
+        node = None
+        if status != 0 and policy.tracks_nodes and not signalled and not stopped:
+            node = failures.suspect_node(run_dir, started)
+        wants_room = policy.tracks_nodes and node is not None
+        room = partition_nodes(env.get("SLURM_JOB_PARTITION", "")) if wants_room else None
+        decision: Decision = decide(policy, state, Ended(status, signalled, stopped, node), room)
+        say(decision.say)
+        save_state(saved, state)
+        if decision.action == "restart":
+            continue
+        if decision.action in ("requeue_without", "requeue"):
+            Path(attempt + ".failed").touch()  # the next attempt counts this one as a failure, not a requeue
+        if decision.action == "requeue_without":
+            requeue_without(job_id, decision.excluded)
+        elif decision.action == "requeue":
+            scontrol("requeue", job_id)
+        record_sacct(log_dir.parent, job_id)  # the run's folder (a sweep's)
+        return status
+
+
+def main(argv: Sequence[str]) -> int:
+    """`SPEC -- srun ...`: the job's status (srun's), so that a failed step leaves the job FAILED."""
+    if len(argv) < 3 or argv[1] != "--":
+        print("usage: python3 -m trainer.supervise.slurm SPEC -- srun ...", file=sys.stderr)
+        return 2
+    return supervise(json.loads(argv[0]), list(argv[2:]))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
