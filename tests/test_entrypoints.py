@@ -90,7 +90,7 @@ def test_submitting_does_not_import_torch() -> None:
     assert "#SBATCH --nodes=2" in result.stdout
 
 
-TORCH_FREE = ["trainer.config", "trainer.env", "trainer.requeue", "trainer.run"]
+TORCH_FREE = ["trainer.config", "trainer.env", "trainer.requeue", "trainer.run", "trainer.supervise"]
 
 
 @pytest.mark.parametrize("package", TORCH_FREE)

@@ -1,4 +1,5 @@
-"""The one supervisor of a job's tasks (stdlib only): what follows a start of them that ended.
+"""The one supervisor of a job's tasks: what follows a start of them that ended. Torch-free, every module: the
+standard library alone, as the batch step runs it with the node's own python3.
 
 Who owns what:
 - trainer.supervise.policy: the policy, pure: restart in the allocation, leave a node out (a spare takes its
