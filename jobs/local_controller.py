@@ -23,13 +23,14 @@ from typing import Any
 import submitit
 from submitit.local import local
 
-from trainer.env.launcher import IN_JOB_RESTART, LOCAL_PORT
+from trainer.env.launcher import IN_JOB_RESTART, LOCAL_PORT, WATCH_BEAT
 from trainer.env.rendezvous import any_free_port
 from trainer.requeue import signals
 from trainer.requeue.relay import ATTEMPT, die_with_parent, stopped_file
 from trainer.requeue.signals import JobSettings
 from trainer.run.atomic import try_lock, write_text
 from trainer.supervise.policy import Ended, Policy, State, decide
+from trainer.supervise.watch import beat_path, name_and_end
 
 RESTARTS_IN_JOB = "SLURM_DDP_RESTARTS_IN_JOB"  # the profile's restarts_in_job, for the controller
 GRACE_S = 3.0  # between SIGTERM and SIGKILL when stopping tasks (Slurm's KillWait, shortened)
@@ -62,6 +63,7 @@ class Controller(local.Controller):  # type: ignore[misc]
         # as a Slurm job's do when a higher-priority job needs its nodes.
         self.preempted = False
         signal.signal(self.requeue_signal, self._preempt)
+        self.beat = Path(os.devnull)  # rank 0's node-local heartbeat, one per start (run)
 
     def _cancel(self, signum: int, frame: Any) -> None:
         self.cancelled = True  # acted on by wait(), which polls: nothing blocking in a handler
@@ -95,6 +97,7 @@ class Controller(local.Controller):  # type: ignore[misc]
         start = time.monotonic()
         signal_at, deadline = start + self.timeout_s - self.signal_delay_s, start + self.timeout_s
         self.signalled = False
+        next_look = start
         while True:
             codes = [t.poll() for t in self.tasks]
             failed = any(c not in (None, 0, local.LOCAL_REQUEUE_RETURN_CODE) for c in codes)
@@ -104,6 +107,12 @@ class Controller(local.Controller):  # type: ignore[misc]
                 running = [t for t, c in zip(self.tasks, codes, strict=True) if c is None]
                 self._stop(running, PEER_NOTICE_S if failed and not self.cancelled else 0.0)
                 break
+            if time.monotonic() >= next_look:  # every rank frozen: no rank's watchdog can name it
+                next_look = time.monotonic() + 1.0
+                if name_and_end(self.beat, time.time()):
+                    self._stop([t for t, c in zip(self.tasks, codes, strict=True) if c is None])
+                    codes = [t.poll() for t in self.tasks]
+                    break
             if not self.signalled and (time.monotonic() >= signal_at or self.preempted):
                 self.preempted = False
                 self._forward_signal(self.requeue_signal)
@@ -159,17 +168,20 @@ class Controller(local.Controller):  # type: ignore[misc]
         # the profile says), and up to restarts_in_job after a failed start, as the batch script's loop on Slurm.
         max_num_timeout = int(os.environ.get("SUBMITIT_LOCAL_MAX_NUM_TIMEOUT", signals.DEFAULT_MAX_NUM_TIMEOUT))
         restarts_in_job = int(os.environ.get(RESTARTS_IN_JOB, "0"))
-        policy, state, requeues = Policy(restarts_in_job=restarts_in_job), State(), 0
+        policy, state, requeues, starts = Policy(restarts_in_job=restarts_in_job), State(), 0, 0
         while True:
             in_job = state.in_job
             os.environ[IN_JOB_RESTART] = str(in_job)
             attempt = str(self.folder / f"attempt_{self.pid}_{requeues}_{in_job}")
             os.environ[ATTEMPT] = attempt  # where a task marks a stop on purpose (trainer.requeue.relay)
+            self.beat = beat_path(self.pid, starts)  # rank 0's node-local heartbeat (trainer.supervise.watch)
+            os.environ[WATCH_BEAT], starts = str(self.beat), starts + 1
             try:
                 self.start_tasks()
                 codes = self.wait()
             finally:
                 self.kill_tasks()
+                self.beat.unlink(missing_ok=True)
             if self.cancelled:
                 break
             if local.LOCAL_REQUEUE_RETURN_CODE in codes and requeues < max_num_timeout:

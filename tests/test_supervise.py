@@ -65,3 +65,21 @@ def test_the_batch_script_hands_srun_to_the_supervisor_and_bash_parses_it(tmp_pa
     assert "while :; do" not in script and "trap " not in script  # no generated bash policy
     (tmp_path / "job.sh").write_text(script)
     assert subprocess.run(["bash", "-n", str(tmp_path / "job.sh")], capture_output=True).returncode == 0
+
+
+def test_rank_0s_silence_is_named_only_once_its_peers_would_have_named_it(tmp_path: Path) -> None:
+    """Rank 0 alone frozen is named by its peers (their budget, 2 beats more, the store's 5 s): the supervisor
+    names a hang only after that, when nobody did: every rank froze."""
+    from trainer.run.failures import read
+    from trainer.supervise.watch import frozen, name_and_end, write_beat
+
+    beat = tmp_path / "beat.json"
+    write_beat(beat, {"rank": 0, "host": "n1", "step": 40, "section": "step", "since": 100.0, "written": 104.0,
+                      "budget": 14.0, "beat_s": 2.0, "run_dir": str(tmp_path)})  # fmt: skip
+    assert frozen(beat, 107.0) is None  # two beats late at most: alive
+    assert frozen(beat, 100.0 + 14 + 4 + 5 + 4) is None  # its peers may still be naming it
+    found = frozen(beat, 100.0 + 14 + 4 + 5 + 6)
+    assert found is not None and found[0].message.startswith("hung: every rank stopped: rank 0's heartbeat stopped")
+    assert name_and_end(beat, 130.0) and not beat.exists()  # recorded once, the file gone
+    assert [f.rank for f in read(tmp_path)] == [0] and (tmp_path / "error.txt").read_text().startswith("rank 0 on n1")
+    assert frozen(tmp_path / "none.json", 1e12) is None

@@ -143,6 +143,8 @@ def start_watchdog(config: TrainConfig, env: DistEnv) -> Watchdog:
     hang = dataclasses.replace(config.hang, enabled=config.hang.enabled and not env.interactive)
     run_dir = Path(config.run_dir)
     dog = Watchdog(hang, run_dir, env.rank, env.node_name, env.world_size)
+    if env.is_main and env.watch_beat:  # the supervisor watches it from outside: every rank may freeze at once
+        dog.local_beat = Path(env.watch_beat)
     dog.on_hang = lambda: dump_flight_recorder(run_dir, env.rank)  # NCCL runs: before the rank exits
     return dog.start()
 

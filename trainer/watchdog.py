@@ -35,6 +35,7 @@ from trainer.errors import UserError
 from trainer.run import failures
 from trainer.run.atomic import write_text
 from trainer.run.rundir import RunDir
+from trainer.supervise.watch import write_beat
 
 HANG_EXIT = 75  # what a rank that detected a hang exits with
 CHECK_S = 1.0
@@ -215,6 +216,8 @@ class Watchdog:
     # of rank 0's store names it when the store does not answer.
     board: "FileBoard | StoreBoard | None" = None
     store_host: str = ""
+    # Rank 0 under a supervisor: its node-local heartbeat, with the budget it is under (trainer.supervise.watch)
+    local_beat: Path | None = None
     _stop: threading.Event = field(default_factory=threading.Event)
     _threads: list[threading.Thread] = field(default_factory=list)
 
@@ -286,6 +289,9 @@ class Watchdog:
         for thread in self._threads:
             thread.join(timeout=2 * CHECK_S)  # a heartbeat stuck on a hung filesystem is left behind
         FileBoard(self.run_dir, self.rank).close()  # a beat written as the store took over leaves no file
+        if self.local_beat is not None:
+            with contextlib.suppress(OSError):
+                self.local_beat.unlink(missing_ok=True)
 
     def _watch(self) -> None:
         while not self._stop.wait(CHECK_S):
@@ -303,7 +309,12 @@ class Watchdog:
     def _beats(self) -> None:
         while True:
             name, _, since, step = self.current
-            self._beat(Beat(self.rank, self.host, step, name, since, time.time()))
+            beat = Beat(self.rank, self.host, step, name, since, time.time())
+            if self.local_beat is not None:  # first: a beat to the store may wait on a rank 0 that froze
+                extra = {"budget": self.budget(name), "beat_s": self.settings.beat_s, "run_dir": str(self.run_dir)}
+                with contextlib.suppress(OSError):
+                    write_beat(self.local_beat, {**beat.__dict__, **extra})
+            self._beat(beat)
             if self._stop.wait(self.settings.beat_s):
                 return
 

@@ -387,6 +387,32 @@ def test_a_stopped_rank_is_named_by_its_peers_watchdog_within_the_budget(
     assert line.strip() in cli("jobs.status", str(run_dir)).stdout
 
 
+def test_every_rank_frozen_at_once_is_named_by_the_supervisor(
+    local_profile: Path, sample_root: Path, tmp_path: Path
+) -> None:
+    """Both ranks stopped at once (a stalled filesystem freezes them all): no watchdog thread can name it, each
+    froze with its process. The controller sees rank 0's node-local heartbeat go silent past the time its
+    peers would have named it, names the hang in error.txt and ends the tasks, long before the time limit."""
+    out = tmp_path / "submit.out"
+    with out.open("w") as f:
+        args = ["--profile", str(local_profile), "--wait", f"data.root={sample_root / 'pix2pix'}", *LONG, *HANG]
+        proc = subprocess.Popen([sys.executable, "-m", "jobs.submit", *args], cwd=ROOT, stdout=f, stderr=f)
+    run_dir = poll("the run directory", lambda: (found := run_dirs(tmp_path / "runs")) and found[0])
+    tasks = started(run_dir)
+    progress = run_dir / "progress.json"
+    poll("the ranks training", lambda: json.loads(progress.read_text() or "{}")["step"] >= 2)
+    for pid, _ in tasks.values():
+        os.kill(pid, signal.SIGSTOP)
+    stopped = time.monotonic()
+    assert proc.wait(timeout=120) == 1, out.read_text()
+    # The peers' budget (10 s, 4 more waiting on a peer), the store's 5 s, the supervisor's margin and look.
+    assert time.monotonic() - stopped < 14 + 15 + 5, out.read_text()
+    line = (run_dir / "error.txt").read_text()
+    assert line.startswith(f"rank 0 on {socket.gethostname()}: hung: every rank stopped: rank 0's heartbeat stopped")
+    assert "no rank named a hang" in line and "seen by the supervisor" in line, line
+    assert not any(alive(*p) for p in tasks.values())
+
+
 def test_a_rank_frozen_before_the_group_forms_is_named_not_rank_0(
     local_profile: Path, sample_root: Path, tmp_path: Path
 ) -> None:

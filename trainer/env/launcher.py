@@ -29,6 +29,9 @@ DEFAULT_PORT = 29500
 LOCAL_PORT = "SLURM_DDP_LOCAL_PORT"  # set by the local controller for each start of its tasks
 # The profile's gpus_per_task, exported by the batch script and the local executor: devices per process.
 GPUS_PER_TASK = "SLURM_DDP_GPUS_PER_TASK"
+# Set by the supervisor (trainer.supervise) for each start of the tasks: a node-local file where rank 0 leaves its
+# heartbeat too, for the supervisor to see when every rank froze (trainer.supervise.watch).
+WATCH_BEAT = "SLURM_DDP_WATCH_BEAT"
 
 
 @dataclass(frozen=True)
@@ -55,6 +58,7 @@ class DistEnv:
     in_job_restart: int = 0  # this allocation's restarts after a failed step, before this start
     interactive: bool = False  # submitit's debug executor: in the submitting process, where pdb may stop it
     gpus_per_task: int = 1  # devices this process drives (a model split over them inside each DDP rank)
+    watch_beat: str = ""  # rank 0: the supervisor's node-local heartbeat file (WATCH_BEAT), when there is one
 
     def describe(self) -> str:
         return (
@@ -142,6 +146,7 @@ def resolve(env: Mapping[str, str]) -> DistEnv:
         in_job_restart=_int(env, IN_JOB_RESTART) if env.get(IN_JOB_RESTART) else 0,
         interactive="SUBMITIT_DEBUG_JOB_ID" in env,
         gpus_per_task=_int(env, GPUS_PER_TASK) if env.get(GPUS_PER_TASK) else 1,
+        watch_beat=env.get(WATCH_BEAT, ""),
     )
 
 

@@ -8,6 +8,7 @@ jobs.restarts.spec's JSON: the policy, the log folder, the run folders (one per 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -17,11 +18,14 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from trainer.env.launcher import IN_JOB_RESTART
+from trainer.env.launcher import IN_JOB_RESTART, WATCH_BEAT
 from trainer.requeue.relay import ATTEMPT
 from trainer.run import failures
 from trainer.run.atomic import write_text
 from trainer.supervise.policy import Decision, Ended, Policy, State, decide, step_args
+from trainer.supervise.watch import beat_path, name_and_end
+
+CHECK_S = 2.0  # how often rank 0's node-local heartbeat is looked at while srun runs
 
 
 def attempt_prefix(log_dir: Path, job_id: str, restart_count: str) -> str:
@@ -87,10 +91,37 @@ def record_sacct(folder: Path, job_id: str) -> None:
         pass  # no sacct here, a full disk: the record is a courtesy
 
 
-def run_step(srun: list[str], extra: list[str]) -> int:
-    """srun with this start's own options after its others, before the `--` that ends them."""
+def run_step(srun: list[str], extra: list[str], beat: Path) -> int:
+    """srun with this start's own options after its others, before the `--` that ends them; its status. While
+    it runs, rank 0's node-local heartbeat is watched (trainer.supervise.watch): when every rank froze, the
+    supervisor names it and ends the step as srun's second Ctrl-C does (its tasks killed)."""
     split = srun.index("--") if "--" in srun else len(srun)
-    return subprocess.Popen([*srun[:split], *extra, *srun[split:]]).wait()  # a signal's handler runs meanwhile
+    os.environ[WATCH_BEAT] = str(beat)
+    with contextlib.suppress(OSError):
+        beat.unlink()
+    proc = subprocess.Popen([*srun[:split], *extra, *srun[split:]])
+    try:
+        while True:
+            try:
+                return proc.wait(timeout=CHECK_S)  # a signal's handler runs meanwhile
+            except subprocess.TimeoutExpired:
+                pass
+            if name_and_end(beat, time.time()):
+                end_step(proc)
+    finally:
+        with contextlib.suppress(OSError):
+            beat.unlink()
+
+
+def end_step(proc: subprocess.Popen[bytes]) -> None:
+    """srun's abort: two SIGINTs within a second end the step, every task killed (stopped ones too)."""
+    for _ in range(2):
+        proc.send_signal(signal.SIGINT)
+        time.sleep(0.2)
+    try:
+        proc.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        proc.kill()
 
 
 def say(lines: Sequence[str]) -> None:
@@ -112,11 +143,12 @@ def supervise(spec: dict, srun: list[str], environ: dict | None = None) -> int:
 
     signal.signal(getattr(signal, f"SIG{spec['signal']}"), take_signal)
     saved = state_path(log_dir, job_id)
-    state = load_state(saved)
+    state, starts = load_state(saved), 0
     while True:
         os.environ[IN_JOB_RESTART] = str(state.in_job)
         started = time.time()
-        status = run_step(srun, step_args(policy, state))
+        status = run_step(srun, step_args(policy, state), beat_path(job_id, starts))
+        starts += 1
         signalled, stopped = os.path.exists(attempt + ".signal"), os.path.exists(attempt + ".stopped")
         node = None
         if status != 0 and policy.tracks_nodes and not signalled and not stopped:
