@@ -41,13 +41,27 @@ def test_one_process_gets_the_bare_model() -> None:
     assert wrap(model, ONE_RANK, torch.device("cpu"), DistConfig()) is model
 
 
-def test_nccl_diagnostics_are_set_where_the_user_has_not(tmp_path: Path) -> None:
+def test_nccl_diagnostics_are_set_where_the_user_has_not_by_torchs_current_names(tmp_path: Path) -> None:
     from trainer.distributed import nccl_diagnostics
 
-    set_here = nccl_diagnostics({"TORCH_NCCL_TRACE_BUFFER_SIZE": "50"}, tmp_path)
-    assert "TORCH_NCCL_TRACE_BUFFER_SIZE" not in set_here  # the user's own value stays
-    assert set_here["TORCH_NCCL_DUMP_ON_TIMEOUT"] == "1"
-    assert set_here["TORCH_NCCL_DEBUG_INFO_TEMP_FILE"] == str(tmp_path / "nccl_trace" / "rank_")
+    set_here = nccl_diagnostics({"TORCH_NCCL_TRACE_BUFFER_SIZE": "50"}, tmp_path)  # the deprecated name, the user's
+    assert "TORCH_FR_BUFFER_SIZE" not in set_here and "TORCH_NCCL_TRACE_BUFFER_SIZE" not in set_here
+    assert set_here["TORCH_FR_DUMP_TEMP_FILE"] == str(tmp_path / "nccl_trace" / "rank_")
+    assert set_here["TORCH_NCCL_DUMP_ON_TIMEOUT"] == "1" and "TORCH_NCCL_DEBUG_INFO_TEMP_FILE" not in set_here
+    assert nccl_diagnostics({}, tmp_path)["TORCH_FR_BUFFER_SIZE"] == "2000"
+
+
+def test_a_torch_without_the_flight_recorders_private_call_gets_a_warning_not_a_crash(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import torch._C._distributed_c10d as c10d
+
+    from trainer.distributed import flight_recorder_dump
+
+    for name in ("_dump_fr_trace", "_dump_nccl_trace"):
+        monkeypatch.delattr(c10d, name, raising=False)
+    assert flight_recorder_dump() is None
+    assert capsys.readouterr().out.count("\n") == 1
 
 
 def test_overlapping_all_reduces_count_once() -> None:

@@ -20,18 +20,36 @@ from trainer.errors import UserError
 from trainer.run.rundir import RunDir
 from trainer.tasks import check_devices
 
+# torch's names for its flight recorder, and the deprecated ones a user may still set (either form counts).
+FR_NAMES = {
+    "TORCH_FR_BUFFER_SIZE": "TORCH_NCCL_TRACE_BUFFER_SIZE",
+    "TORCH_FR_DUMP_TEMP_FILE": "TORCH_NCCL_DEBUG_INFO_TEMP_FILE",
+}
+
 
 def nccl_diagnostics(environ: Mapping[str, str], run_dir: Path) -> dict[str, str]:
     """torch's own NCCL hang diagnostics, where the user has not set them: the flight recorder (the last 2,000
     collectives of each rank) dumped on a collective timeout into the run's nccl_trace/ folder, and errors that
     end the process instead of leaving it hung (torch's default since 2.2, set here for older ones too)."""
     wanted = {
-        "TORCH_NCCL_TRACE_BUFFER_SIZE": "2000",
+        "TORCH_FR_BUFFER_SIZE": "2000",
         "TORCH_NCCL_DUMP_ON_TIMEOUT": "1",
-        "TORCH_NCCL_DEBUG_INFO_TEMP_FILE": str(RunDir(run_dir).nccl_trace / "rank_"),
+        "TORCH_FR_DUMP_TEMP_FILE": str(RunDir(run_dir).nccl_trace / "rank_"),
         "TORCH_NCCL_ASYNC_ERROR_HANDLING": "3",
     }
-    return {key: value for key, value in wanted.items() if key not in environ}
+    return {k: v for k, v in wanted.items() if k not in environ and FR_NAMES.get(k, k) not in environ}
+
+
+def flight_recorder_dump() -> bytes | None:
+    """This rank's flight recorder as torch's fr_trace reads it, through torch's private call (there is no public
+    one in torch 2.14): `_dump_fr_trace`, or its older name. None, after a one-line warning, where neither is."""
+    import torch._C._distributed_c10d as c10d
+
+    dump = getattr(c10d, "_dump_fr_trace", None) or getattr(c10d, "_dump_nccl_trace", None)
+    if dump is None:
+        print("warning: this torch has no flight recorder dump (_dump_fr_trace); no nccl_trace/ written", flush=True)
+        return None
+    return bytes(dump(True, True, False))  # collectives, their stack traces, not only the active ones
 
 
 def dump_flight_recorder(run_dir: Path, rank: int) -> str | None:
@@ -41,11 +59,11 @@ def dump_flight_recorder(run_dir: Path, rank: int) -> str | None:
     timeout, which the exit forestalls. None for gloo (no recorder) or outside a process group."""
     if not (dist.is_initialized() and dist.get_backend() == "nccl"):
         return None
-    from torch._C._distributed_c10d import _dump_nccl_trace  # torch's, not a public name yet
-
+    if (data := flight_recorder_dump()) is None:
+        return None
     path = RunDir(run_dir).nccl_trace / f"rank_{rank}"
     path.parent.mkdir(exist_ok=True)
-    path.write_bytes(_dump_nccl_trace(True, True, False))  # collectives, their stack traces, not only active
+    path.write_bytes(data)
     return str(path)
 
 

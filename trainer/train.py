@@ -30,6 +30,7 @@ from trainer.distributed import (
     pick_device,
     pick_devices,
     process_group,
+    rendezvous_file,
     wrap,
 )
 from trainer.env.launcher import DistEnv
@@ -73,12 +74,18 @@ def train(
         # Before the group forms: a rank frozen meanwhile is named by its heartbeat file, not blamed on rank 0.
         watchdog = start_watchdog(config, env)
         cleanup.callback(watchdog.stop)
+        watchdog.rendezvous_s = config.dist.timeout_s + 5.0
+        if config.dist.init_method == "file" and env.distributed:
+            store = rendezvous_file(env, Path(config.run_dir))
+            watchdog.rendezvous_hint = f": its store file {store} may be stale or damaged; delete it"
+        watchdog.enter("rendezvous")
         try:
             group = process_group(env, config.dist.timeout_s, device, Path(config.run_dir), config.dist.init_method)
             cleanup.enter_context(group)
         except Exception as exc:
             watchdog.blame_absent(exc)
             raise
+        watchdog.enter("startup")
         startup.mark("process_group_joined")
         if (store := beat_store(env, config.dist.init_method)) is not None:
             watchdog.use_store(store, env.master_addr)  # off the shared filesystem from here on

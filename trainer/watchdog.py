@@ -44,6 +44,7 @@ CHECK_S = 1.0
 OWN_WORK = ("data", "frozen")
 SECTIONS = {  # what a rank is doing in each section, as a message says it
     "startup": "starting up (imports, data, model, checkpoint)",
+    "rendezvous": "joining the process group",
     "data": "waiting for its batch from the loader",
     "step": "in the step (forward, backward and its all-reduce, logging)",
     "eval": "evaluating",
@@ -218,6 +219,10 @@ class Watchdog:
     store_host: str = ""
     # Rank 0 under a supervisor: its node-local heartbeat, with the budget it is under (trainer.supervise.watch)
     local_beat: Path | None = None
+    # Joining the process group: a few seconds past dist.timeout_s (torch's own timeout, then blame_absent, names
+    # a rank that never came); a join that never times out (a damaged store file) is named then, with this hint.
+    rendezvous_s: float = 0.0
+    rendezvous_hint: str = ""
     _stop: threading.Event = field(default_factory=threading.Event)
     _threads: list[threading.Thread] = field(default_factory=list)
 
@@ -237,6 +242,21 @@ class Watchdog:
         self.board, self.store_host = StoreBoard(store, self.rank, self.world_size), host
         if files is not None:
             files.close()
+
+    def _record_rendezvous(self, waited: float, now: float) -> None:
+        """The group did not form in its budget and torch never said so: a rank absent or frozen, by the files,
+        else the join itself stuck (the hint: a damaged store file)."""
+        stale_s = 2 * self.settings.beat_s + CHECK_S
+        found = absent(FileBoard(self.run_dir, self.rank).read(), self.world_size, now, stale_s)
+        if found is not None:
+            stuck, why = found
+            message = f"hung: it kept the process group from forming: {why}; seen by rank {self.rank}"
+        else:
+            stuck = Beat(self.rank, self.host, -1, "rendezvous", now - waited, now)
+            message = f"hung: the process group did not form in {waited:.0f} s (dist.timeout_s){self.rendezvous_hint}"
+        self._say(f"hang: rank {stuck.rank} on {stuck.host}: {message}")
+        with contextlib.suppress(OSError, ValueError, UserError):
+            failures.record(self.run_dir, failures.Failure(now, stuck.rank, stuck.host, "", message, False))
 
     def blame_absent(self, exc: BaseException) -> None:
         """The process group did not form (`exc`, after dist.timeout_s): record the rank that kept it from
@@ -276,6 +296,8 @@ class Watchdog:
             self.enter("step", step)
 
     def budget(self, name: str) -> float:
+        if name == "rendezvous" and self.rendezvous_s:  # the group's own timeout names a rank first (absent)
+            return self.rendezvous_s
         if self.settings.timeout_s:
             budget = self.settings.timeout_s
         elif name not in self.longest:
@@ -344,6 +366,9 @@ class Watchdog:
             except Exception as exc:  # a dump that fails must not keep the rank from exiting
                 self._say(f"warning: could not dump the NCCL flight recorder: {exc}")
         now = time.time()
+        if name == "rendezvous":
+            self._record_rendezvous(waited, now)
+            return
         try:
             beats = within(STORE_WAIT_S, (self.board or FileBoard(self.run_dir, self.rank)).read)
             beats = [b for b in beats if b.rank < self.world_size and b.section != "hung"]

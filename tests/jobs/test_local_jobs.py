@@ -413,6 +413,29 @@ def test_every_rank_frozen_at_once_is_named_by_the_supervisor(
     assert not any(alive(*p) for p in tasks.values())
 
 
+def test_a_damaged_store_file_is_named_in_one_line_within_the_groups_timeout(
+    local_profile: Path, sample_root: Path, tmp_path: Path
+) -> None:
+    """dist.init_method=file with garbage at the attempt's store file (a stale one, a damaged disk): torch's
+    FileStore never times out on it; the watchdog names the file a few seconds past dist.timeout_s."""
+    out = tmp_path / "submit.out"
+    with out.open("w") as f:
+        args = ["--profile", str(local_profile), "--wait", f"data.root={sample_root / 'pix2pix'}", *LONG]
+        args += ["dist.init_method=file", "dist.timeout_s=20"]
+        proc = subprocess.Popen([sys.executable, "-m", "jobs.submit", *args], cwd=ROOT, stdout=f, stderr=f)
+    run_dir = poll("the run directory", lambda: (found := run_dirs(tmp_path / "runs")) and found[0])
+    job = poll("the job", lambda: (run_dir / "job.json").exists() and job_pid(run_dir))
+    store = run_dir / "rendezvous" / f"store_{job}_0_0"
+    store.parent.mkdir(exist_ok=True)
+    store.write_bytes(bytes(range(256)) * 64)
+    started_at = time.monotonic()
+    assert proc.wait(timeout=120) == 1, out.read_text()
+    assert time.monotonic() - started_at < 20 + 15 + 10  # the group's timeout, the margin, torch's import
+    line = (run_dir / "error.txt").read_text()
+    assert "hung: the process group did not form in " in line and f"its store file {store}" in line, line
+    assert line.strip().endswith("may be stale or damaged; delete it"), line
+
+
 def test_a_rank_frozen_before_the_group_forms_is_named_not_rank_0(
     local_profile: Path, sample_root: Path, tmp_path: Path
 ) -> None:
