@@ -177,6 +177,6 @@ def test_timing_the_all_reduces_changes_no_bit_of_the_weights_on_three_ranks(tmp
     """The straggler figures' comm hook scales gradients as DDP's own path does (a multiply by 1/3 differs from
     a divide by 3 in the last bit): the same weights with log.stragglers on and off."""
     args = [f"data.root={sample_root / 'pix2pix'}", "steps=6", "batch_size=2", "log.every=2", "log.image_every=0"]
-    on = ranks.train(tmp_path / "on", *args, world=3).run_dir
+    on = ranks.train(tmp_path / "on", *args, "log.stragglers=true", world=3).run_dir
     off = ranks.train(tmp_path / "off", *args, "log.stragglers=false", world=3).run_dir
     assert summary(on)["weights_sha256"] == summary(off)["weights_sha256"]

@@ -111,7 +111,7 @@ def test_a_rank_slowed_from_outside_is_named_with_its_node(tmp_path: Path, sampl
     profile = cluster.mini_profile(tmp_path / "profile.yaml", tmp_path / "runs")
     data = f"data.root={sample_root / 'pix2pix'}"
     args = ["--nodes", "2", "--gpus-per-node", "1", data, "steps=100000", "log.every=5", "log.image_every=0"]
-    result = submit("--profile", str(profile), *args)
+    result = submit("--profile", str(profile), *args, "log.stragglers=true")
     assert result.returncode == 0, result.stdout + result.stderr
     run_dir = run_dir_of(result)
     logs = run_dir / "logs"
