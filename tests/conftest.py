@@ -141,7 +141,7 @@ def run_dirs(run_root: Path) -> list[Path]:
 
 
 # The marker each folder gives its tests (tests/README.md says what each is for).
-FOLDER_MARKERS = {"slurm": "slurm", "jobs": "job", "benchmarks": "bench"}
+FOLDER_MARKERS = {"slurm": "slurm", "jobs": "job", "benchmarks": "bench", "gpu": "gpu"}
 # Two Slurm test clusters (tests/slurm/cluster.py), each with its own worker: these modules run on the second,
 # the rest on the first, about half of the Slurm tests' time each.
 ON_CLUSTER_B = ("test_script.py", "test_hangs.py", "test_check.py", "test_torchrun.py", "test_no_accounting.py")

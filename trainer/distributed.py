@@ -98,6 +98,7 @@ def process_group(
         timeout=timedelta(seconds=timeout_s),
         device_id=device if device.type == "cuda" else None,
     )
+    print(f"process group formed: backend {backend}, {env.world_size} ranks, device {device}", flush=True)
     try:
         yield
     finally:
