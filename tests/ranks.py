@@ -27,9 +27,10 @@ LAUNCHER_PREFIXES = ("SLURM_", "SUBMITIT_", "TORCHELASTIC_", "MASTER_", "GROUP_"
 LAUNCHER_NAMES = {"RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE"}
 
 
-def _rank(rank: int, world: int, port: int, config: dict[str, Any], log: str) -> None:
+def _rank(rank: int, world: int, port: int, config: dict[str, Any], log: str, env: dict[str, str]) -> None:
     for key in [k for k in os.environ if k.startswith(LAUNCHER_PREFIXES) or k in LAUNCHER_NAMES]:
         del os.environ[key]
+    os.environ.update(env)  # the test's own, for every rank (e.g. SLURM_DDP_GPUS_PER_TASK)
     os.environ.update(
         RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world), LOCAL_WORLD_SIZE=str(world),
         MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
@@ -68,7 +69,7 @@ class Ranks:
         return (self.run_dir / "logs" / f"rank_{rank}.log").read_text()
 
 
-def start(run_dir: Path, *args: str, world: int = 2) -> Ranks:
+def start(run_dir: Path, *args: str, world: int = 2, env: dict[str, str] | None = None) -> Ranks:
     """Resolve the config as the submitter does (data, the run's folder, config.yaml), then fork `world` ranks
     into it; the same folder again resumes the run, as a requeued job does."""
     config = resolve_data(build_config([*args, f"run_dir={run_dir}"]), run_dir.parent / "sample_data", world)
@@ -77,7 +78,8 @@ def start(run_dir: Path, *args: str, world: int = 2) -> Ranks:
     port = any_free_port()
     processes = [
         CONTEXT.Process(
-            target=_rank, args=(r, world, port, config_dict(config), str(run_dir / "logs" / f"rank_{r}.log"))
+            target=_rank,
+            args=(r, world, port, config_dict(config), str(run_dir / "logs" / f"rank_{r}.log"), env or {}),
         )
         for r in range(world)
     ]
@@ -86,9 +88,9 @@ def start(run_dir: Path, *args: str, world: int = 2) -> Ranks:
     return Ranks(run_dir, processes)
 
 
-def train(run_dir: Path, *args: str, world: int = 2) -> Ranks:
+def train(run_dir: Path, *args: str, world: int = 2, env: dict[str, str] | None = None) -> Ranks:
     """Train to the end; every rank must exit 0 (its log is the assertion's message)."""
-    ranks = start(run_dir, *args, world=world)
+    ranks = start(run_dir, *args, world=world, env=env)
     codes = ranks.wait()
     assert codes == [0] * world, f"exit codes {codes}:\n" + ranks.log(codes.index(next(c for c in codes if c)))
     return ranks

@@ -72,14 +72,12 @@ def test_a_checkpoint_saved_on_gpu_resumes_to_the_same_weights(sample_root: Path
 
 
 @needs[2]
-def test_two_gpus_per_task_place_a_model_split_over_them(
-    sample_root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_two_gpus_per_task_place_a_model_split_over_them(sample_root: Path, tmp_path: Path) -> None:
     """gpus_per_task: 2 with a task whose model() takes devices= (torch's DDP tutorial's ToyMpModel)."""
-    monkeypatch.setenv("SLURM_DDP_GPUS_PER_TASK", "2")
     task = tmp_path / "split.py"
     task.write_text(SPLIT)
-    run = ranks.train(tmp_path / "run", f"task={task}:Split", "steps=4", "log.every=2", "batch_size=4", world=1)
+    args = [f"task={task}:Split", "steps=4", "log.every=2", "batch_size=4"]
+    run = ranks.train(tmp_path / "run", *args, world=1, env={"SLURM_DDP_GPUS_PER_TASK": "2"})
     assert summary(run.run_dir)["final_loss"] is not None
 
 
