@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from jobs.snapshot import plan_snapshot
-from tests.conftest import submit, write_profile
+from tests.conftest import poll, submit, write_profile
 from tests.jobs.test_local_jobs import cli
 from tests.jobs.test_user_task import EXAMPLE
 from tests.test_bad_input import assert_refused
@@ -122,6 +122,9 @@ def test_a_resume_runs_the_submitted_code_not_the_edited_tree(workspace: Path) -
     assert "# untracked: photos/" in (run_dir / "provenance" / "git.diff").read_text()
     environment = json.loads((run_dir / "provenance" / "environment.json").read_text())
     assert environment["torch"].startswith("2.") and any(p.startswith("submitit==") for p in environment["packages"])
+    report = run_dir / "provenance" / "collect_env.txt"  # torch's own, written by a child of rank 0's
+    poll("torch's environment report", report.exists, timeout=120)
+    assert report.read_text().startswith("PyTorch version: 2.")
     status = cli("jobs.status", str(run_dir))
     commit = git(workspace, "rev-parse", "HEAD")[:12]
     assert f"code: {commit} on " in status.stdout and "(dirty: uncommitted changes" in status.stdout

@@ -126,9 +126,34 @@ def record_slurm_job(run_dir: Path, job_id: str | None) -> None:
     _write(RunDir(run_dir).provenance / f"scontrol_{job_id}.txt", done.stdout + done.stderr)
 
 
+# torch's own report, written aside and renamed by the child itself: it outlives a rank 0 that ends first.
+COLLECT_ENV = (
+    "import os, sys\nfrom torch.utils import collect_env\ntext = collect_env.get_pretty_env_info()\n"
+    "with open(sys.argv[1] + '.part', 'w') as f:\n    f.write(text + '\\n')\nos.replace(sys.argv[1] + '.part', sys.argv[1])\n"
+)
+
+
+def collect_env(run_dir: Path, python: str = sys.executable) -> subprocess.Popen[bytes] | None:
+    """Rank 0: torch's own environment report (torch.utils.collect_env: GPUs, driver, CUDA, cuDNN, NCCL's
+    libraries, the OS, the packages) into provenance/collect_env.txt. It takes seconds (it asks pip and
+    nvidia-smi), so a child at low priority writes it, in its own session: the start is not held up."""
+    target = RunDir(run_dir).provenance / "collect_env.txt"
+    try:
+        target.parent.mkdir(exist_ok=True)
+        return subprocess.Popen(
+            [python, "-c", COLLECT_ENV, str(target)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            start_new_session=True, preexec_fn=lambda: os.nice(10),
+        )  # fmt: skip
+    except OSError as exc:
+        print(f"warning: torch.utils.collect_env: {exc}", file=sys.stderr)
+        return None
+
+
 def record_start(run_dir: Path, env: DistEnv) -> None:
-    """Every rank at the start of every attempt; rank 0 also the environment and the Slurm record."""
+    """Every rank at the start of every attempt; rank 0 also the environment, torch's report and the Slurm
+    record."""
     record_rank(run_dir, env)
     if env.is_main:
         record_environment(run_dir)
+        collect_env(run_dir)
         record_slurm_job(run_dir, env.slurm_job_id)
