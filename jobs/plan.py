@@ -11,7 +11,7 @@ from jobs import containers, restarts
 from jobs.profiles import Profile
 from jobs.snapshot import tool_dir, tool_environment
 from trainer.config import TrainConfig
-from trainer.env.launcher import GPUS_PER_TASK
+from trainer.env.launcher import GPUS_PER_TASK, IFNAME_VAR
 from trainer.errors import UserError
 from trainer.requeue import signals
 from trainer.requeue.signals import JobSettings
@@ -151,6 +151,12 @@ def shell_value(value: object) -> str:
     return str(value)
 
 
+def interface_variables(profile: Profile) -> dict[str, str]:
+    """network_interface for NCCL, gloo and the tasks' MASTER_ADDR (trainer.env.rendezvous.agree_address)."""
+    name = profile.network_interface
+    return {"NCCL_SOCKET_IFNAME": name, "GLOO_SOCKET_IFNAME": name, IFNAME_VAR: name} if name else {}
+
+
 def slurm_parameters(profile: Profile) -> dict[str, Any]:
     """submitit SlurmExecutor parameters for one job of this profile."""
     exports = [f"export {k}={shlex.quote(shell_value(v))}" for k, v in profile.env.items()]
@@ -158,6 +164,7 @@ def slurm_parameters(profile: Profile) -> dict[str, Any]:
     exports.append(f"export {signals.SUBMITIT_ENV}={profile.signal}")
     if profile.gpus_per_task > 1:
         exports.append(f"export {GPUS_PER_TASK}={profile.gpus_per_task}")
+    exports += [f"export {k}={shlex.quote(v)}" for k, v in interface_variables(profile).items()]
     params: dict[str, Any] = {
         "job_name": profile.job_name,
         "time": profile.timeout_min,
@@ -256,6 +263,7 @@ def make_plan(
         array_parallelism=profile.array_parallelism,
         env={k: shell_value(v) for k, v in profile.env.items()}
         | ({GPUS_PER_TASK: str(profile.gpus_per_task)} if profile.gpus_per_task > 1 else {})
+        | interface_variables(profile)
         | (tool if profile.executor == "local" else {}),
     )
 

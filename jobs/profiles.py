@@ -43,6 +43,9 @@ def run_root_of(profile: "Profile") -> Path:
     return Path(os.path.expandvars(profile.run_root)).expanduser().resolve()
 
 
+IFNAME = re.compile(r"[A-Za-z0-9_.-]{1,15}")  # Linux: IFNAMSIZ - 1 bytes
+
+
 def tool_owned(key: str) -> str | None:
     """Why `key` is not a variable a profile may set, or None."""
     if key in OWNED_VARS:
@@ -91,6 +94,8 @@ class Profile:
     sbatch_args: dict = field(default_factory=dict)  # extra #SBATCH options, e.g. {mail-type: END}
     env: dict = field(default_factory=dict)  # exported for every task, e.g. NCCL_DEBUG: WARN
     python: str = ""  # the interpreter on the nodes; empty: the one running the submitter
+    # The nodes' fast network (e.g. ib0, hsn0): NCCL and gloo use it, and MASTER_ADDR is node 0's address on it
+    network_interface: str = ""
     # Submitting from another machine (jobs.remote): the login node, over the user's own OpenSSH
     login: str = ""  # user@host or a Host alias of ~/.ssh/config; empty: submit here
     remote_root: str = ""  # with login: where runs live on the cluster ($VARS and ~ expand there)
@@ -142,6 +147,11 @@ class Profile:
             raise UserError("signal_delay_s, max_num_timeout, requeue_on_failure and array_parallelism must be >= 0")
         if not 0 <= self.restarts_in_job <= 100:
             raise UserError(f"restarts_in_job must be between 0 and 100, got {self.restarts_in_job}")
+        if self.network_interface and not IFNAME.fullmatch(self.network_interface):
+            raise UserError(
+                f"network_interface {self.network_interface!r} is not an interface name (at most 15 letters, digits, "
+                "_ . -); write e.g. ib0"
+            )
         if self.container_runtime not in ("pyxis", "apptainer"):
             raise UserError(f"container_runtime {self.container_runtime!r} is unknown; use pyxis or apptainer")
         if self.container_image and self.executor != "slurm":

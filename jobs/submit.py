@@ -193,6 +193,16 @@ def check_local_processes(profile: Profile) -> None:
     refuse_local_shape(profile.gpus_per_node, profile.tasks_per_node, gpus, cpus)
 
 
+def check_local_interface(name: str) -> None:
+    """The local profile's network_interface must be one this machine has (the tasks take their address on it)."""
+    names = [n for _, n in socket.if_nameindex()]
+    if name and name not in names:
+        raise UserError(
+            f"network_interface {name}: this machine has no such interface; name one of {', '.join(names)}, or drop "
+            "the key"
+        )
+
+
 def refuse_local_shape(gpus_per_node: int, tasks: int, gpus: int, cpus: int) -> None:
     """With GPUs, the GPUs asked for (tasks x gpus_per_task) must exist: a rank is never put on another's GPU
     (trainer.distributed.device_indices); without, one process per CPU at most (pure)."""
@@ -262,6 +272,7 @@ def prepare(argv: list[str] | None) -> Request:
         check_name(args.name)
     if profile.executor == "local":
         check_local_processes(profile)
+        check_local_interface(profile.network_interface)
     if args.resume and args.sweep:
         raise UserError("--resume continues one run; drop --sweep")
     if not args.dry_run:

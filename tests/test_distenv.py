@@ -195,3 +195,17 @@ def test_a_restart_in_the_allocation_never_reads_the_port_of_the_start_before(tm
     restarted = resolve({**env, "SLURM_PROCID": "1", "SLURM_DDP_IN_JOB_RESTART": "1"})
     with pytest.raises(UserError, match="rank 0 published no port"):
         agree_port(restarted, tmp_path, wait_s=0.3)
+
+
+def test_a_network_interface_gives_its_address_or_a_one_line_refusal_naming_the_node() -> None:
+    import dataclasses
+
+    from trainer.env.rendezvous import interface_address, own_address
+
+    assert interface_address("lo") == "127.0.0.1" and interface_address("nosuch0") is None
+    env = dataclasses.replace(resolve({}), node_name="node7", interface="nosuch0")
+    with pytest.raises(
+        UserError, match=r"^node node7 has no network interface nosuch0 with an IPv4 address .* it has lo"
+    ):
+        own_address(env)
+    assert own_address(dataclasses.replace(env, interface="lo")) == "127.0.0.1"

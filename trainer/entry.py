@@ -36,7 +36,13 @@ def run(config: dict[str, Any], job: dict[str, Any] | None = None) -> dict[str, 
     settings = JobSettings(**(job or {}))
     stop_flag = StopFlag(settings.signal)  # before the seconds spent importing torch, and your task's file
     run_dir = Path(config["run_dir"])
-    env = agree_port(resolve(os.environ), run_dir)
+    env = resolve(os.environ)
+    try:
+        env = agree_port(env, run_dir)
+    except UserError as exc:  # a node without the profile's network interface: restarting does not mend it
+        record_error(run_dir, env, exc)
+        relay.mark_stopped(env.attempt)
+        raise
     # On Slurm the batch shell, not this task, gets the signal, and leaves a file. Rank 0 alone watches for it:
     # the ranks' stop vote is a MAX (trainer.preemption), and the others stay off the shared filesystem.
     relay.watch(relay.signal_file(env.attempt) if env.is_main else None, stop_flag.signum)

@@ -32,6 +32,8 @@ GPUS_PER_TASK = "SLURM_DDP_GPUS_PER_TASK"
 # Set by the supervisor (trainer.supervise) for each start of the tasks: a node-local file where rank 0 leaves its
 # heartbeat too, for the supervisor to see when every rank froze (trainer.supervise.watch).
 WATCH_BEAT = "SLURM_DDP_WATCH_BEAT"
+# The profile's network_interface: MASTER_ADDR is node 0's address on it (trainer.env.rendezvous)
+IFNAME_VAR = "SLURM_DDP_NETWORK_INTERFACE"
 
 
 @dataclass(frozen=True)
@@ -59,6 +61,7 @@ class DistEnv:
     interactive: bool = False  # submitit's debug executor: in the submitting process, where pdb may stop it
     gpus_per_task: int = 1  # devices this process drives (a model split over them inside each DDP rank)
     watch_beat: str = ""  # rank 0: the supervisor's node-local heartbeat file (WATCH_BEAT), when there is one
+    interface: str = ""  # the profile's network_interface: rank 0's address on it is the master address
 
     def describe(self) -> str:
         return (
@@ -147,6 +150,7 @@ def resolve(env: Mapping[str, str]) -> DistEnv:
         interactive="SUBMITIT_DEBUG_JOB_ID" in env,
         gpus_per_task=_int(env, GPUS_PER_TASK) if env.get(GPUS_PER_TASK) else 1,
         watch_beat=env.get(WATCH_BEAT, ""),
+        interface=env.get(IFNAME_VAR, ""),
     )
 
 
