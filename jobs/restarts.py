@@ -26,14 +26,17 @@ def spec(profile: Profile, log_dir: Path, run_dirs: list[Path]) -> dict[str, obj
 
 def supervised(script: str, python: str, job_spec: dict[str, object]) -> str:
     """The batch script with its srun line run by the supervisor, which replaces the batch shell (exec): it
-    gets the requeue signal (--signal=B:...), starts srun again, and exits with srun's status."""
+    gets the requeue signal (--signal=B:...), starts srun again, and exits with srun's status. The supervisor
+    needs Python 3.10 or later with this tool importable: each candidate is tried first (the profile's python,
+    then the node's python3); with neither, srun runs once as it is, without restarts, and says so."""
     lines = script.split("\n")
     at = next(i for i, line in enumerate(lines) if line.startswith("srun "))
     pythons = [python] if python == "python3" else [python, "python3"]
-    # A python the node lacks: the node's own python3 runs the supervisor, and srun's tasks then say what is
-    # missing in their logs (jobs.tracking.START_FAILURES); sacct is recorded all the same.
-    execs = [
-        f"exec {shlex.quote(p)} -m {SUPERVISOR} {shlex.quote(json.dumps(job_spec))} -- {lines[at]}" for p in pythons
+    spec = shlex.quote(json.dumps(job_spec))
+    tries = [
+        f"{shlex.quote(p)} -c 'import {SUPERVISOR}' 2>/dev/null && exec {shlex.quote(p)} -m {SUPERVISOR} {spec} -- {lines[at]}"
+        for p in pythons
     ]
-    lines[at : at + 1] = ["shopt -s execfail", *execs] if len(execs) > 1 else execs
+    fallback = f'echo "warning: no python here runs {SUPERVISOR} (3.10 or later, this tool importable): srun runs once"'
+    lines[at : at + 1] = [*tries, fallback, lines[at]]
     return "\n".join(lines)

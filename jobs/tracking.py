@@ -432,8 +432,7 @@ START_FAILURES = (
         "(e.g. singularity), or container_runtime: pyxis",
     ),
     (
-        # srun's task, or the batch step's supervisor (trainer.supervise.slurm), which runs with the same python
-        re.compile(r"(?:execve\(\)|slurm_script: line \d+): (\S+): No such file or directory"),
+        re.compile(r"execve\(\): (\S+): No such file or directory"),
         "{0}: No such file or directory on the nodes; set python: in the profile to an interpreter they have",
     ),
 )

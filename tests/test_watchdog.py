@@ -114,6 +114,9 @@ class FakeStore:
     def multi_get(self, keys: list[str]) -> list[bytes]:
         return [self.keys[k] for k in keys]
 
+    def delete_key(self, key: str) -> bool:
+        return self.keys.pop(key, None) is not None
+
 
 def test_once_the_group_formed_heartbeats_go_to_the_store_and_no_file_is_left(tmp_path: Path) -> None:
     from trainer.run.rundir import RunDir
@@ -126,3 +129,4 @@ def test_once_the_group_formed_heartbeats_go_to_the_store_and_no_file_is_left(tm
     assert not RunDir(tmp_path).heartbeat(1).exists() and [b.step for b in StoreBoard(store, 0, 2).read()] == [7]
     dog.stop()
     assert not RunDir(tmp_path).heartbeats.exists()
+    assert StoreBoard(store, 0, 2).read() == []  # a rank that left is not read as one that froze

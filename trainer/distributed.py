@@ -113,7 +113,13 @@ def beat_store(env: DistEnv, init: str) -> dist.TCPStore | None:
     group's timeout. None without one (one process, dist.init_method=file)."""
     if not env.distributed or init != "tcp":
         return None
-    return dist.TCPStore(env.master_addr, env.master_port, is_master=False, timeout=timedelta(seconds=5))
+    try:
+        store = dist.TCPStore(env.master_addr, env.master_port, is_master=False, timeout=timedelta(seconds=60))
+        store.set_timeout(timedelta(seconds=5))  # each operation's; connecting to a busy rank 0 may take longer
+        return store
+    except (RuntimeError, OSError) as exc:  # heartbeats then stay in files: a warning, never a failed run
+        print(f"warning: no heartbeat client of the job's store ({exc}); heartbeats stay in files", flush=True)
+        return None
 
 
 def pick_devices(env: DistEnv) -> list[torch.device]:
@@ -312,8 +318,9 @@ def settle_buckets(ddp: DDP) -> None:
     rebuild its buckets at the first forward from that backward's order, fixed by the model alone; the zero
     gradients are dropped."""
     params = [p for p in ddp.module.parameters() if p.requires_grad]
-    if not params:
-        return
+    sparse = any(getattr(m, "sparse", False) for m in ddp.module.modules())  # nn.Embedding(sparse=True)
+    if not params or sparse or any(p.is_complex() for p in params):
+        return  # a dense zero gradient where DDP expects a sparse one, a complex sum: DDP's own first step then
     ddp.reducer.prepare_for_backward([])  # what DDP's forward does before a backward that must be reduced
     # The autograd engine runs the newest branch first: the gradients arrive last parameter first, the order DDP
     # itself assumes before its first backward (the output layers' gradients are ready first), so the first

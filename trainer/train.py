@@ -88,7 +88,7 @@ def train(
         watchdog.enter("startup")
         startup.mark("process_group_joined")
         if (store := beat_store(env, config.dist.init_method)) is not None:
-            watchdog.use_store(store, env.master_addr)  # off the shared filesystem from here on
+            watchdog.use_store(store, env.first_node)  # off the shared filesystem from here on
         run = setup(config, env, device, watchdog)
         resume(run, cause)
         task, model, ddp, optimizer, state = run.task, run.model, run.ddp, run.optimizer, run.state
@@ -149,7 +149,7 @@ def start_watchdog(config: TrainConfig, env: DistEnv) -> Watchdog:
     session is no hang."""
     hang = dataclasses.replace(config.hang, enabled=config.hang.enabled and not env.interactive)
     run_dir = Path(config.run_dir)
-    dog = Watchdog(hang, run_dir, env.rank, env.node_name, env.world_size)
+    dog = Watchdog(hang, run_dir, env.rank, env.node_name, env.world_size, attempt=env.attempt_key)
     if env.is_main and env.watch_beat:  # the supervisor watches it from outside: every rank may freeze at once
         dog.local_beat = Path(env.watch_beat)
     dog.on_hang = lambda: dump_flight_recorder(run_dir, env.rank)  # NCCL runs: before the rank exits

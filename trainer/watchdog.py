@@ -67,6 +67,7 @@ class Beat:
     section: str
     since: float  # wall time the section began
     written: float  # wall time of this beat
+    attempt: str = ""  # DistEnv.attempt_key: a file an earlier attempt left is not this attempt's rank
 
     def where(self) -> str:
         what = SECTIONS.get(self.section, self.section)
@@ -125,6 +126,7 @@ class KeyValue(Protocol):
     def set(self, key: str, value: str) -> None: ...
     def multi_get(self, keys: list[str]) -> list[bytes]: ...
     def check(self, keys: list[str]) -> bool: ...
+    def delete_key(self, key: str) -> bool: ...
 
 
 STORE_PREFIX = "slurm_ddp/beat/"
@@ -167,8 +169,10 @@ class StoreBoard:
         self.store.set(f"{STORE_PREFIX}{self.rank}", json.dumps(beat.__dict__))
 
     def read(self) -> list[Beat]:
+        """Every rank's beat: two round trips when all have one (a hang's detectors all read at once), one per
+        rank only when some have none yet."""
         keys = [f"{STORE_PREFIX}{r}" for r in range(self.world_size)]
-        present = [k for k in keys if self.store.check([k])]
+        present = keys if self.store.check(keys) else [k for k in keys if self.store.check([k])]
         beats = []
         for raw in self.store.multi_get(present) if present else []:
             with contextlib.suppress(ValueError, TypeError):
@@ -176,7 +180,9 @@ class StoreBoard:
         return beats
 
     def close(self) -> None:
-        pass  # the store ends with rank 0's process
+        """This rank left (finished, or leaving for a requeue): its last beat must not read as a frozen rank."""
+        with contextlib.suppress(Exception):  # a store gone with rank 0, or that does not answer
+            within(STORE_WAIT_S, lambda: self.store.delete_key(f"{STORE_PREFIX}{self.rank}"))
 
 
 def absent(beats: list[Beat], world_size: int, now: float, stale_s: float) -> tuple[Beat, str] | None:
@@ -187,9 +193,7 @@ def absent(beats: list[Beat], world_size: int, now: float, stale_s: float) -> tu
         return culprit(stopped, now, stale_s)
     missing = sorted(set(range(world_size)) - {b.rank for b in beats})
     if missing:
-        return Beat(
-            missing[0], "an unknown node", -1, "startup", now, now
-        ), "wrote no heartbeat: it never started, or froze first"
+        return Beat(missing[0], "", -1, "startup", now, now), "wrote no heartbeat: it never started, or froze first"
     return None
 
 
@@ -223,6 +227,7 @@ class Watchdog:
     # a rank that never came); a join that never times out (a damaged store file) is named then, with this hint.
     rendezvous_s: float = 0.0
     rendezvous_hint: str = ""
+    attempt: str = ""  # DistEnv.attempt_key, in each beat: only this attempt's beats are read
     _stop: threading.Event = field(default_factory=threading.Event)
     _threads: list[threading.Thread] = field(default_factory=list)
 
@@ -247,16 +252,17 @@ class Watchdog:
         """The group did not form in its budget and torch never said so: a rank absent or frozen, by the files,
         else the join itself stuck (the hint: a damaged store file)."""
         stale_s = 2 * self.settings.beat_s + CHECK_S
-        found = absent(FileBoard(self.run_dir, self.rank).read(), self.world_size, now, stale_s)
+        found = absent(self._ours(FileBoard(self.run_dir, self.rank).read()), self.world_size, now, stale_s)
         if found is not None:
             stuck, why = found
             message = f"hung: it kept the process group from forming: {why}; seen by rank {self.rank}"
         else:
             stuck = Beat(self.rank, self.host, -1, "rendezvous", now - waited, now)
             message = f"hung: the process group did not form in {waited:.0f} s (dist.timeout_s){self.rendezvous_hint}"
-        self._say(f"hang: rank {stuck.rank} on {stuck.host}: {message}")
+        failure = failures.Failure(now, stuck.rank, stuck.host, "", message, False)
+        self._say(f"hang: {failure.line()}")
         with contextlib.suppress(OSError, ValueError, UserError):
-            failures.record(self.run_dir, failures.Failure(now, stuck.rank, stuck.host, "", message, False))
+            failures.record(self.run_dir, failure)
 
     def blame_absent(self, exc: BaseException) -> None:
         """The process group did not form (`exc`, after dist.timeout_s): record the rank that kept it from
@@ -265,7 +271,10 @@ class Watchdog:
             return
         now = time.time()
         found = absent(
-            FileBoard(self.run_dir, self.rank).read(), self.world_size, now, 2 * self.settings.beat_s + CHECK_S
+            self._ours(FileBoard(self.run_dir, self.rank).read()),
+            self.world_size,
+            now,
+            2 * self.settings.beat_s + CHECK_S,
         )
         if found is None:
             return
@@ -273,9 +282,10 @@ class Watchdog:
         message = (
             f"hung: it kept the process group from forming: {why}; seen by rank {self.rank} ({type(exc).__name__})"
         )
-        self._say(f"hang: rank {stuck.rank} on {stuck.host}: {message}")
+        failure = failures.Failure(now, stuck.rank, stuck.host, "", message, False)
+        self._say(f"hang: {failure.line()}")
         with contextlib.suppress(OSError, ValueError, UserError):
-            failures.record(self.run_dir, failures.Failure(now, stuck.rank, stuck.host, "", message, False))
+            failures.record(self.run_dir, failure)
 
     def enter(self, name: str, step: int | None = None) -> None:
         """The training thread begins section `name`; the time since the last one began counts for that one."""
@@ -310,6 +320,8 @@ class Watchdog:
         self._stop.set()
         for thread in self._threads:
             thread.join(timeout=2 * CHECK_S)  # a heartbeat stuck on a hung filesystem is left behind
+        if isinstance(self.board, StoreBoard):
+            self.board.close()
         FileBoard(self.run_dir, self.rank).close()  # a beat written as the store took over leaves no file
         if self.local_beat is not None:
             with contextlib.suppress(OSError):
@@ -340,7 +352,11 @@ class Watchdog:
             if self._stop.wait(self.settings.beat_s):
                 return
 
+    def _ours(self, beats: list[Beat]) -> list[Beat]:
+        return [b for b in beats if b.attempt == self.attempt]
+
     def _beat(self, beat: Beat) -> None:
+        beat = dataclasses.replace(beat, attempt=self.attempt)
         try:
             (self.board or FileBoard(self.run_dir, self.rank)).put(beat)
         except (OSError, UserError, RuntimeError):
@@ -371,12 +387,14 @@ class Watchdog:
             return
         try:
             beats = within(STORE_WAIT_S, (self.board or FileBoard(self.run_dir, self.rank)).read)
-            beats = [b for b in beats if b.rank < self.world_size and b.section != "hung"]
+            beats = [b for b in self._ours(beats) if b.rank < self.world_size and b.section != "hung"]
             found = culprit(beats, now, stale_s=2 * self.settings.beat_s + CHECK_S)
-        except (OSError, RuntimeError, TimeoutError):  # rank 0, which holds the store, does not answer
-            zero = Beat(0, self.store_host, step, name, me.since, now)
-            found = (zero, f"the job's store on rank 0 does not answer {zero.where()} (rank 0 stopped or frozen, "
-                           "or its node gone)")  # fmt: skip
+        except (OSError, RuntimeError, TimeoutError):
+            found = None  # a stalled shared filesystem (heartbeat files): no rank's beat to go by
+            if isinstance(self.board, StoreBoard):  # rank 0, which holds the store, does not answer
+                zero = Beat(0, self.store_host, step, name, me.since, now)
+                found = (zero, f"the job's store on rank 0 does not answer {zero.where()} (rank 0 stopped or "
+                               "frozen, or its node gone)")  # fmt: skip
         stuck, why = found if found else (me, f"no progress for {waited:.0f} s {me.where()}")
         message = f"hung: {why}; seen by rank {self.rank} after {waited:.0f} s (budgets: hang.timeout_s, hang.factor)"
         failure = failures.Failure(now, stuck.rank, stuck.host, "", message, False)

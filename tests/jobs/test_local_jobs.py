@@ -379,7 +379,9 @@ def test_a_stopped_rank_is_named_by_its_peers_watchdog_within_the_budget(
         assert line.startswith(f"rank 1 on {socket.gethostname()}: hung: its heartbeat stopped "), line
         assert "(stopped or frozen); seen by rank 0 after " in line
     else:
-        assert line.startswith("rank 0 on 127.0.0.1: hung: the job's store on rank 0 does not answer at step "), line
+        assert line.startswith(
+            f"rank 0 on {socket.gethostname()}: hung: the job's store on rank 0 does not answer at step "
+        )
         assert "(rank 0 stopped or frozen, or its node gone); seen by rank 1 after " in line
     log = "".join(p.read_text() for p in (run_dir / "logs").glob(f"*_{other}_log.*"))  # stderr holds the stacks
     assert f"hang: rank {other} made no progress for" in log and 'File "' in log and "Thread 0x" in log
@@ -455,7 +457,7 @@ def test_a_rank_frozen_before_the_group_forms_is_named_not_rank_0(
     assert proc.wait(timeout=120) == 1, out.read_text()
     assert time.monotonic() - stopped < 20 + 15 + 15  # the group's timeout, and torch's import on rank 0
     line = (run_dir / "error.txt").read_text()
-    assert line.startswith("rank 1 on "), line
+    assert line.startswith("rank 1"), line  # on its host, when its heartbeat said where it runs
     assert "hung: it kept the process group from forming: " in line and "seen by rank 0" in line, line
     assert not (run_dir / "progress.json").exists()
 

@@ -62,6 +62,7 @@ class DistEnv:
     gpus_per_task: int = 1  # devices this process drives (a model split over them inside each DDP rank)
     watch_beat: str = ""  # rank 0: the supervisor's node-local heartbeat file (WATCH_BEAT), when there is one
     interface: str = ""  # the profile's network_interface: rank 0's address on it is the master address
+    first_node: str = ""  # the node rank 0 runs on (Slurm's first of the step; this one, locally); "": unknown
 
     def describe(self) -> str:
         return (
@@ -140,9 +141,13 @@ def tasks_on_node(tasks_per_node: str, node_id: int) -> int:
 def resolve(env: Mapping[str, str]) -> DistEnv:
     """Work out rank, world size and rendezvous address from environment variables."""
     # Slurm names the node (several slurmd can share a host); elsewhere the host name does.
+    found = _resolve(env)
+    node = env.get("SLURMD_NODENAME") or socket.gethostname()
+    one_machine = found.source in ("submitit-local", "single")
     return dataclasses.replace(
-        _resolve(env),
-        node_name=env.get("SLURMD_NODENAME") or socket.gethostname(),
+        found,
+        first_node=found.first_node or (node if one_machine else ""),
+        node_name=node,
         restart_count=_int(env, "SLURM_RESTART_COUNT") if env.get("SLURM_RESTART_COUNT") else 0,
         slurm_job_id=env.get("SLURM_JOB_ID") or None,
         attempt=env.get(ATTEMPT) or None,
@@ -238,6 +243,7 @@ def _slurm_task(env: Mapping[str, str]) -> DistEnv:
         job_id=job_id,
         cpus_per_task=_cpus(env, local_ws),
         port_derived=derived,
+        first_node=hosts[0],
     )
 
 

@@ -50,7 +50,8 @@ class Failure:
 
     def line(self) -> str:
         kind = f"{self.kind}: " if self.kind else ""
-        return f"rank {self.rank} on {self.host}: {kind}{self.message}"
+        where = f" on {self.host}" if self.host else ""  # a rank that never said where it runs
+        return f"rank {self.rank}{where}: {kind}{self.message}"
 
 
 def cause(kind: str, text: str) -> tuple[str, str]:
@@ -142,6 +143,8 @@ def suspect_node(run_dir: Path, since: float) -> str | None:
     the root cause's, when it is a hang, a task killed by a signal, or a hardware or driver error."""
     first = root_cause([f for f in read(run_dir) if f.time >= since])
     if first is None:
+        return None
+    if not first.host:  # not known (a rank that never said where it runs): no node is held
         return None
     if first.killed or first.message.startswith("hung:") or NODE_WORDS.search(f"{first.kind} {first.message}"):
         return first.host

@@ -15,9 +15,11 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TypeVar
 
+from trainer.env.hostlist import expand_hostlist
 from trainer.env.launcher import IN_JOB_RESTART, WATCH_BEAT
 from trainer.requeue.relay import ATTEMPT
 from trainer.run import failures
@@ -25,6 +27,7 @@ from trainer.run.atomic import write_text
 from trainer.supervise.policy import Decision, Ended, Policy, State, decide, step_args
 from trainer.supervise.watch import beat_path, name_and_end
 
+T = TypeVar("T")
 CHECK_S = 2.0  # how often rank 0's node-local heartbeat is looked at while srun runs
 
 
@@ -65,16 +68,29 @@ def partition_nodes(partition: str) -> list[str]:
     return sorted(set(names.split()))
 
 
-def requeue_without(job_id: str, excluded: str) -> None:
-    """A running job's ExcNodeList cannot change: hold the requeued job, set it, release it. The requeue's
-    SIGTERM is ignored meanwhile (Slurm's KillWait, 30 s by default, leaves the time)."""
+def requeue_without(job_id: str, excluded: str) -> bool:
+    """A running job's ExcNodeList cannot change: hold the requeued job, set it, release it; whether it was set.
+    The requeue's SIGTERM is ignored meanwhile (Slurm's KillWait, 30 s by default, leaves the time)."""
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     scontrol("requeuehold", job_id)
+    done = False
     for _ in range(40):
         if scontrol("update", f"JobId={job_id}", f"ExcNodeList={excluded}"):
+            done = True
             break
         time.sleep(0.5)
     scontrol("release", job_id)
+    return done
+
+
+def careful(what: str, act: Callable[[], T]) -> T | None:
+    """`act()`, or None with a warning: a full disk must not keep the supervisor from requeueing, or from
+    exiting with srun's status."""
+    try:
+        return act()
+    except Exception as exc:
+        print(f"warning: could not {what}: {exc}", flush=True)
+        return None
 
 
 def record_sacct(folder: Path, job_id: str) -> None:
@@ -139,9 +155,13 @@ def supervise(spec: dict, srun: list[str], environ: dict | None = None) -> int:
     os.environ[ATTEMPT] = attempt  # every task's: where the signal file appears, where a stop on purpose is marked
 
     def take_signal(signum: int, frame: object) -> None:
-        write_text(Path(attempt + ".signal"), f"{int(time.time())}\n")  # every task watches for it
+        try:
+            write_text(Path(attempt + ".signal"), f"{int(time.time())}\n")  # rank 0 (each task of a script) watches
+        except Exception as exc:  # a full disk: srun still runs, and must still be waited for
+            print(f"warning: could not leave the requeue signal's file: {exc}", flush=True)
 
     signal.signal(getattr(signal, f"SIG{spec['signal']}"), take_signal)
+    nodes = set(expand_hostlist(env["SLURM_JOB_NODELIST"])) if env.get("SLURM_JOB_NODELIST") else set()
     saved = state_path(log_dir, job_id)
     state, starts = load_state(saved), 0
     while True:
@@ -152,22 +172,25 @@ def supervise(spec: dict, srun: list[str], environ: dict | None = None) -> int:
         signalled, stopped = os.path.exists(attempt + ".signal"), os.path.exists(attempt + ".stopped")
         node = None
         if status != 0 and policy.tracks_nodes and not signalled and not stopped:
-            node = failures.suspect_node(run_dir, started)
+            node = careful("read the failure records", lambda since=started: failures.suspect_node(run_dir, since))
+            if node not in nodes:  # only a node of this job is held (never a name from elsewhere)
+                node = None
         wants_room = policy.tracks_nodes and node is not None
         room = partition_nodes(env.get("SLURM_JOB_PARTITION", "")) if wants_room else None
         decision: Decision = decide(policy, state, Ended(status, signalled, stopped, node), room)
         say(decision.say)
-        save_state(saved, state)
+        careful("save what survives a requeue", lambda: save_state(saved, state))
         if decision.action == "restart":
             continue
         if decision.action in ("requeue_without", "requeue"):
-            Path(attempt + ".failed").touch()  # the next attempt counts this one as a failure, not a requeue
-        if decision.action == "requeue_without":
-            requeue_without(job_id, decision.excluded)
+            # The next attempt counts this one as a failure, not a requeue.
+            careful("mark the attempt failed", Path(attempt + ".failed").touch)
+        if decision.action == "requeue_without" and not requeue_without(job_id, decision.excluded):
+            print("the job's ExcNodeList could not be set: it is requeued as it is", flush=True)
         elif decision.action == "requeue":
             scontrol("requeue", job_id)
-        record_sacct(log_dir.parent, job_id)  # the run's folder (a sweep's)
-        return status
+        careful("record sacct", lambda: record_sacct(log_dir.parent, job_id))  # the run's folder (a sweep's)
+        return status if status >= 0 else 128 - status  # killed by signal N: 128 + N, as a shell says it
 
 
 def main(argv: Sequence[str]) -> int:
