@@ -60,7 +60,9 @@ def test_the_batch_script_hands_srun_to_the_supervisor_and_bash_parses_it(tmp_pa
     plan = make_plan(Profile(name="p", executor="slurm", restarts_in_job=2), [], tmp_path / "logs", False, "py")
     script = sbatch_script(plan)
     line = next(line for line in script.splitlines() if "srun" in line)
-    assert line.startswith('exec py -m trainer.supervise.slurm \'{"policy": {"restarts_in_job": 2,')
+    supervisor = 'exec py -m trainer.supervise.slurm \'{"policy": {"restarts_in_job": 2,'
+    assert line.startswith("py -c 'import trainer.supervise.slurm' 2>/dev/null && " + supervisor), line
+    assert script.rstrip().splitlines()[-1].startswith("srun --unbuffered ")  # no python for it: srun once
     assert " -- srun --unbuffered " in line and " -- py -u -m submitit.core._submit " in line
     assert "while :; do" not in script and "trap " not in script  # no generated bash policy
     (tmp_path / "job.sh").write_text(script)
