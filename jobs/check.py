@@ -157,10 +157,10 @@ def main(argv: list[str] | None = None) -> int:
         reason = launch.refusal(str(exc) or captured.getvalue())
         print(table([Row("-", "submit", False, f"Slurm refused the job: {reason}; {launch.refusal_fix(reason)}")]))
         return 1
-    print(f"check job {job.job_id} ({plan.tasks} task(s), {plan.executor}) in {folder}", flush=True)
     target = Target(job.job_id, plan.executor, folder, RunDir(folder).logs)
     deadline = time.monotonic() + 60 * profile.timeout_min + 120
-    try:
+    try:  # from the line that names the job on: a Ctrl-C right after it still cancels the job
+        print(f"check job {job.job_id} ({plan.tasks} task(s), {plan.executor}) in {folder}", flush=True)
         while (state := info(target).state) not in TERMINAL and time.monotonic() < deadline:
             time.sleep(1.0)
     except KeyboardInterrupt:  # the check's job is not the user's: it goes with the check

@@ -79,6 +79,7 @@ def train(
             store = rendezvous_file(env, Path(config.run_dir))
             watchdog.rendezvous_hint = f": its store file {store} may be stale or damaged; delete it"
         watchdog.enter("rendezvous")
+        watchdog.beat_now()  # the supervisor sees where rank 0 is even if the join holds every thread
         try:
             group = process_group(env, config.dist.timeout_s, device, Path(config.run_dir), config.dist.init_method)
             cleanup.enter_context(group)

@@ -344,13 +344,23 @@ class Watchdog:
         while True:
             name, _, since, step = self.current
             beat = Beat(self.rank, self.host, step, name, since, time.time())
-            if self.local_beat is not None:  # first: a beat to the store may wait on a rank 0 that froze
-                extra = {"budget": self.budget(name), "beat_s": self.settings.beat_s, "run_dir": str(self.run_dir)}
-                with contextlib.suppress(OSError):
-                    write_beat(self.local_beat, {**beat.__dict__, **extra})
+            self._local_beat(beat)  # first: a beat to the store may wait on a rank 0 that froze
             self._beat(beat)
             if self._stop.wait(self.settings.beat_s):
                 return
+
+    def beat_now(self) -> None:
+        """Rank 0's node-local heartbeat written now, by the calling thread: before a call that may hold every
+        thread of the process (a damaged store file spins in torch's FileStore with the GIL held)."""
+        name, _, since, step = self.current
+        self._local_beat(Beat(self.rank, self.host, step, name, since, time.time()))
+
+    def _local_beat(self, beat: Beat) -> None:
+        if self.local_beat is None or not self.settings.enabled:
+            return
+        extra = {"budget": self.budget(beat.section), "beat_s": self.settings.beat_s, "run_dir": str(self.run_dir)}
+        with contextlib.suppress(OSError):
+            write_beat(self.local_beat, {**beat.__dict__, **extra, "hint": self.rendezvous_hint})
 
     def _ours(self, beats: list[Beat]) -> list[Beat]:
         return [b for b in beats if b.attempt == self.attempt]

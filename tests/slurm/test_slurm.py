@@ -375,6 +375,19 @@ def test_tasks_that_cannot_start_say_why_in_the_outcome(
     assert result.stderr.strip().splitlines()[-1].startswith("error: job ") and message in result.stderr, result.stderr
 
 
+def test_a_node_without_the_profiles_network_interface_is_named_in_one_line(
+    tmp_path: Path, slurm_cluster: None, sample_root: Path
+) -> None:
+    """network_interface: a name no node has: the first task to look names its node and the interface in
+    error.txt (and the job fails), instead of NCCL or gloo failing later, less clearly."""
+    profile = cluster.mini_profile(tmp_path / "p.yaml", tmp_path / "runs", "network_interface: nosuch0\n")
+    args = ["--nodes", "2", "--gpus-per-node", "1", f"data.root={sample_root / 'pix2pix'}", "steps=4", "--wait"]
+    result = submit("--profile", str(profile), *args)
+    assert result.returncode == 1, result.stdout + result.stderr
+    line = (run_dir_of(result) / "error.txt").read_text()
+    assert re.match(r"rank \d on node\d: node node\d has no network interface nosuch0 with an IPv4 address", line), line
+
+
 def test_a_foreign_slurmstepd_leaves_the_harness_alone(slurm_cluster: None) -> None:
     """Another Slurm's job step on this machine (its slurmstepd, a job id this cluster also uses, another
     slurm.conf): the harness neither counts it nor waits for it."""

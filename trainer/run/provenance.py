@@ -126,6 +126,8 @@ def record_slurm_job(run_dir: Path, job_id: str | None) -> None:
     _write(RunDir(run_dir).provenance / f"scontrol_{job_id}.txt", done.stdout + done.stderr)
 
 
+LAUNCHER_PREFIXES = ("SLURM_", "SUBMITIT_", "TORCHELASTIC_", "MASTER_")
+RANK_NAMES = {"RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK"}
 # torch's own report, written aside and renamed by the child itself: it outlives a rank 0 that ends first.
 COLLECT_ENV = (
     "import os, sys\nfrom torch.utils import collect_env\ntext = collect_env.get_pretty_env_info()\n"
@@ -140,9 +142,11 @@ def collect_env(run_dir: Path, python: str = sys.executable) -> subprocess.Popen
     target = RunDir(run_dir).provenance / "collect_env.txt"
     try:
         target.parent.mkdir(exist_ok=True)
+        # Not a task of the job: without the launchers' variables, no tool takes it for a rank.
+        env = {k: v for k, v in os.environ.items() if not k.startswith(LAUNCHER_PREFIXES) and k not in RANK_NAMES}
         return subprocess.Popen(
             [python, "-c", COLLECT_ENV, str(target)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-            start_new_session=True, preexec_fn=lambda: os.nice(10),
+            start_new_session=True, preexec_fn=lambda: os.nice(10), env=env,
         )  # fmt: skip
     except OSError as exc:
         print(f"warning: torch.utils.collect_env: {exc}", file=sys.stderr)

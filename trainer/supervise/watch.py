@@ -43,8 +43,10 @@ def frozen(path: Path, now: float) -> tuple[Failure, str] | None:
     except (OSError, ValueError, KeyError, TypeError):
         return None
     silent = now - written
-    # A peer waiting on rank 0 gets 2 beats more than rank 0's own budget, then waits for the store's answer.
-    named_by = since + budget + 2 * beat_s + STORE_WAIT_S + MARGIN_S
+    # A peer waiting on rank 0 gets 2 beats more than rank 0's own budget, then waits for the store's answer;
+    # joining the group, there is no store and no peer to wait for: the budget alone.
+    peers = 0.0 if section == "rendezvous" else 2 * beat_s + STORE_WAIT_S
+    named_by = since + budget + peers + MARGIN_S
     if silent <= 2 * beat_s + 1 or now < named_by:
         return None
     where = f"at step {step}, in section {section}" if step >= 0 else f"in section {section}"
@@ -52,6 +54,9 @@ def frozen(path: Path, now: float) -> tuple[Failure, str] | None:
         f"hung: every rank stopped: rank 0's heartbeat stopped {silent:.0f} s ago {where}, and no rank named a hang "
         f"(all frozen: a stalled filesystem, a stopped job); seen by the supervisor"
     )
+    if section == "rendezvous":
+        hint = str(beat.get("hint", ""))
+        line = f"hung: the process group did not form in {silent:.0f} s, and no rank could say so (seen by the supervisor){hint}"
     return Failure(now, 0, host, "", line, False), run_dir
 
 
