@@ -229,6 +229,7 @@ class Watchdog:
     rendezvous_hint: str = ""
     attempt: str = ""  # DistEnv.attempt_key, in each beat: only this attempt's beats are read
     _stop: threading.Event = field(default_factory=threading.Event)
+    _local_lock: threading.Lock = field(default_factory=threading.Lock)
     _threads: list[threading.Thread] = field(default_factory=list)
 
     def start(self, step: int = 0) -> "Watchdog":
@@ -356,11 +357,16 @@ class Watchdog:
         self._local_beat(Beat(self.rank, self.host, step, name, since, time.time()))
 
     def _local_beat(self, beat: Beat) -> None:
+        """Where the training thread is as this is written (under a lock): the heartbeat thread must never
+        overwrite beat_now's section with the one it read before (the join's budget with start-up's)."""
         if self.local_beat is None or not self.settings.enabled:
             return
-        extra = {"budget": self.budget(beat.section), "beat_s": self.settings.beat_s, "run_dir": str(self.run_dir)}
-        with contextlib.suppress(OSError):
-            write_beat(self.local_beat, {**beat.__dict__, **extra, "hint": self.rendezvous_hint})
+        with self._local_lock:
+            name, _, since, step = self.current
+            beat = dataclasses.replace(beat, section=name, since=since, step=step)
+            extra = {"budget": self.budget(name), "beat_s": self.settings.beat_s, "run_dir": str(self.run_dir)}
+            with contextlib.suppress(OSError):
+                write_beat(self.local_beat, {**beat.__dict__, **extra, "hint": self.rendezvous_hint})
 
     def _ours(self, beats: list[Beat]) -> list[Beat]:
         return [b for b in beats if b.attempt == self.attempt]

@@ -349,6 +349,17 @@ def test_a_local_sweep_runs_as_many_points_at_once_as_the_machine_allows(tmp_pat
     assert all(later[0] >= earlier[1] for earlier, later in zip(spans, spans[1:], strict=False)), spans  # one at a time
 
 
+def submit_long(
+    local_profile: Path, sample_root: Path, tmp_path: Path, *extra: str
+) -> tuple[subprocess.Popen[bytes], Path]:
+    """A long local run submitted with --wait in the background, its output in tmp_path/submit.out."""
+    out = tmp_path / "submit.out"
+    with out.open("w") as f:
+        args = ["--profile", str(local_profile), "--wait", f"data.root={sample_root / 'pix2pix'}", *LONG, *extra]
+        proc = subprocess.Popen([sys.executable, "-m", "jobs.submit", *args], cwd=ROOT, stdout=f, stderr=f)
+    return proc, out
+
+
 # A step's budget of 10 s (its floor: steps take far less); start-up and first times keep hang.first_s.
 HANG = ["hang.floor_s=10", "hang.factor=2", "hang.beat_s=2"]
 
@@ -362,10 +373,7 @@ def test_a_stopped_rank_is_named_by_its_peers_watchdog_within_the_budget(
     stack into its log and exits; the controller stops the rest. Long before gloo's own timeout (300 s).
     Rank 0 stopped: the job's store, which it holds, does not answer rank 1's watchdog, which names it."""
     other = 1 - rank
-    out = tmp_path / "submit.out"
-    with out.open("w") as f:
-        args = ["--profile", str(local_profile), "--wait", f"data.root={sample_root / 'pix2pix'}", *LONG, *HANG]
-        proc = subprocess.Popen([sys.executable, "-m", "jobs.submit", *args], cwd=ROOT, stdout=f, stderr=f)
+    proc, out = submit_long(local_profile, sample_root, tmp_path, *HANG)
     run_dir = poll("the run directory", lambda: (found := run_dirs(tmp_path / "runs")) and found[0])
     tasks = started(run_dir)
     progress = run_dir / "progress.json"  # rank 0's; heartbeats go to the job's store, not to files
@@ -395,10 +403,7 @@ def test_every_rank_frozen_at_once_is_named_by_the_supervisor(
     """Both ranks stopped at once (a stalled filesystem freezes them all): no watchdog thread can name it, each
     froze with its process. The controller sees rank 0's node-local heartbeat go silent past the time its
     peers would have named it, names the hang in error.txt and ends the tasks, long before the time limit."""
-    out = tmp_path / "submit.out"
-    with out.open("w") as f:
-        args = ["--profile", str(local_profile), "--wait", f"data.root={sample_root / 'pix2pix'}", *LONG, *HANG]
-        proc = subprocess.Popen([sys.executable, "-m", "jobs.submit", *args], cwd=ROOT, stdout=f, stderr=f)
+    proc, out = submit_long(local_profile, sample_root, tmp_path, *HANG)
     run_dir = poll("the run directory", lambda: (found := run_dirs(tmp_path / "runs")) and found[0])
     tasks = started(run_dir)
     progress = run_dir / "progress.json"
@@ -421,11 +426,7 @@ def test_a_damaged_store_file_is_named_in_one_line_within_the_groups_timeout(
 ) -> None:
     """dist.init_method=file with garbage at the attempt's store file (a stale one, a damaged disk): torch's
     FileStore never times out on it; the watchdog names the file a few seconds past dist.timeout_s."""
-    out = tmp_path / "submit.out"
-    with out.open("w") as f:
-        args = ["--profile", str(local_profile), "--wait", f"data.root={sample_root / 'pix2pix'}", *LONG]
-        args += ["dist.init_method=file", "dist.timeout_s=20"]
-        proc = subprocess.Popen([sys.executable, "-m", "jobs.submit", *args], cwd=ROOT, stdout=f, stderr=f)
+    proc, out = submit_long(local_profile, sample_root, tmp_path, "dist.init_method=file", "dist.timeout_s=20")
     run_dir = poll("the run directory", lambda: (found := run_dirs(tmp_path / "runs")) and found[0])
     job = poll("the job", lambda: (run_dir / "job.json").exists() and job_pid(run_dir))
     store = run_dir / "rendezvous" / f"store_{job}_0_0"
