@@ -10,6 +10,7 @@ from typing import TypeVar
 
 import pytest
 
+from tests.messages import golden  # noqa: F401 (the fixture, for every test)
 from tests.slurm import cluster
 from trainer.data.sample import ensure_sample_data
 

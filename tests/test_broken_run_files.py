@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import ROOT, submit
+from tests.messages import Golden, raises, refused
 from trainer.entry import record_error
 from trainer.env.launcher import resolve
 from trainer.errors import UserError
@@ -16,13 +17,6 @@ from trainer.preemption import Attempts
 from trainer.run.prepare import load_config_file
 
 BROKEN = {"empty": "", "torn": '{"job_id": "12', "misshapen": '{"x": 1}'}
-
-
-def assert_one_line(result: subprocess.CompletedProcess[str], *parts: str) -> None:
-    assert result.returncode == 2, result.stdout + result.stderr
-    lines = result.stderr.splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
-    assert all(part in lines[0] for part in parts), lines[0]
 
 
 def status(target: Path) -> subprocess.CompletedProcess[str]:
@@ -44,26 +38,25 @@ def run_dir(tmp_path: Path) -> Path:
 
 
 @pytest.mark.parametrize("text", ["", "steps: [20\n", "- steps\n"], ids=["empty", "corrupt", "a-list"])
-def test_resume_refuses_a_broken_config(text: str, run_dir: Path, local_profile: Path) -> None:
+def test_resume_refuses_a_broken_config(golden: Golden, text: str, run_dir: Path, local_profile: Path) -> None:
     # An empty config.yaml must not resume with the defaults and the sample data.
     (run_dir / "config.yaml").write_text(text)
     result = submit("--profile", str(local_profile), "--resume", str(run_dir))
-    assert_one_line(result, str(run_dir / "config.yaml"), "write the run's settings back")
+    refused(result, golden, str(run_dir / "config.yaml"))
     assert not (run_dir / "logs").exists()  # nothing was submitted
 
 
-def test_an_empty_config_is_refused(tmp_path: Path) -> None:
+def test_an_empty_config_is_refused(golden: Golden, tmp_path: Path) -> None:
     (tmp_path / "config.yaml").write_text("\n")
-    with pytest.raises(UserError, match="config.yaml is empty; write the run's settings back"):
+    with raises(golden, str(tmp_path / "config.yaml")):
         load_config_file(tmp_path)
 
 
 @pytest.mark.parametrize("name", ["job.json", "progress.json", "summary.json"])
 @pytest.mark.parametrize("kind", BROKEN)
-def test_status_names_a_broken_file(name: str, kind: str, run_dir: Path) -> None:
+def test_status_names_a_broken_file(golden: Golden, name: str, kind: str, run_dir: Path) -> None:
     (run_dir / name).write_text(BROKEN[kind])
-    fix = "pass the Slurm job id instead" if name == "job.json" else "move it aside"
-    assert_one_line(status(run_dir), f"{run_dir / name} is ", fix)
+    refused(status(run_dir), golden, f"{run_dir / name} is ")
 
 
 def test_status_shows_the_newest_checkpoint_with_a_checksum(run_dir: Path) -> None:
@@ -76,25 +69,26 @@ def test_status_shows_the_newest_checkpoint_with_a_checksum(run_dir: Path) -> No
 
 
 @pytest.mark.parametrize("kind", BROKEN)
-def test_broken_attempts_history_is_one_line_in_error_txt(kind: str, tmp_path: Path) -> None:
+def test_broken_attempts_history_is_one_line_in_error_txt(golden: Golden, kind: str, tmp_path: Path) -> None:
     (tmp_path / "attempts.json").write_text(BROKEN[kind])
     with pytest.raises(UserError) as raised:
         Attempts(tmp_path)
     message = str(raised.value)
-    assert message.startswith(f"{tmp_path / 'attempts.json'} is ") and "move it aside" in message
+    assert message.startswith(f"{tmp_path / 'attempts.json'} is ")
+    golden(message)
     record_error(tmp_path, resolve({}), raised.value)  # what the task does with it
     lines = (tmp_path / "error.txt").read_text().splitlines()
     assert len(lines) == 1 and lines[0].endswith(message)
 
 
 @pytest.mark.job
-def test_trainer_stops_on_a_broken_attempts_history(tmp_path: Path, sample_root: Path) -> None:
+def test_trainer_stops_on_a_broken_attempts_history(golden: Golden, tmp_path: Path, sample_root: Path) -> None:
     run = tmp_path / "run"
     run.mkdir()
     (run / "attempts.json").write_text("")
     cmd = [sys.executable, "-m", "trainer", f"run_dir={run}", f"data.root={sample_root / 'pix2pix'}", "steps=2"]
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     result = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
-    assert_one_line(result, f"{run / 'attempts.json'} is empty; move it aside")
+    refused(result, golden, str(run / "attempts.json"))
     assert (run / "error.txt").read_text().count("\n") == 1
     assert (run / "attempts.json").read_text() == ""  # kept for the user to look at

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import ROOT
+from tests.messages import Golden, case_id, raises
 from trainer.config import TrainConfig, build_config, from_dict, parse_overrides, valid_keys
 from trainer.errors import UserError
 
@@ -28,48 +29,50 @@ def test_overrides_win_over_the_profile_section() -> None:
 
 
 @pytest.mark.parametrize(
-    ("overrides", "message"),
+    ("overrides", "named"),
     [
-        (["stepz=1"], "unknown config key stepz; valid keys: task, run_dir, seed, steps"),
-        (["data.nope=1"], "unknown config key data.nope"),
-        (["steps=ten"], "steps=ten: expected int"),
-        (["optim.lr=fast"], "optim.lr=fast: expected float"),
-        (["data.verify_images=maybe"], "expected bool"),
-        (["steps"], "is not key=value"),
-        (["amp=fp8"], "amp: must be one of off, bf16, fp16"),
-        (["task=segment"], "unknown task 'segment'; choose one of classify, pix2pix"),
-        (["steps=0"], "steps: must be >= 1"),
-        (["data.image_size=30"], "multiple of 16"),
-        (["data.prefetch_factor=0"], "data.prefetch_factor: must be >= 1, e.g. 2"),
-        (["dist.bucket_cap_mb=0"], "dist.bucket_cap_mb: must be > 0"),
-        (["dist.static_graph=sometimes"], "expected bool"),
-        (["optim.lr=inf"], "optim.lr=inf: must be a finite number"),
-        (["optim.lr=1e400"], "optim.lr=1e400: must be a finite number"),
-        (["optim.lr=nan"], "optim.lr=nan: must be a finite number"),
-        (["dist.bucket_cap_mb=inf"], "dist.bucket_cap_mb=inf: must be a finite number"),
-        (["seed=99999999999999999999999"], "seed=99999999999999999999999: out of range (a 64-bit integer)"),
-        (["seed=-1"], "seed: must be >= 0 and < 2"),
-        (["dist.timeout_s=99999999999999999999"], "out of range (a 64-bit integer)"),
-        (["dist.timeout_s=9999999999"], "dist.timeout_s: must be between 1 and 604800 (a week)"),
+        (["stepz=1"], "stepz"),
+        (["data.nope=1"], "data.nope"),
+        (["steps=ten"], "steps"),
+        (["optim.lr=fast"], "optim.lr"),
+        (["data.verify_images=maybe"], "data.verify_images"),
+        (["steps"], "steps"),
+        (["amp=fp8"], "amp"),
+        (["task=segment"], "segment"),
+        (["steps=0"], "steps"),
+        (["data.image_size=30"], "data.image_size"),
+        (["data.prefetch_factor=0"], "data.prefetch_factor"),
+        (["dist.bucket_cap_mb=0"], "dist.bucket_cap_mb"),
+        (["dist.static_graph=sometimes"], "dist.static_graph"),
+        (["optim.lr=inf"], "optim.lr"),
+        (["optim.lr=1e400"], "optim.lr"),
+        (["optim.lr=nan"], "optim.lr"),
+        (["dist.bucket_cap_mb=inf"], "dist.bucket_cap_mb"),
+        (["seed=99999999999999999999999"], "seed"),
+        (["seed=-1"], "seed"),
+        (["dist.timeout_s=99999999999999999999"], "dist.timeout_s"),
+        (["dist.timeout_s=9999999999"], "dist.timeout_s"),
     ],
+    ids=case_id,
 )
-def test_bad_overrides_say_what_and_how(overrides: list[str], message: str) -> None:
-    with pytest.raises(UserError, match=message.replace("(", r"\(").replace(")", r"\)")):
+def test_bad_overrides_say_what_and_how(golden: Golden, overrides: list[str], named: str) -> None:
+    with raises(golden, named):
         build_config(overrides)
 
 
 @pytest.mark.parametrize(
-    ("data", "message"),
+    ("data", "named"),
     [
-        ({"steps": "10"}, "steps: expected int, got str"),
-        ({"steps": True}, "steps: expected int, got bool"),
-        ({"log": {"every": 1.5}}, "log.every: expected int, got float"),
-        ({"log": 3}, "log: expected a mapping"),
-        ({"bogus": 1}, "unknown config key bogus"),
+        ({"steps": "10"}, "steps"),
+        ({"steps": True}, "steps"),
+        ({"log": {"every": 1.5}}, "log.every"),
+        ({"log": 3}, "log"),
+        ({"bogus": 1}, "bogus"),
     ],
+    ids=["steps-str", "steps-bool", "log.every-float", "log-int", "bogus"],
 )
-def test_wrong_types_name_the_key(data: dict, message: str) -> None:
-    with pytest.raises(UserError, match=message):
+def test_wrong_types_name_the_key(golden: Golden, data: dict, named: str) -> None:
+    with raises(golden, named):
         from_dict(TrainConfig, data)
 
 

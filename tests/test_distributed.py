@@ -6,6 +6,7 @@ import pytest
 import torch
 import torch.distributed as dist
 
+from tests.messages import Golden, raises
 from trainer.config import DistConfig
 from trainer.distributed import CommTimer, covered, wrap
 from trainer.env.launcher import DistEnv
@@ -91,13 +92,12 @@ def test_each_rank_gets_its_own_gpus_or_a_refusal_never_a_shared_one() -> None:
             device_indices(local_rank, k, count)
 
 
-def test_a_local_shape_beyond_the_machine_is_refused() -> None:
+def test_a_local_shape_beyond_the_machine_is_refused(golden: Golden) -> None:
     from jobs.submit import refuse_local_shape
-    from trainer.errors import UserError
 
     refuse_local_shape(8, 4, 8, 2)  # 4 tasks of 2 GPUs on 8 GPUs
     refuse_local_shape(2, 2, 0, 2)  # 2 processes on 2 CPUs
-    with pytest.raises(UserError, match="asks for 8 GPUs on a machine that shows 4; pass --gpus-per-node 4"):
+    with raises(golden, "--gpus-per-node 4"):
         refuse_local_shape(8, 4, 4, 64)  # 4 tasks of 2 GPUs: the task count alone would fit
-    with pytest.raises(UserError, match="would start 3 local processes on a machine with 2 CPUs"):
+    with raises(golden, "--gpus-per-node"):
         refuse_local_shape(3, 3, 0, 2)

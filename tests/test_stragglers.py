@@ -1,11 +1,9 @@
 """Naming a straggler from every rank's (data, compute, communication) seconds per step."""
 
-import re
-
 import pytest
 
+from tests.messages import Golden, raises
 from trainer.config import build_config
-from trainer.errors import UserError
 from trainer.stragglers import Stragglers
 
 
@@ -31,12 +29,12 @@ def test_a_slow_spell_shorter_than_the_intervals_names_nobody() -> None:
 
 
 @pytest.mark.parametrize(
-    ("override", "message"),
+    ("override", "named"),
     [
-        ("log.straggler_ratio=1", "log.straggler_ratio: must be above 1 and at most 100, e.g. 1.2"),
-        ("log.straggler_intervals=0", "log.straggler_intervals: must be between 1 and 10000"),
+        ("log.straggler_ratio=1", "log.straggler_ratio"),
+        ("log.straggler_intervals=0", "log.straggler_intervals"),
     ],
 )
-def test_bad_straggler_settings_are_one_line(override: str, message: str) -> None:
-    with pytest.raises(UserError, match="^" + re.escape(message)):
+def test_bad_straggler_settings_are_one_line(golden: Golden, override: str, named: str) -> None:
+    with raises(golden, named):
         build_config([override])

@@ -4,8 +4,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.messages import Golden, raises
 from trainer.config import HangConfig, build_config
-from trainer.errors import UserError
 from trainer.watchdog import Beat, Watchdog, culprit
 
 
@@ -40,17 +40,17 @@ def test_budgets_follow_the_longest_interval_seen_with_a_floor_or_one_setting() 
 
 
 @pytest.mark.parametrize(
-    ("override", "message"),
+    ("override", "named"),
     [
-        ("hang.timeout_s=5", "hang.timeout_s: must be 0 (derived budgets) or between 3 x hang.beat_s (15) and"),
-        ("hang.beat_s=0.5", "hang.beat_s: must be between 1 and 60 seconds, e.g. 5"),
-        ("hang.factor=1", "hang.factor: must be between 1.5 and 100, e.g. 5"),
-        ("hang.floor_s=-1", "hang.floor_s: must be between 15 and"),
-        ("hang.first_s=nan", "hang.first_s=nan: must be a finite number"),
+        ("hang.timeout_s=5", "hang.timeout_s"),
+        ("hang.beat_s=0.5", "hang.beat_s"),
+        ("hang.factor=1", "hang.factor"),
+        ("hang.floor_s=-1", "hang.floor_s"),
+        ("hang.first_s=nan", "hang.first_s"),
     ],
 )
-def test_bad_budgets_are_one_line(override: str, message: str) -> None:
-    with pytest.raises(UserError, match="^" + message.replace("(", r"\(").replace(")", r"\)")):
+def test_bad_budgets_are_one_line(golden: Golden, override: str, named: str) -> None:
+    with raises(golden, named):
         build_config([override])
 
 

@@ -16,6 +16,7 @@ import pytest
 
 from tests import ranks as forked
 from tests.conftest import ROOT, poll, process_start, run_dirs, submit, write_profile
+from tests.messages import Golden
 from tests.test_bad_input import assert_refused
 
 LONG = ["steps=100000", "log.every=1", "checkpoint.every=100000", "batch_size=2", "log.image_every=0"]
@@ -246,13 +247,13 @@ def test_the_local_controller_sends_the_profiles_signal(tmp_path: Path, signal_n
     assert [(tmp_path / str(rank)).read_text() for rank in (0, 1)] == [f"SIG{signal_name}"] * 2
 
 
-def test_a_time_limit_within_the_signal_delay_is_refused(local_profile: Path, tmp_path: Path) -> None:
+def test_a_time_limit_within_the_signal_delay_is_refused(golden: Golden, local_profile: Path, tmp_path: Path) -> None:
     result = submit("--profile", str(local_profile), "--time", "1")  # the signal would come 120 s before it
-    assert_refused(result, "a time limit of 1 min leaves no time before the requeue signal", tmp_path / "runs")
+    assert_refused(result, golden, "1 min", tmp_path / "runs")
     assert "use --time 3 or more" in result.stderr
 
 
-def test_a_slurm_profile_without_slurm_is_one_line(tmp_path: Path, sample_root: Path) -> None:
+def test_a_slurm_profile_without_slurm_is_one_line(golden: Golden, tmp_path: Path, sample_root: Path) -> None:
     profile = write_profile(tmp_path, f"executor: slurm\nrun_root: {tmp_path / 'runs'}\n")
     no_slurm = tmp_path / "bin"
     no_slurm.mkdir()
@@ -260,7 +261,7 @@ def test_a_slurm_profile_without_slurm_is_one_line(tmp_path: Path, sample_root: 
     result = cli(
         "jobs.submit", "--profile", str(profile), f"data.root={sample_root / 'pix2pix'}", env={"PATH": str(no_slurm)}
     )
-    assert_refused(result, "sbatch not found: run on a Slurm login node, or use --profile local", tmp_path / "runs")
+    assert_refused(result, golden, "sbatch", tmp_path / "runs")
 
 
 def test_a_local_job_id_works_with_status_and_cancel_and_never_reaches_slurm(

@@ -10,6 +10,7 @@ from jobs.snapshot import plan_snapshot
 from tests.conftest import poll, submit, write_profile
 from tests.jobs.test_local_jobs import cli
 from tests.jobs.test_user_task import EXAMPLE
+from tests.messages import Golden
 from tests.test_bad_input import assert_refused
 from trainer.errors import UserError
 
@@ -82,22 +83,20 @@ def test_a_snapshot_over_the_limit_is_refused_naming_what_to_exclude(tmp_path: P
         plan_snapshot(folder, [], [], 2)
 
 
-def test_submit_refuses_a_large_folder_before_writing_anything(workspace: Path) -> None:
+def test_submit_refuses_a_large_folder_before_writing_anything(golden: Golden, workspace: Path) -> None:
     (workspace / "checkpoints.bin").write_bytes(b"\0" * (2 << 20))
     profile = workspace / "local.yaml"
     profile.write_text(profile.read_text() + "snapshot_limit_mb: 1\n")
     result = submit("--profile", str(profile), *RUN, cwd=workspace)
-    assert_refused(
-        result, "raise snapshot_limit_mb, or submit from the folder holding just your code", workspace / "runs"
-    )
+    assert_refused(result, golden, "snapshot_limit_mb", workspace / "runs")
     assert "checkpoints.bin" in result.stderr
 
 
-@pytest.mark.parametrize(("line", "message"), [("snapshot_limit_mb: 0", "snapshot_limit_mb must be above 0")])
-def test_bad_snapshot_settings_are_one_line(workspace: Path, line: str, message: str) -> None:
+@pytest.mark.parametrize(("line", "named"), [("snapshot_limit_mb: 0", "snapshot_limit_mb")])
+def test_bad_snapshot_settings_are_one_line(golden: Golden, workspace: Path, line: str, named: str) -> None:
     profile = workspace / "local.yaml"
     profile.write_text(profile.read_text() + line + "\n")
-    assert_refused(submit("--profile", str(profile), *RUN, cwd=workspace), message, workspace / "runs")
+    assert_refused(submit("--profile", str(profile), *RUN, cwd=workspace), golden, named, workspace / "runs")
 
 
 def test_a_resume_runs_the_submitted_code_not_the_edited_tree(workspace: Path) -> None:

@@ -13,6 +13,7 @@ import pytest
 
 from tests import ranks
 from tests.conftest import ROOT, poll, run_dirs, submit, write_profile
+from tests.messages import Golden
 from tests.test_bad_input import assert_refused
 
 EXAMPLE = re.search(
@@ -51,32 +52,29 @@ def test_readmes_example_task_trains_from_a_folder_outside_the_project(project: 
 
 
 @pytest.mark.parametrize(
-    ("task", "message"),
+    ("task", "named"),
     [
-        ("nowhere:Task", "task nowhere:Task: no module named 'nowhere'"),
-        ("missing.py:Task", "missing.py is not a file"),
-        ("my_tasks.py:Denoize", "my_tasks.py has no 'Denoize'; it defines dataclass, Path, torch"),
-        ("my_tasks.py:Settings", "Settings lacks dataset, model, forward()"),
-        ("broken.py:Task", "broken.py failed (ZeroDivisionError: division by zero); fix it and resubmit"),
-        (
-            "init.py:Task",
-            "init.py:Task: Task() failed (KeyError: 'DATA'); a task class is made without arguments",
-        ),
-        ("cli.py:Task", "cli.py exited (status 2: submit.py: error: the following arguments are required: --data)"),
+        ("nowhere:Task", "nowhere:Task"),
+        ("missing.py:Task", "missing.py"),
+        ("my_tasks.py:Denoize", "Denoize"),
+        ("my_tasks.py:Settings", "Settings"),
+        ("broken.py:Task", "broken.py"),
+        ("init.py:Task", "init.py:Task"),
+        ("cli.py:Task", "cli.py"),
     ],
 )
-def test_a_bad_task_reference_is_one_line(project: Path, task: str, message: str) -> None:
+def test_a_bad_task_reference_is_one_line(golden: Golden, project: Path, task: str, named: str) -> None:
     (project / "broken.py").write_text("x = 1 / 0\n")
     (project / "init.py").write_text("import os\nclass Task:\n    def __init__(self):\n        os.environ['DATA']\n")
     (project / "cli.py").write_text(
         "import argparse\np = argparse.ArgumentParser()\np.add_argument('--data', required=True)\nargs = p.parse_args()\n"
     )
-    assert_refused(submit_from(project, f"task={task}", "data.root=photos"), message, project / "runs")
+    assert_refused(submit_from(project, f"task={task}", "data.root=photos"), golden, named, project / "runs")
 
 
-def test_a_task_settings_typo_is_one_line(project: Path) -> None:
+def test_a_task_settings_typo_is_one_line(golden: Golden, project: Path) -> None:
     result = submit_from(project, "task=my_tasks.py:Denoise", "data.root=photos", "Denoise.widht=8")
-    assert_refused(result, "unknown config key Denoise.widht; valid keys: ", project / "runs")
+    assert_refused(result, golden, "Denoise.widht", project / "runs")
     assert "Denoise.width" in result.stderr
 
 
