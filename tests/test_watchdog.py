@@ -96,6 +96,23 @@ def test_while_the_group_forms_a_frozen_or_absent_rank_is_named_not_rank_0() -> 
     assert absent([start[0], beat(1, -1, "startup")], 2, now=121.0, stale_s=11.0) is None
 
 
+def test_a_join_that_failed_at_once_blames_no_absent_rank_one_that_timed_out_does(tmp_path: Path) -> None:
+    """Rank 1 wrote no heartbeat yet (a slow start): rank 0's join failing at once on its own cause (a network
+    interface gloo cannot find) is that cause, not rank 1's hang; a join that ran out dist.timeout_s names rank 1."""
+    import time
+
+    from trainer.watchdog import FileBoard
+
+    dog = Watchdog(HangConfig(), tmp_path, rank=0, host="node0", world_size=2)
+    FileBoard(tmp_path, 0).put(Beat(0, "node0", -1, "rendezvous", time.time(), time.time()))
+    dog.enter("rendezvous")
+    dog.blame_absent(RuntimeError("Unable to find address for: nosuch0"), timeout_s=300)
+    assert not (tmp_path / "error.txt").exists()
+    dog.current = ("rendezvous", time.monotonic() - 300, time.time() - 300, 0)
+    dog.blame_absent(RuntimeError("Timed out after 300 seconds"), timeout_s=300)
+    assert (tmp_path / "error.txt").read_text().startswith("rank 1: hung: it kept the process group from forming")
+
+
 class FakeStore:
     """A dict with the TCPStore calls StoreBoard makes; `gone` raises as a store that does not answer."""
 

@@ -84,7 +84,7 @@ def train(
             group = process_group(env, config.dist.timeout_s, device, Path(config.run_dir), config.dist.init_method)
             cleanup.enter_context(group)
         except Exception as exc:
-            watchdog.blame_absent(exc)
+            watchdog.blame_absent(exc, config.dist.timeout_s)
             raise
         watchdog.enter("startup")
         startup.mark("process_group_joined")

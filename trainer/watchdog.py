@@ -265,10 +265,13 @@ class Watchdog:
         with contextlib.suppress(OSError, ValueError, UserError):
             failures.record(self.run_dir, failure)
 
-    def blame_absent(self, exc: BaseException) -> None:
-        """The process group did not form (`exc`, after dist.timeout_s): record the rank that kept it from
-        forming, named by the heartbeats, before this rank records its own timeout (error.txt names the first)."""
-        if not self.settings.enabled or self.world_size < 2:
+    def blame_absent(self, exc: BaseException, timeout_s: float) -> None:
+        """The process group did not form in dist.timeout_s (`exc`): record the rank that kept it from forming,
+        named by the heartbeats, before this rank records its own timeout (error.txt names the first). A join
+        that failed sooner failed for a cause of its own (a bad network interface): no rank is blamed for it."""
+        name, began, _, _ = self.current
+        waited = time.monotonic() - began if name == "rendezvous" else 0.0
+        if not self.settings.enabled or self.world_size < 2 or waited < 0.9 * timeout_s:
             return
         now = time.time()
         found = absent(
