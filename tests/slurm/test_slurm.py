@@ -291,6 +291,7 @@ def test_a_dependency_that_can_never_hold_is_refused_and_a_pending_job_says_why(
         "FAILED",
         tmp_path / "none",
         job=json.loads((run_dir_of(failed) / "job.json").read_text())["job_id"],
+        run=run_dir_of(failed).name,
     )
     unknown = submit("--profile", str(mini), "--dependency", "afterok:987654", "--", "python", "-V")
     assert_refused(unknown, golden, "987654", tmp_path / "none")
