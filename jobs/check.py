@@ -4,9 +4,9 @@ one minute, before a real job meets them.
 It submits a tiny job with the profile's own settings (partition, account, setup lines, srun options, container,
 interpreter, code snapshot) whose tasks each run trainer/preflight.py, waits for it, and prints one table: per
 node, that the run root can be written and the code snapshot is seen there, that the interpreter imports torch,
-submitit and this project at the versions here, the GPUs each task sees against the profile's, where rank 0
-listens, and one all-reduce across every task with the job's backend (NCCL on GPUs), with its bandwidth. A failed
-row says how to fix it. Exit 0 when every row passes, 1 when one fails, 2 for bad input.
+submitit and this project at the versions here, the GPUs each task sees against the profile's, their model, the
+driver and the CUDA and NCCL versions, where rank 0 listens, and one all-reduce across every task with the job's
+backend (NCCL on GPUs), with its bandwidth. A failed row says how to fix it. Exit 0 when every row passes, 1 when one fails, 2 for bad input.
 """
 
 import argparse
@@ -87,6 +87,7 @@ def rows(facts: list[dict[str, Any]], tasks: int, gpus_each: int, expected: dict
         gpu_text = f"each task sees {'/'.join(map(str, counts))} (CUDA_VISIBLE_DEVICES {', '.join(visible)})"
         fix = f"; the profile wants {gpus_each} per task: check gpus_per_node and the partition's GPUs"
         out.append(Row(node, "GPUs", not short, gpu_text + (fix if short else "")))
+        out.append(Row(node, "GPU stack", True, stack_text([f.get("gpu_stack") or {} for f in mine])))
         reduce = [f["all_reduce"] for f in mine]
         bad = [r.get("error") or "wrong sum" for r in reduce if r.get("error") or not r.get("correct")]
         if bad:
@@ -97,6 +98,18 @@ def rows(facts: list[dict[str, Any]], tasks: int, gpus_each: int, expected: dict
         out.append(Row(node, "all-reduce", not bad, detail))
         out.append(Row(node, "rank 0 listens", True, f"{mine[0]['master']} ({mine[0]['master_ip']})"))
     return out
+
+
+def stack_text(stacks: list[dict[str, Any]]) -> str:
+    """A node's GPU models, driver, CUDA and NCCL, each as its tasks report them ("-" for none; values that
+    differ between the node's tasks are all shown, joined by /)."""
+
+    def field(name: str) -> str:
+        values = sorted({", ".join(s[name]) if isinstance(s.get(name), list) else s.get(name) or "" for s in stacks})
+        return "/".join(v or "-" for v in values) or "-"
+
+    models = field("gpu_models")
+    return f"{'no GPU' if models == '-' else models}; driver {field('driver')}; CUDA {field('cuda')} (torch's); NCCL {field('nccl')}"
 
 
 def reported(folder: Path, logs: str) -> list[dict[str, Any]]:

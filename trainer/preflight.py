@@ -1,13 +1,16 @@
 """What each task of `python -m jobs.check` finds on its node (the submitter's side: jobs/check.py).
 
 Every task writes `preflight/rank_N.json` in the check's folder: its node, whether it can write the run root
-and sees the code snapshot, the versions it imports, its GPUs and CUDA_VISIBLE_DEVICES, where rank 0 listens,
-and one all-reduce across all tasks with the job's backend (NCCL on GPUs, else gloo), timed. A fact it cannot
+and sees the code snapshot, the versions it imports, its GPUs and CUDA_VISIBLE_DEVICES, their model, the NVIDIA
+driver and the CUDA and NCCL versions torch was built with, where rank 0 listens, and one all-reduce across all
+tasks with the job's backend (NCCL on GPUs, else gloo), timed. A fact it cannot
 establish is recorded with the error, never raised past the record: the table must say what failed.
 """
 
+import contextlib
 import json
 import os
+import re
 import socket
 import sys
 import time
@@ -38,6 +41,27 @@ def writable(folder: Path, rank: int) -> str:
         return ""
     except OSError as exc:
         return exc.strerror or str(exc)
+
+
+def gpu_stack() -> dict[str, Any]:
+    """The GPU models this task sees, the NVIDIA driver, and the CUDA and NCCL versions torch was built with
+    (what a site's first NCCL failures come down to)."""
+    import torch
+
+    count = torch.cuda.device_count()
+    driver = ""
+    with contextlib.suppress(OSError):  # the kernel module's own line: "NVRM version: ... Kernel Module  550.54.15"
+        found = re.search(r"Kernel Module\s+(\S+)", Path("/proc/driver/nvidia/version").read_text())
+        driver = found.group(1) if found else ""
+    nccl = ""
+    with contextlib.suppress(Exception):  # a build without NCCL (CPU, ROCm without RCCL) has none
+        nccl = ".".join(map(str, torch.cuda.nccl.version()))
+    return {
+        "gpu_models": sorted({torch.cuda.get_device_name(i) for i in range(count)}),
+        "driver": driver,
+        "cuda": torch.version.cuda or "",
+        "nccl": nccl,
+    }
 
 
 def all_reduce(env: Any, gpus: int) -> dict[str, Any]:
@@ -91,6 +115,7 @@ def run(folder: str, code_dir: str, expected: dict[str, str]) -> None:
         import torch
 
         facts["gpus"] = torch.cuda.device_count()
+        facts["gpu_stack"] = gpu_stack()
         facts["all_reduce"] = all_reduce(env, facts["gpus"])
     except Exception as exc:
         facts["all_reduce"] = {"error": f"{type(exc).__name__}: {exc}".splitlines()[0]}

@@ -40,6 +40,10 @@ def test_a_healthy_profile_passes_every_row_and_leaves_nothing(tmp_path: Path) -
     table = rows(result.stdout)
     assert {node for node, _ in table} == {"node1", "node2"} and set(table.values()) == {"ok"}, result.stdout
     assert "gloo, " in result.stdout and "GB/s bus bandwidth" in result.stdout
+    import torch
+
+    stack = f"no GPU; driver -; CUDA {torch.version.cuda or '-'} (torch's); NCCL "  # the test cluster's nodes: CPUs
+    assert sum(stack in line and "GPU stack" in line for line in result.stdout.splitlines()) == 2, result.stdout
     assert not list((tmp_path / "runs").glob("check-*"))
 
 
