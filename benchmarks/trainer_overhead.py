@@ -3,7 +3,7 @@
 Same model (the pix2pix U-Net), data, batch size and seed. Prints the median step time of each after
 warm-up (means over windows of 10 steps, every cost of a step included), the ratios, and whether our
 final weights equal the textbook loop's. Targets: ours within 2% of the textbook loop, and less overhead
-than Lightning. Usage: python benchmarks/trainer_overhead.py [--steps N] [--skip-lightning]
+than Lightning. Usage: python benchmarks/trainer_overhead.py [--steps N] [--rounds N] [--skip-lightning] [--ours KEY=VALUE ...]
 """
 
 import argparse
@@ -27,7 +27,7 @@ def windows(step_ends: list[float], start: float) -> list[float]:
     return [sum(times[i : i + WINDOW]) / WINDOW for i in range(0, len(times) - WINDOW + 1, WINDOW)]
 
 
-def run_ours(steps: int, data: Path, out: Path) -> dict:
+def run_ours(steps: int, data: Path, out: Path, settings: list[str]) -> dict:
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     from trainer.config import build_config
@@ -46,6 +46,7 @@ def run_ours(steps: int, data: Path, out: Path) -> dict:
             f"log.every={WINDOW}",
             "log.image_every=0",
             f"checkpoint.every={steps}",
+            *settings,
         ]
     )
     summary = train(config, resolve(os.environ))
@@ -149,11 +150,11 @@ def run_lightning(steps: int, data: Path, out: Path) -> dict:
     return {"windows": windows(ends, start)} if trainer.global_rank == 0 else {}
 
 
-VARIANTS = {"ours": run_ours, "textbook": run_textbook, "lightning": run_lightning}
+VARIANTS = {"textbook": run_textbook, "lightning": run_lightning}
 
 
-def worker(variant: str, steps: int, data: Path, out: Path) -> None:
-    result = VARIANTS[variant](steps, data, out)
+def worker(variant: str, steps: int, data: Path, out: Path, settings: list[str]) -> None:
+    result = run_ours(steps, data, out, settings) if variant == "ours" else VARIANTS[variant](steps, data, out)
     if result:
         (out / f"{variant}.json").write_text(json.dumps(result))
 
@@ -163,11 +164,14 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=200)
     parser.add_argument("--rounds", type=int, default=3, help="runs of each variant, interleaved (machine noise)")
     parser.add_argument("--skip-lightning", action="store_true", help="when lightning is not installed")
+    parser.add_argument(
+        "--ours", action="append", default=[], metavar="KEY=VALUE", help="a trainer setting for ours (what it costs)"
+    )
     parser.add_argument("--worker", nargs=3, metavar=("VARIANT", "DATA", "OUT"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
         variant, data, out = args.worker
-        worker(variant, args.steps, Path(data), Path(out))
+        worker(variant, args.steps, Path(data), Path(out), args.ours)
         return
     sys.path.insert(0, str(ROOT))
     from trainer.data.sample import ensure_sample_data
@@ -186,6 +190,7 @@ def main() -> None:
             folder.mkdir()
             cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", str(port)]
             cmd += [__file__, "--steps", str(args.steps), "--worker", variant, str(data), str(folder)]
+            cmd += [f"--ours={setting}" for setting in args.ours]
             env = {**os.environ, "PYTHONPATH": str(ROOT)}
             subprocess.run(cmd, check=True, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
             result = json.loads((folder / f"{variant}.json").read_text())

@@ -4,7 +4,7 @@ A test asserts what an error does: exit code 2, one line, `error: ` first, the f
 traceback, nothing left behind. The exact words of each such line live in tests/golden/messages.txt, which a
 reviewer reads as a whole; rewording a message changes that file, not the tests:
 
-    GOLDEN_UPDATE=1 python -m pytest -m "not job and not slurm"
+    GOLDEN_UPDATE=1 python -m pytest -m "not job and not slurm"   # or -m job, -m slurm: the lines they make
 
 writes the lines that run saw into it (git diff then shows each new wording beside the old).
 """
@@ -23,9 +23,9 @@ from trainer.errors import UserError
 
 GOLDEN = Path(__file__).parent / "golden" / "messages.txt"
 HEADER = (
-    "# Every refusal the suite provokes, word for word: the test (and its case), then the line, indented.\n"
-    "# Paths under pytest's temporary folder read <tmp>. Rewrite with\n"
-    '#   GOLDEN_UPDATE=1 python -m pytest -m "not job and not slurm"\n'
+    "# The refusals the tests provoke, word for word: the test (and its case), then the line, indented.\n"
+    "# Paths under pytest's temporary folders read <tmp>. Rewrite after a change of wording with\n"
+    '#   GOLDEN_UPDATE=1 python -m pytest -m "not job and not slurm"   (or -m job, -m slurm: their lines)\n'
     "# (tests/messages.py); the tests themselves check the form: exit code, one line, the field named.\n"
 )
 # tmp_path and the session's shared folders, under any worker.

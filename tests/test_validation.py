@@ -107,7 +107,7 @@ def test_the_best_checkpoint_survives_pruning_and_evaluate_agrees(tmp_path: Path
     """keep=1 prunes every step checkpoint but the last; best.pt is apart, holds what its use needs, and
     trainer.evaluate recomputes the numbers summary.json reports for it and for the final weights."""
     args = ["task=classify", "steps=12", "eval.every=3", "data.val_fraction=0.2", "checkpoint.every=3"]
-    args += ["checkpoint.keep=1", "eval.metric=loss", "log.image_every=0", "batch_size=4"]
+    args += ["checkpoint.keep=1", "eval.metric=loss", "log.image_every=0", "batch_size=4", "data.image_size=32"]
     run_dir = ranks.train(tmp_path / "run", f"data.root={sample_root / 'classify'}", *args).run_dir
     summary = json.loads((run_dir / "summary.json").read_text())
     best = summary["best"]
