@@ -108,6 +108,9 @@ def stack_text(stacks: list[dict[str, Any]]) -> str:
         values = sorted({", ".join(s[name]) if isinstance(s.get(name), list) else s.get(name) or "" for s in stacks})
         return "/".join(v or "-" for v in values) or "-"
 
+    errors = sorted({s["error"] for s in stacks if s.get("error")})
+    if errors or not all(stacks):
+        return f"not reported ({errors[0]})" if errors else "not reported"
     models = field("gpu_models")
     return f"{'no GPU' if models == '-' else models}; driver {field('driver')}; CUDA {field('cuda')} (torch's); NCCL {field('nccl')}"
 

@@ -45,7 +45,10 @@ def read(path: Path = GOLDEN) -> dict[str, str]:
 
 
 def write(cases: dict[str, str], path: Path = GOLDEN) -> None:
-    path.write_text(HEADER + "".join(f"\n{key}\n    {cases[key]}\n" for key in sorted(cases)))
+    """Whole or not at all: a reader (another worker's test) never sees half a file."""
+    part = path.with_name(f".{path.name}.{os.getpid()}")
+    part.write_text(HEADER + "".join(f"\n{key}\n    {cases[key]}\n" for key in sorted(cases)))
+    os.replace(part, path)
 
 
 class Golden:
@@ -56,16 +59,23 @@ class Golden:
         self.tmp_path = str(tmp_path)
         self.seen = 0
 
-    def __call__(self, message: str, **placeholders: str) -> None:
+    def __call__(self, message: str, outside: str = "", **placeholders: str) -> None:
         """Compare `message` (the test's tmp_path and any other folder of pytest's read <tmp>; each value of
-        `placeholders` reads <its name>, for what differs by machine) with the golden line."""
+        `placeholders`, as a whole word, reads <its name>: what differs by machine or run) with the golden line.
+        `outside`: a pattern whose one group is another program's words quoted in ours (Pillow's, OpenSSH's,
+        sbatch's), which read <outside>: they change with that program's version, not with our code."""
         self.seen += 1
         key = self.key if self.seen == 1 else f"{self.key} #{self.seen}"
-        for name, value in placeholders.items():
-            message = message.replace(value, f"<{name}>")
+        assert "\n" not in message, f"{key}: a refusal is one line: {message!r}"
+        if outside:
+            found = re.search(outside, message)
+            assert found, f"{key}: {outside!r} is not in {message!r}"
+            message = message[: found.start(1)] + "<outside>" + message[found.end(1) :]
         message = TEMP.sub("<tmp>", message.replace(self.tmp_path, "<tmp>"))
+        for name, value in sorted(placeholders.items(), key=lambda item: -len(item[1])):
+            message = re.sub(rf"(?<![\w.-]){re.escape(value)}(?![\w.-])", f"<{name}>", message)
         if os.environ.get("GOLDEN_UPDATE"):
-            with open("/tmp/golden-messages.lock", "w") as lock:  # xdist's workers write one file
+            with open(GOLDEN.with_name(".messages.lock"), "w") as lock:  # xdist's workers write one file
                 fcntl.flock(lock, fcntl.LOCK_EX)
                 write({**read(), key: message})
             return
@@ -80,7 +90,12 @@ def golden(request: pytest.FixtureRequest, tmp_path: Path) -> Golden:
 
 
 def refused(
-    result: subprocess.CompletedProcess[str], golden: Golden, *named: str, code: int = 2, **placeholders: str
+    result: subprocess.CompletedProcess[str],
+    golden: Golden,
+    *named: str,
+    code: int = 2,
+    outside: str = "",
+    **placeholders: str,
 ) -> str:
     """The form of a refusal on the command line: exit `code`, one line on stderr, `error: ` first, each of
     `named` (the field, flag or file it is about) in it, no traceback; its words held to the golden file."""
@@ -89,7 +104,7 @@ def refused(
     assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
     assert all(part in lines[0] for part in named), (named, lines[0])
     assert "Traceback" not in result.stderr + result.stdout
-    golden(lines[0], **placeholders)
+    golden(lines[0], outside, **placeholders)
     return lines[0]
 
 

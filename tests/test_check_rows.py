@@ -29,4 +29,7 @@ def test_a_cpu_node_and_tasks_that_disagree_are_shown_as_they_are() -> None:
         "no GPU; driver -; CUDA 13.0 (torch's); NCCL 2.30.7"
     )
     assert stack_text([H100, {**H100, "nccl": "2.20.3"}]).endswith("NCCL 2.20.3/2.21.5")
-    assert stack_text([{}]) == "no GPU; driver -; CUDA - (torch's); NCCL -"  # a task from before this field
+    assert stack_text([{}]) == "not reported"  # a task of an older version
+    assert stack_text([{"error": "RuntimeError: CUDA driver initialization failed"}]).startswith(
+        "not reported (Runtime"
+    )

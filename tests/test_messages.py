@@ -15,7 +15,7 @@ def test_each_golden_line_belongs_to_a_test_that_exists() -> None:
     cases = read()
     assert len(cases) > 100, f"{GOLDEN} lost its lines"
     for key in cases:
-        module, test = re.fullmatch(r"((?:\w+/)?test_\w+\.py)::(test_\w+)(?:\[.*\])?(?: #\d+)?", key).groups()  # type: ignore[union-attr]
+        module, test = re.fullmatch(r"((?:\w+/)*test_\w+\.py)::(test_\w+)(?:\[.*\])?(?: #\d+)?", key).groups()  # type: ignore[union-attr]
         assert f"def {test}(" in modules.get(module, ""), f"{key}: no such test; delete its lines from {GOLDEN}"
 
 

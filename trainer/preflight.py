@@ -115,11 +115,14 @@ def run(folder: str, code_dir: str, expected: dict[str, str]) -> None:
         import torch
 
         facts["gpus"] = torch.cuda.device_count()
-        facts["gpu_stack"] = gpu_stack()
         facts["all_reduce"] = all_reduce(env, facts["gpus"])
     except Exception as exc:
         facts["all_reduce"] = {"error": f"{type(exc).__name__}: {exc}".splitlines()[0]}
         traceback.print_exc()
+    try:  # after the all-reduce: a CUDA that fails here must not keep this rank from the collective
+        facts["gpu_stack"] = gpu_stack()
+    except Exception as exc:
+        facts["gpu_stack"] = {"error": f"{type(exc).__name__}: {exc}".splitlines()[0]}
     try:
         write_text(out, json.dumps(facts, indent=2) + "\n")
     except Exception as exc:  # the run root itself is not writable here: the log still says it
