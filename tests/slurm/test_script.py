@@ -149,8 +149,8 @@ def test_a_script_without_signal_code_survives_its_time_limit(slurm_cluster: Non
     """A one-minute limit, the signal 30 s before it (Slurm checks limits every 30 s, so it may come at once):
     each stop is a timeout, requeued and resumed, until the script completes."""
     # Seen in CI under load: attempts that got almost no time. Short work, a wide budget of timeouts, a long wait.
-    run_dir = plain_run(tmp_path, "max_num_timeout: 12\n", ["--time", "1"], steps=80)
-    assert_resumed_and_completed(run_dir, "timeout", timeout=480)
+    run_dir = plain_run(tmp_path, "max_num_timeout: 30\n", ["--time", "1"], steps=80)
+    assert_resumed_and_completed(run_dir, "timeout", timeout=900)
 
 
 def test_a_hand_requeue_is_counted_as_a_requeue_not_a_failure(slurm_cluster: None, tmp_path: Path) -> None:
@@ -209,5 +209,5 @@ def test_a_script_that_takes_the_signal_and_carries_on_is_still_requeued(
     else:
         # Slurm may send the signal up to a minute early: with a one-minute limit an attempt can get almost no
         # time (seen in CI under load), so the work is short, the budget of timeouts wide, the wait long.
-        run_dir = plain_run(tmp_path, grace + "max_num_timeout: 12\n", ["--time", "1"], steps=80, text=STUBBORN)
-    assert_resumed_and_completed(run_dir, stop, said, timeout=480)
+        run_dir = plain_run(tmp_path, grace + "max_num_timeout: 30\n", ["--time", "1"], steps=80, text=STUBBORN)
+    assert_resumed_and_completed(run_dir, stop, said, timeout=900)
