@@ -6,7 +6,8 @@ interpreter, code snapshot) whose tasks each run trainer/preflight.py, waits for
 node, that the run root can be written and the code snapshot is seen there, that the interpreter imports torch,
 submitit and this project at the versions here, the GPUs each task sees against the profile's, their model, the
 driver and the CUDA and NCCL versions, where rank 0 listens, and one all-reduce across every task with the job's
-backend (NCCL on GPUs), with its bandwidth. A failed row says how to fix it. Exit 0 when every row passes, 1 when one fails, 2 for bad input.
+backend (NCCL on GPUs), with its bandwidth. A failed row says how to fix it. Exit 0 when every row passes, 1 when
+one fails, 2 for bad input.
 """
 
 import argparse
@@ -112,7 +113,8 @@ def stack_text(stacks: list[dict[str, Any]]) -> str:
     if errors or not all(stacks):
         return f"not reported ({errors[0]})" if errors else "not reported"
     models = field("gpu_models")
-    return f"{'no GPU' if models == '-' else models}; driver {field('driver')}; CUDA {field('cuda')} (torch's); NCCL {field('nccl')}"
+    versions = f"driver {field('driver')}; CUDA {field('cuda')} (torch's); NCCL {field('nccl')}"
+    return f"{'no GPU' if models == '-' else models}; {versions}"
 
 
 def reported(folder: Path, logs: str) -> list[dict[str, Any]]:

@@ -3,8 +3,8 @@
 Every task writes `preflight/rank_N.json` in the check's folder: its node, whether it can write the run root
 and sees the code snapshot, the versions it imports, its GPUs and CUDA_VISIBLE_DEVICES, their model, the NVIDIA
 driver and the CUDA and NCCL versions torch was built with, where rank 0 listens, and one all-reduce across all
-tasks with the job's backend (NCCL on GPUs, else gloo), timed. A fact it cannot
-establish is recorded with the error, never raised past the record: the table must say what failed.
+tasks with the job's backend (NCCL on GPUs, else gloo), timed. A fact it cannot establish is recorded with the
+error, never raised past the record: the table must say what failed.
 """
 
 import contextlib
