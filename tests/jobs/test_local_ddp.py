@@ -16,8 +16,9 @@ from tests.conftest import REFERENCE, ROOT, poll, run_dirs, submit
 SMALL = ["steps=24", "log.every=4", "log.image_every=12", "checkpoint.every=8", "batch_size=4"]
 
 
-def run_local(profile: Path, sample_root: Path, *extra: str) -> Path:
-    result = submit("--profile", str(profile), "--wait", f"data.root={sample_root / 'pix2pix'}", *SMALL, *extra)
+def run_local(profile: Path, sample_root: Path, *extra: str, timeout: float = 300) -> Path:
+    args = ["--profile", str(profile), "--wait", f"data.root={sample_root / 'pix2pix'}", *SMALL, *extra]
+    result = submit(*args, timeout=timeout)
     assert result.returncode == 0, result.stdout + result.stderr
     [run_dir] = [
         Path(line.split(":", 1)[1].strip()) for line in result.stdout.splitlines() if line.startswith("run directory:")
@@ -133,19 +134,20 @@ def test_local_timeout_signal_saves_requeues_and_resumes(tmp_path: Path, sample_
     plain.write_text(f"executor: local\ngpus_per_node: 2\nrun_root: {tmp_path / 'plain'}\n")
     uninterrupted = run_local(plain, sample_root, "steps=200", "checkpoint.every=1000", "log.every=50")
     assert summary(uninterrupted)["restarts"] == 0
-    # Time the signal from this machine's own uninterrupted run: a third of the way through training, so the
-    # first attempt stops mid-run even when this run goes faster than that one (start-up and the other workers'
-    # load vary); a later attempt that is signalled too saves and is requeued again: each stop is a timeout.
+    # Time the signal from this machine's own uninterrupted run: under half way through training, so the first
+    # attempt stops mid-run even when this run goes faster than that one (start-up and the other workers' load
+    # vary); a later attempt that is signalled too saves and is requeued again: each stop is a timeout. Each
+    # attempt takes the full minute, and a slower machine needs more of them: its wait is not the usual 300 s.
     [attempt] = json.loads((uninterrupted / "attempts.json").read_text())
     first_step = attempt["started"] - attempt["startup"]["process_start"]
-    signal_after = first_step + 0.3 * (attempt["stop"]["time"] - attempt["started"])
+    signal_after = first_step + 0.45 * (attempt["stop"]["time"] - attempt["started"])
     assert signal_after < 55, f"the run is too slow for a 60 s limit: {attempt}"
     profile = tmp_path / "short.yaml"
     profile.write_text(
         f"executor: local\ngpus_per_node: 2\ntimeout_min: 1\nsignal_delay_s: {int(60 - signal_after)}\n"
         f"max_num_timeout: 50\nsignal: USR1\nrun_root: {tmp_path / 'runs'}\n"
     )
-    reference = run_local(profile, sample_root, "steps=200", "checkpoint.every=1000", "log.every=50")
+    reference = run_local(profile, sample_root, "steps=200", "checkpoint.every=1000", "log.every=50", timeout=900)
     assert summary(reference)["restarts"] >= 1, "the run ended before the signal"
     assert summary(reference)["timeouts"] == summary(reference)["restarts"]
     assert summary(reference)["steps_recomputed"] == 0

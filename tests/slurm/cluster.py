@@ -9,6 +9,7 @@ Everything lives under one folder per cluster; the only system file touched is /
 """
 
 import contextlib
+import fcntl
 import os
 import shutil
 import socket
@@ -87,12 +88,25 @@ def _run(*cmd: str, check: bool = True, **kw: object) -> subprocess.CompletedPro
     return subprocess.run(cmd, check=check, capture_output=True, text=True, env=env(), **kw)  # type: ignore[call-overload]
 
 
-def _alive(pidfile: Path) -> bool:
+def _alive(pidfile: Path, program: str) -> bool:
+    """Whether the pid file names a running `program`. /tmp outlives the daemons on a machine restored from a
+    snapshot, and their old pids belong to other processes by then (a pip, a pytest worker): the name is checked,
+    else a stale pid file passes for a running daemon and nothing starts it (seen in CI)."""
     try:
-        os.kill(int(pidfile.read_text().split()[0]), 0)
-        return True
-    except (FileNotFoundError, ValueError, ProcessLookupError, IndexError):
+        pid = int(pidfile.read_text().split()[0])
+        return Path(f"/proc/{pid}/comm").read_text().strip() == program
+    except (OSError, ValueError, IndexError):
         return False
+
+
+def _last_error(log: Path) -> str:
+    """The daemon's last error or fatal line, for the message when it does not come up."""
+    try:
+        lines = log.read_text(errors="replace").splitlines()
+    except OSError:
+        return f"no log at {log}"
+    found = [line for line in lines[-200:] if "fatal:" in line or "error:" in line]
+    return found[-1] if found else "no error in its log"
 
 
 def _port_open(port: int, host: str = "127.0.0.1") -> bool:
@@ -247,7 +261,7 @@ def start_mariadb() -> None:
 
 
 def start_slurmdbd() -> None:
-    if not _port_open(DBD_PORT) and not _alive(BASE / "run" / "slurmdbd.pid"):
+    if not _port_open(DBD_PORT) and not _alive(BASE / "run" / "slurmdbd.pid", "slurmdbd"):
         _run("slurmdbd")  # one for both clusters, with side a's configuration (up() starts that side first)
     wait_for("slurmdbd", lambda: _port_open(DBD_PORT))
     if CLUSTER not in _run("sacctmgr", "-n", "-P", "list", "cluster", "format=cluster", check=False).stdout:
@@ -255,11 +269,14 @@ def start_slurmdbd() -> None:
 
 
 def start_slurm() -> None:
-    if not _alive(HOME / "run" / "slurmctld.pid"):
+    # A daemon that listens on its port runs, whatever its pid file says (a second one dies on the port).
+    if not _port_open(CTLD_PORT) and not _alive(HOME / "run" / "slurmctld.pid", "slurmctld"):
         _run("slurmctld")
-    wait_for("slurmctld", lambda: _run("scontrol", "ping", check=False).returncode == 0)
-    for name in ADDRESSES:
-        if not _alive(HOME / "run" / f"slurmd-{name}.pid"):
+    ctld_log = HOME / "log" / "slurmctld.log"
+    ping = lambda: _run("scontrol", "ping", check=False).returncode == 0  # noqa: E731
+    wait_for("slurmctld", ping, timeout=120, explain=lambda: _last_error(ctld_log))
+    for (name, addr), port in zip(ADDRESSES.items(), PORTS, strict=True):
+        if not _port_open(port, addr) and not _alive(HOME / "run" / f"slurmd-{name}.pid", "slurmd"):
             _run("slurmd", "-N", name)
     wait_for("both nodes idle", nodes_idle, timeout=180, explain=node_reasons)
 
@@ -296,11 +313,16 @@ def up_for_benchmark() -> None:
 
 
 def up() -> None:
-    """Both clusters (a no-op for one that runs), then this module pointed at the one it was."""
+    """Both clusters (a no-op for one that runs), then this module pointed at the one it was. One caller at a
+    time: xdist's workers each start their session here at once, and two controllers started together both die
+    (the pid file's lock, the port)."""
     check_platform()
-    for side in SIDES:
-        with on(side):
-            up_one()
+    BASE.parent.mkdir(parents=True, exist_ok=True)
+    with open(BASE.with_name(BASE.name + ".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        for side in SIDES:
+            with on(side):
+                up_one()
 
 
 def up_one() -> None:
@@ -365,7 +387,8 @@ def restart_controller(conf: Path) -> None:
     keep the config they started with, which differs only in accounting)."""
     pidfile = HOME / "run" / "slurmctld.pid"
     _run("scontrol", "shutdown", "slurmctld", check=False)
-    wait_for("slurmctld to stop", lambda: not _alive(pidfile), timeout=60)
+    stopped = lambda: not _alive(pidfile, "slurmctld") and not _port_open(CTLD_PORT)  # noqa: E731
+    wait_for("slurmctld to stop", stopped, timeout=60)
     subprocess.run(["slurmctld", "-f", str(conf)], env={**os.environ, "SLURM_CONF": str(conf)}, check=True)
     ping = {**os.environ, "SLURM_CONF": str(conf)}
     wait_for("slurmctld", lambda: subprocess.run(["scontrol", "ping"], env=ping, capture_output=True).returncode == 0)
@@ -444,13 +467,18 @@ def down() -> None:
 
 def down_one() -> None:
     run = HOME / "run"
-    pidfiles = [run / "slurmd-node1.pid", run / "slurmd-node2.pid", run / "slurmctld.pid", run / "slurmdbd.pid"]
-    pidfiles.append(HOME / "mysql" / "mariadb.pid")
+    daemons = [
+        (run / "slurmd-node1.pid", "slurmd"),
+        (run / "slurmd-node2.pid", "slurmd"),
+        (run / "slurmctld.pid", "slurmctld"),
+        (run / "slurmdbd.pid", "slurmdbd"),
+        (HOME / "mysql" / "mariadb.pid", "mariadbd"),
+    ]
     if (run / "started-munge").exists():
-        pidfiles.append(Path("/run/munge/munged.pid"))
+        daemons.append((Path("/run/munge/munged.pid"), "munged"))
         (run / "started-munge").unlink()
-    for path in pidfiles:
-        if _alive(path):
+    for path, program in daemons:
+        if _alive(path, program):
             pid = int(path.read_text().split()[0])
             os.kill(pid, 15)
             deadline = time.monotonic() + 30

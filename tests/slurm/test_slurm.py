@@ -1,6 +1,7 @@
 """Every user-facing flow on the real two-node Slurm cluster."""
 
 import json
+import os
 import re
 import socket
 import subprocess
@@ -408,3 +409,13 @@ def test_a_foreign_slurmstepd_leaves_the_harness_alone(slurm_cluster: None) -> N
     finally:
         foreign.kill()
         foreign.wait()
+
+
+def test_a_stale_pid_file_naming_another_process_is_not_a_running_daemon(tmp_path: Path) -> None:
+    """/tmp outlives the daemons on a machine restored from a snapshot: a pid file whose pid now belongs to
+    another process (seen in CI: slurmctld never started, every Slurm test errored) is not a running daemon."""
+    pidfile = tmp_path / "slurmctld.pid"
+    pidfile.write_text(f"{os.getpid()}\n")  # this pytest: alive, and not slurmctld
+    assert not cluster._alive(pidfile, "slurmctld")
+    assert cluster._alive(pidfile, Path(f"/proc/{os.getpid()}/comm").read_text().strip())
+    assert not cluster._alive(tmp_path / "missing.pid", "slurmctld")
