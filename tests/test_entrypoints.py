@@ -154,3 +154,37 @@ def test_the_submit_synopsis_in_jobs_readme_names_every_flag_of_its_help() -> No
     ).stdout
     flags = set(re.findall(r"(?<![\w-])--[a-z][a-z-]+", help_text)) - {"--help"}
     assert set(re.findall(r"(?<![\w-])--[a-z][a-z-]+", block.group(0))) == flags
+
+
+def test_a_failure_keeps_its_traceback_in_torchs_error_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The traceback is written by torch's own @record handler: errors/traceback_rank_N.json, and under torchrun
+    the agent's TORCHELASTIC_ERROR_FILE, which torch's ProcessFailure (torchrun's summary) reads."""
+    from torch.distributed.elastic.multiprocessing.errors import ProcessFailure
+
+    from trainer.entry import record_error
+    from trainer.env.launcher import resolve
+    from trainer.run import failures
+
+    agents = tmp_path / "agent_error.json"
+    monkeypatch.setenv("TORCHELASTIC_ERROR_FILE", str(agents))
+    try:
+        raise RuntimeError("shapes do not match at step 3")
+    except RuntimeError as exc:
+        record_error(tmp_path / "run", resolve({}), exc)
+    kept = tmp_path / "run" / "errors" / "traceback_rank_0.json"
+    data = json.loads(kept.read_text())["message"]
+    assert data["message"] == "RuntimeError: shapes do not match at step 3"
+    assert 'raise RuntimeError("shapes do not match at step 3")' in data["extraInfo"]["py_callstack"]
+    assert ProcessFailure(0, 1, 1, str(agents)).message["message"] == data["message"]
+    assert failures.torch_error(kept) == ("RuntimeError", "shapes do not match at step 3")
+    # The next attempt's rank 0 forgets it with the record it belongs to.
+    failures.clear(tmp_path / "run", before=float("inf"))
+    assert not kept.exists() and not (tmp_path / "run" / "error.txt").exists()
+
+
+def test_a_bad_setting_writes_no_traceback(tmp_path: Path) -> None:
+    from trainer.entry import run
+
+    with pytest.raises(UserError):
+        run({"run_dir": str(tmp_path), "eval": {"metric": "nope"}}, {"signal": "USR1"})
+    assert [p.name for p in (tmp_path / "errors").iterdir()] == ["rank_0.json"]

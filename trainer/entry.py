@@ -16,16 +16,36 @@ from trainer.requeue import relay
 from trainer.requeue.flag import StopFlag
 from trainer.requeue.signals import JobSettings
 from trainer.run import failures, provenance, startup
+from trainer.run.rundir import RunDir
 
 
 def record_error(run_dir: Path, env: DistEnv, exc: BaseException) -> None:
     """This rank's failure in errors/, and error.txt naming the first failure: a peer's "connection closed"
-    never hides the rank that failed first."""
+    never hides the rank that failed first. Called while `exc` is handled: its traceback goes beside it."""
     failure = failures.describe(exc, env.rank, env.node_name, time.time())
     try:
         failures.record(run_dir, failure)
     except (OSError, UserError) as write_error:  # a full disk, say: the original error must still surface
         print(f"warning: could not record {failure.line()!r} in {run_dir}: {write_error}", file=sys.stderr)
+        return
+    if "torch" in sys.modules and not isinstance(exc, UserError):  # a bad setting's one line says it all
+        record_traceback(exc, RunDir(run_dir).traceback(env.rank))
+
+
+def record_traceback(exc: BaseException, path: Path) -> None:
+    """The traceback written by torch's own `@record` handler: to `path`, and, under torchrun, to the error file
+    its agent reads (TORCHELASTIC_ERROR_FILE), so that torchrun's summary names this rank's cause too."""
+    from torch.distributed.elastic.multiprocessing.errors import ErrorHandler
+
+    class ToFile(ErrorHandler):
+        def _get_error_file_path(self) -> str:
+            return str(path)
+
+    for handler in (ToFile(), ErrorHandler()):  # the plain one writes only when torchrun set its file
+        try:
+            handler.record_exception(exc)
+        except OSError as write_error:
+            print(f"warning: could not write this rank's traceback: {write_error}", file=sys.stderr)
 
 
 def run(config: dict[str, Any], job: dict[str, Any] | None = None) -> dict[str, Any] | None:

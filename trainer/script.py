@@ -9,7 +9,8 @@ on its exit code.
   (trainer.requeue.relay). After the signal, any non-zero exit is a stop to requeue, not a failure.
 - Exit 0: done. Exit 144 (trainer.requeue.REQUEUE_EXIT): saved, requeue me; rank 0 records the stop and
   requeues the job as the trainer does, and the command starts again in the same run directory. Any other
-  exit: this rank failed; it is recorded (errors/, error.txt) with the last line of the traceback the command
+  exit: this rank failed; it is recorded (errors/, error.txt) with the exception that torch's `@record` wrote
+  to TORCHELASTIC_ERROR_FILE (its traceback kept in errors/), else the last line of the traceback the command
   wrote, and the job ends. SIGTERM to the task (a cancel, a requeue) stops the command and records nothing.
 """
 
@@ -43,6 +44,7 @@ from trainer.watchdog import CHECK_S, Beat, CommandWatch, culprit, progress_path
 
 RANK_PREFIX = re.compile(r"^\[rank\d+\]: ?")
 PYTHON_ENV = "SLURM_DDP_PYTHON"
+ERROR_FILE_ENV = "TORCHELASTIC_ERROR_FILE"  # torch.distributed.elastic's name: where @record writes
 PEER_WAIT_S = 30.0  # rank 0, after its command asked for a requeue: how long the others get to save and exit
 
 
@@ -201,6 +203,17 @@ def failure(command: list[str], ended: Ended, env: DistEnv) -> failures.Failure:
     return failures.Failure(time.time(), env.rank, env.node_name, kind, message, failures.is_peer_error(kind, message))
 
 
+def command_error(error_file: Path, log: "StderrTail", run_dir: Path, rank: int) -> str:
+    """The failed command's exception line: from torch's error file where it wrote one (kept in errors/ with
+    its traceback), else the last traceback in its stderr."""
+    recorded = failures.torch_error(error_file)
+    if recorded is None:
+        return last_exception(log.read())
+    failures.keep_traceback(run_dir, rank, error_file)
+    kind, message = recorded
+    return f"{kind}: {message}" if kind else message
+
+
 def last_exception(text: str) -> str:
     """The exception line closing the last `Traceback (most recent call last):` block in `text`, or "".
     torch prefixes a rank's stderr lines with `[rankN]: ` once its process group is up."""
@@ -254,11 +267,16 @@ def _run(command: list[str], cwd: str, env: DistEnv, run_dir: str, settings: Job
         signal.signal(signum, note)
     log = StderrTail()
     progress = progress_path()
+    # torch's error file, as torchrun gives each worker one: a script whose main is wrapped in torch's @record
+    # (torchtitan's is), or torchrun itself, writes its exception and traceback there. Node-local, like progress.
+    error_file = Path(f"{progress}.error.json")
+    error_file.unlink(missing_ok=True)  # a process before this one, with the same pid, left it
+    given = variables(env, run_dir, settings) | {PROGRESS_ENV: progress, ERROR_FILE_ENV: str(error_file)}
     try:
         child = subprocess.Popen(
             command,
             cwd=cwd,
-            env=command_environment(os.environ, variables(env, run_dir, settings) | {PROGRESS_ENV: progress}),
+            env=command_environment(os.environ, given),
             preexec_fn=relay.die_with_parent,
         )
     except OSError as exc:  # not found, not executable: the rank says so, as a shell would
@@ -295,7 +313,8 @@ def _run(command: list[str], cwd: str, env: DistEnv, run_dir: str, settings: Job
     with contextlib.suppress(OSError):
         os.unlink(progress)
     terminated = bool(acted - {requeue})
-    error = "" if code == 0 or terminated else last_exception(log.read())
+    error = "" if code == 0 or terminated else command_error(error_file, log, Path(run_dir), env.rank)
+    error_file.unlink(missing_ok=True)
     if settings.script_hang_s:
         _beat(run_dir, None, env.rank)
     return Ended(code, received.get(requeue), terminated, error, hung=hung, culprit=stuck)

@@ -384,6 +384,36 @@ def test_a_failing_scripts_exception_is_where_the_user_looks(tmp_path: Path) -> 
     assert "rank=1 " in logs.stdout and 'raise ValueError("bad batch at step 3")' in logs.stdout, logs.stdout
 
 
+RECORDED = """
+from torch.distributed.elastic.multiprocessing.errors import record
+
+
+@record
+def main():
+    raise ValueError("bad batch at step 3")
+
+
+if __name__ == "__main__":
+    main()
+"""
+
+
+def test_torchruns_worker_error_reaches_error_txt_with_its_traceback(tmp_path: Path) -> None:
+    """A torchrun command whose script's main is wrapped in torch's @record (torchtitan's is): torchrun hands
+    the worker's error file on to the one the task gave it, so the line is the worker's exception, not
+    torchrun's ChildFailedError, and the traceback is kept in errors/."""
+    (tmp_path / "train.py").write_text(RECORDED)
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "1", "train.py"]
+    profile = f"executor: local\ngpus_per_node: 1\nrun_root: {tmp_path / 'runs'}\n"
+    result = submit_in(tmp_path, "--wait", "--", *torchrun, profile=profile)
+    assert result.returncode == 1, result.stdout + result.stderr
+    run_dir = run_dir_of(result.stdout)
+    line = (run_dir / "error.txt").read_text()
+    assert line.startswith("rank 0 on ") and ": ValueError: bad batch at step 3 (" in line, line
+    kept = json.loads((run_dir / "errors" / "traceback_rank_0.json").read_text())["message"]
+    assert 'raise ValueError("bad batch at step 3")' in kept["extraInfo"]["py_callstack"], kept
+
+
 def test_the_tensorboard_line_comes_when_the_script_wrote_events(tmp_path: Path) -> None:
     (tmp_path / "train.py").write_text(
         "import os\nfrom torch.utils.tensorboard import SummaryWriter\n"

@@ -93,6 +93,27 @@ def root_cause(failures: Sequence[Failure], killed: Sequence[Failure] = ()) -> F
     return None
 
 
+def torch_error(path: Path) -> tuple[str, str] | None:
+    """The exception's type name and one-line message from an error file that torch's `@record` wrote
+    (torch.distributed.elastic.multiprocessing.errors: `{"message": {"message": "Type: text", ...}}`)."""
+    try:
+        text = json.loads(path.read_text())["message"]["message"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None  # none written (no @record, killed), or not torch's format: the caller has other words
+    if not isinstance(text, str):
+        return None
+    kind, sep, message = text.partition(": ")
+    return (kind, message) if sep else ("", kind)
+
+
+def keep_traceback(run_dir: Path, rank: int, error_file: Path) -> None:
+    """A rank's torch error file (written node-local) kept in errors/, where error.txt's reader looks."""
+    try:
+        write_text(RunDir(run_dir).traceback(rank), error_file.read_text())
+    except (OSError, UserError):
+        pass  # the one-line record is what matters; a traceback that cannot be kept is not another failure
+
+
 def read(run_dir: Path) -> list[Failure]:
     failures = []
     for path in sorted(RunDir(run_dir).errors.glob("rank_*.json")):
@@ -128,6 +149,7 @@ def clear(run_dir: Path, before: float) -> str | None:
     cause = root_cause(stale)
     for failure in stale:
         (files.errors / f"rank_{failure.rank}.json").unlink(missing_ok=True)
+        files.traceback(failure.rank).unlink(missing_ok=True)
     current = read(run_dir)
     if not current:
         files.error.unlink(missing_ok=True)

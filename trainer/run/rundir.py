@@ -48,8 +48,12 @@ class RunDir:
 
     @property
     def errors(self) -> Path:
-        """One record per failing rank, `rank_N.json`."""
+        """One record per failing rank, `rank_N.json`, and its traceback in torch's error-file format."""
         return self.path / "errors"
+
+    def traceback(self, rank: int) -> Path:
+        """A rank's traceback as torch's @record writes it (torch.distributed.elastic's error file)."""
+        return self.errors / f"traceback_rank_{rank}.json"
 
     @property
     def resume_lock(self) -> Path:
