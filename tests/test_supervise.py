@@ -1,7 +1,10 @@
 """The supervisor's policy (pure) and the batch script that hands srun to it."""
 
 import subprocess
+import time
 from pathlib import Path
+
+import pytest
 
 from trainer.supervise.policy import Ended, Policy, State, decide, step_args
 
@@ -70,8 +73,8 @@ def test_the_batch_script_hands_srun_to_the_supervisor_and_bash_parses_it(tmp_pa
 
 
 def test_rank_0s_silence_is_named_only_once_its_peers_would_have_named_it(tmp_path: Path) -> None:
-    """Rank 0 alone frozen is named by its peers (their budget, 2 beats more, the store's 5 s): the supervisor
-    names a hang only after that, when nobody did: every rank froze."""
+    """Rank 0 alone frozen is named by its peers (the budget rank 0 wrote, their look once a second, the store's
+    5 s): the supervisor names a hang only after that and a margin of 4 s, when nobody did: every rank froze."""
     from trainer.run.failures import read
     from trainer.supervise.watch import frozen, name_and_end, write_beat
 
@@ -79,9 +82,56 @@ def test_rank_0s_silence_is_named_only_once_its_peers_would_have_named_it(tmp_pa
     write_beat(beat, {"rank": 0, "host": "n1", "step": 40, "section": "step", "since": 100.0, "written": 104.0,
                       "budget": 14.0, "beat_s": 2.0, "run_dir": str(tmp_path)})  # fmt: skip
     assert frozen(beat, 107.0) is None  # two beats late at most: alive
-    assert frozen(beat, 100.0 + 14 + 4 + 5 + 4) is None  # its peers may still be naming it
-    found = frozen(beat, 100.0 + 14 + 4 + 5 + 6)
+    assert frozen(beat, 100.0 + 14 + 1 + 5 + 3.9) is None  # its peers may still be naming it
+    found = frozen(beat, 100.0 + 14 + 1 + 5 + 4.1)
     assert found is not None and found[0].message.startswith("hung: every rank stopped: rank 0's heartbeat stopped")
     assert name_and_end(beat, 130.0) and not beat.exists()  # recorded once, the file gone
     assert [f.rank for f in read(tmp_path)] == [0] and (tmp_path / "error.txt").read_text().startswith("rank 0 on n1")
     assert frozen(tmp_path / "none.json", 1e12) is None
+
+
+def test_the_signals_node_local_copy_is_left_until_the_job_ends_its_steps(tmp_path: Path) -> None:
+    """The fan-out's command (run by srun on each node) leaves the file, and removes it on the SIGTERM with
+    which Slurm ends a job's steps (a requeue, the job's end)."""
+    from tests.conftest import poll
+    from trainer.requeue import relay
+
+    node_file = tmp_path / "attempt_7_0.signal"
+    proc = subprocess.Popen(["bash", "-c", relay.FAN_OUT, "bash", str(node_file)])
+    poll("the node-local file", node_file.exists, timeout=10)
+    proc.terminate()
+    assert proc.wait(timeout=10) == 0 and not node_file.exists()
+    cmd = relay.fan_out_command("/logs/attempt_7_0", "7", 3)
+    assert cmd[:8] == ["srun", "--overlap", "--jobid=7", "-N", "3", "--ntasks", "3", "--ntasks-per-node=1"]
+    assert cmd[-1] == relay.node_signal_file("/logs/attempt_7_0") and cmd[-1].endswith("/slurm-ddp-attempt_7_0.signal")
+    # srun would read the running step's task count, CPUs and GPUs from these: the fan-out asks for its own.
+    environ = {"SLURM_NTASKS": "16", "SLURM_CPUS_PER_TASK": "8", "SLURM_CONF": "/etc/s.conf", "PATH": "/bin"}
+    assert relay.fan_out_environment(environ) == {"SLURM_CONF": "/etc/s.conf", "PATH": "/bin"}
+
+
+def test_a_task_takes_the_signal_from_the_node_file_at_once_or_the_shared_one_later(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The node-local copy is looked at every 0.2 s; the shared file (an srun that could not start) only every
+    FALLBACK_S, so that thousands of ranks make no more than 0.1 metadata calls a second on the share."""
+    import signal
+
+    from tests.conftest import poll
+    from trainer.requeue import relay
+
+    got: list[float] = []
+    previous = signal.signal(signal.SIGUSR2, lambda *_: got.append(time.monotonic()))
+    try:
+        node, shared = tmp_path / "node.signal", tmp_path / "shared.signal"
+        relay.watch(str(node), signal.SIGUSR2, fallback=str(shared))
+        node.touch()
+        poll("the signal from the node file", lambda: got, timeout=5)
+        monkeypatch.setattr(relay, "FALLBACK_S", 1.0)
+        other = tmp_path / "never.signal"
+        shared.touch()
+        begun = time.monotonic()
+        relay.watch(str(other), signal.SIGUSR2, fallback=str(shared))
+        poll("the signal from the shared file", lambda: len(got) == 2, timeout=10)
+        assert 0.9 <= got[1] - begun < 5, got[1] - begun
+    finally:
+        signal.signal(signal.SIGUSR2, previous)

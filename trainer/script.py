@@ -281,7 +281,9 @@ def _run(command: list[str], cwd: str, env: DistEnv, run_dir: str, settings: Job
         )
     except OSError as exc:  # not found, not executable: the rank says so, as a shell would
         return Ended(127 if isinstance(exc, FileNotFoundError) else 126, cannot_start=exc.strerror or str(exc))
-    relay.watch(relay.signal_file(env.attempt), requeue)  # on Slurm the batch shell, not this task, gets the signal
+    # On Slurm the batch step, not this task, gets the signal: its node-local copy here, the shared file after.
+    if env.attempt:
+        relay.watch(relay.node_signal_file(env.attempt), requeue, fallback=relay.signal_file(env.attempt))
     acted: set[int] = set()
     watch = CommandWatch(settings.script_hang_s, progress)
     hung, checked, beat_due = "", time.monotonic(), 0.0

@@ -404,13 +404,15 @@ class Watchdog:
         if name == "rendezvous":
             self._record_rendezvous(waited, now)
             return
+        silent_store = False
         try:
             beats = within(STORE_WAIT_S, (self.board or FileBoard(self.run_dir, self.rank)).read)
             beats = [b for b in self._ours(beats) if b.rank < self.world_size and b.section != "hung"]
             found = culprit(beats, now, stale_s=2 * self.settings.beat_s + CHECK_S)
         except (OSError, RuntimeError, TimeoutError):
             found = None  # a stalled shared filesystem (heartbeat files): no rank's beat to go by
-            if isinstance(self.board, StoreBoard):  # rank 0, which holds the store, does not answer
+            silent_store = isinstance(self.board, StoreBoard)
+            if silent_store:  # rank 0, which holds the store, does not answer
                 zero = Beat(0, self.store_host, step, name, me.since, now)
                 found = (zero, f"the job's store on rank 0 does not answer {zero.where()} (rank 0 stopped or "
                                "frozen, or its node gone)")  # fmt: skip
@@ -418,9 +420,11 @@ class Watchdog:
         message = f"hung: {why}; seen by rank {self.rank} after {waited:.0f} s (budgets: hang.timeout_s, hang.factor)"
         failure = failures.Failure(now, stuck.rank, stuck.host, "", message, False)
         self._say(f"hang: {failure.line()}")  # kept here when a restart clears error.txt
-        # This rank's heartbeat says it detected, so a later detector does not take its silence for the cause.
-        with contextlib.suppress(TimeoutError):  # a store that does not answer: the record below still goes
-            within(STORE_WAIT_S, lambda: self._beat(Beat(self.rank, self.host, step, "hung", me.since, now)))
+        # This rank's heartbeat says it detected, so a later detector does not take its silence for the cause;
+        # not to a store that just did not answer: another wait for it would only put the record off.
+        with contextlib.suppress(TimeoutError):
+            if not silent_store:
+                within(STORE_WAIT_S, lambda: self._beat(Beat(self.rank, self.host, step, "hung", me.since, now)))
         try:
             failures.record(self.run_dir, failure)
         except (OSError, ValueError, UserError) as exc:

@@ -52,6 +52,48 @@ def test_a_preempted_script_saves_is_requeued_and_resumes(slurm_cluster: None, t
     assert attempts[0]["stop"]["reason"] == "preempted" and len(attempts) == 2
 
 
+# Notes when its own handler got the requeue signal, then asks for a requeue; its next start ends at once.
+NOTES_THE_SIGNAL = """
+import os, signal, sys, time
+note = os.path.join(os.environ["RUN_DIR"], f"got{os.environ['RANK']}")
+if os.path.exists(note):
+    sys.exit(0)
+got = []
+signal.signal(getattr(signal, "SIG" + os.environ["REQUEUE_SIGNAL"]), lambda *_: got.append(time.time()))
+open(os.path.join(os.environ["RUN_DIR"], f"up{os.environ['RANK']}"), "w").close()
+while not got:
+    time.sleep(0.05)
+open(note, "w").write(repr(got[0]))
+time.sleep(3)
+sys.exit(144)
+"""
+
+
+def test_a_scripts_tasks_take_the_signal_from_a_copy_on_their_node(slurm_cluster: None, tmp_path: Path) -> None:
+    """The supervisor leaves the requeue signal on every node of the job (srun --overlap): each task reads it
+    there within a second, not from the shared log folder (looked at every 10 s), and the copy is gone once
+    the job has been requeued."""
+    from trainer.requeue.relay import node_signal_file
+
+    (tmp_path / "notes.py").write_text(NOTES_THE_SIGNAL)
+    args = ["--profile", str(mini_profile(tmp_path)), "--nodes", "2", "--gpus-per-node", "1"]
+    result = submit(*args, "--", sys.executable, "notes.py", cwd=tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    run_dir, job_id = run_dir_of(result), job_id_of(run_dir_of(result))
+    poll("both ranks up", lambda: (run_dir / "up0").exists() and (run_dir / "up1").exists())
+    preempt_normal_jobs()
+    node_file = Path(node_signal_file(str(run_dir / "logs" / f"attempt_{job_id}_0")))
+    poll("the signal's copy on the nodes", node_file.exists, timeout=60)
+    notes = [run_dir / "got0", run_dir / "got1"]
+    poll("both ranks to get the signal", lambda: all(n.exists() and n.read_text() for n in notes), timeout=60)
+    shared = run_dir / "logs" / f"attempt_{job_id}_0.signal"
+    left = os.stat(shared).st_mtime
+    assert all(float(n.read_text()) - left < 2.0 for n in notes), [float(n.read_text()) - left for n in notes]
+    poll("the node-local copy gone with the attempt", lambda: not node_file.exists(), timeout=120)
+    release_when_requeued(job_id)
+    poll("the summary", lambda: (run_dir / "summary.json").exists(), timeout=240)
+
+
 def test_a_failing_script_fails_the_job_naming_its_rank(slurm_cluster: None, tmp_path: Path) -> None:
     (tmp_path / "train.py").write_text(DDP)
     args = ["--profile", str(mini_profile(tmp_path)), "--nodes", "2", "--gpus-per-node", "2", "--wait"]

@@ -2,9 +2,12 @@
 
 Slurm sends the profile's signal to the batch shell alone (`#SBATCH --signal=B:USR2@N`): sent to the job's
 steps, it would reach every process of every task, children included, and a script without a handler (nearly
-every script) would die of it instead of being requeued. The batch shell writes `$SLURM_DDP_ATTEMPT.signal`
-(in the job's log folder, which every node sees); each task watches for it and raises the signal
-in itself. The trainer's handler then saves at the next step boundary; a script's task passes the signal on
+every script) would die of it instead of being requeued. The supervisor in the batch step
+(trainer.supervise.slurm) writes `$SLURM_DDP_ATTEMPT.signal` in the job's log folder, which every node sees,
+and rank 0 of the trainer watches it. For a `-- COMMAND` script every task watches: on the shared filesystem
+that would be 5 stat calls a second from each of thousands of ranks (and NFS may hide a new file for up to a
+minute), so the supervisor also leaves a node-local copy on every node of the job (`srun --overlap ... touch`),
+which the tasks watch; the shared file, looked at every FALLBACK_S, covers an srun that could not start. The trainer's handler then saves at the next step boundary; a script's task passes the signal on
 only to the processes of its command that catch it (`SigCgt` in /proc/PID/status) and stops a command in
 which none does. Under the local profile the controller signals the task processes themselves, never their
 children, so the same handlers run without a file.
@@ -22,11 +25,38 @@ from pathlib import Path
 # .signal (the batch shell got the requeue signal), .failed (srun failed and the script requeued the job).
 ATTEMPT = "SLURM_DDP_ATTEMPT"
 POLL_S = 0.2
+FALLBACK_S = 10.0  # a task's look at the shared signal file: 0.1 metadata calls a second
 PR_SET_PDEATHSIG = 1
 
 
 def signal_file(attempt: str | None) -> str | None:
     return f"{attempt}.signal" if attempt else None
+
+
+def node_signal_file(attempt: str) -> str:
+    """The node-local copy of `attempt`'s signal file, the same name on every node of the job."""
+    folder = "/dev/shm" if os.path.isdir("/dev/shm") else "/tmp"
+    return os.path.join(folder, f"slurm-ddp-{os.path.basename(attempt)}.signal")
+
+
+# Leaves the file, and removes it when the job ends its steps (SIGTERM, as a requeue or the job's end does) or
+# after KEEP_S: the tasks read it within POLL_S, and a node's /dev/shm is not left a file per signal.
+KEEP_S = 120
+FAN_OUT = f"""f=$1; touch "$f"; trap 'rm -f "$f"; exit 0' TERM INT; sleep {KEEP_S} & wait $!; rm -f "$f" """
+
+
+def fan_out_command(attempt: str, job_id: str, nodes: int) -> list[str]:
+    """srun's command that leaves the node-local signal file on each of the job's nodes for as long as the
+    job runs: a step of its own beside the running one (--overlap), one task per node."""
+    n = str(max(nodes, 1))
+    step = ["srun", "--overlap", f"--jobid={job_id}", "-N", n, "--ntasks", n, "--ntasks-per-node=1"]
+    return [*step, "--kill-on-bad-exit=0", "-o", "/dev/null", "bash", "-c", FAN_OUT, "bash", node_signal_file(attempt)]
+
+
+def fan_out_environment(environ: dict[str, str]) -> dict[str, str]:
+    """The batch step's environment less what srun reads as the running step's options (its task count, CPUs,
+    GPUs per task): the fan-out asks for one task per node, nothing else."""
+    return {k: v for k, v in environ.items() if not k.startswith(("SLURM_", "SBATCH_", "SRUN_")) or k == "SLURM_CONF"}
 
 
 def stopped_file(attempt: str) -> Path:
@@ -46,13 +76,19 @@ def earlier_attempt(attempt: str, job_id: str, restart_count: int) -> str:
     return os.path.join(os.path.dirname(attempt), f"attempt_{job_id}_{restart_count}")
 
 
-def watch(path: str | None, signum: int, every: float = POLL_S) -> threading.Thread | None:
-    """Raise `signum` in this process once `path` exists (a daemon thread; nothing without a path)."""
+def watch(path: str | None, signum: int, every: float = POLL_S, fallback: str | None = None) -> threading.Thread | None:
+    """Raise `signum` in this process once `path` exists, or `fallback` (looked at every FALLBACK_S) does (a
+    daemon thread; nothing without a path)."""
     if not path:
         return None
 
     def run() -> None:
+        looked = time.monotonic()
         while not os.path.exists(path):
+            if fallback and time.monotonic() - looked >= FALLBACK_S:
+                looked = time.monotonic()
+                if os.path.exists(fallback):
+                    break
             time.sleep(every)
         os.kill(os.getpid(), signum)
 

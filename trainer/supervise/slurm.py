@@ -21,7 +21,7 @@ from typing import TypeVar
 
 from trainer.env.hostlist import expand_hostlist
 from trainer.env.launcher import IN_JOB_RESTART, WATCH_BEAT
-from trainer.requeue.relay import ATTEMPT
+from trainer.requeue.relay import ATTEMPT, fan_out_command, fan_out_environment
 from trainer.run import failures
 from trainer.run.atomic import write_text
 from trainer.supervise.policy import Decision, Ended, Policy, State, decide, step_args
@@ -156,11 +156,21 @@ def supervise(spec: dict, srun: list[str], environ: dict | None = None) -> int:
 
     def take_signal(signum: int, frame: object) -> None:
         try:
-            write_text(Path(attempt + ".signal"), f"{int(time.time())}\n")  # rank 0 (each task of a script) watches
+            write_text(Path(attempt + ".signal"), f"{int(time.time())}\n")  # the trainer's rank 0 watches it
         except Exception as exc:  # a full disk: srun still runs, and must still be waited for
             print(f"warning: could not leave the requeue signal's file: {exc}", flush=True)
+        # A script's tasks watch a node-local copy (one task per node leaves it), not the shared file.
+        try:
+            subprocess.Popen(fan_out_command(attempt, job_id, nodes_n), env=fan_out_environment(dict(env)))
+        except OSError as exc:  # no srun: the tasks still find the shared file, later
+            print(f"warning: could not leave the requeue signal on each node: {exc}", flush=True)
+
+    nodes_n = int(env.get("SLURM_JOB_NUM_NODES") or 1)
 
     signal.signal(getattr(signal, f"SIG{spec['signal']}"), take_signal)
+    # Slurm ends the batch step with SIGTERM (a requeue, a cancel, the time limit): exit through the finally
+    # blocks, so that rank 0's node-local heartbeat file is not left in /dev/shm (requeue_without ignores it).
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     nodes = set(expand_hostlist(env["SLURM_JOB_NODELIST"])) if env.get("SLURM_JOB_NODELIST") else set()
     saved = state_path(log_dir, job_id)
     state, starts = load_state(saved), 0

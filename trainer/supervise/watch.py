@@ -17,8 +17,9 @@ from pathlib import Path
 from trainer.errors import UserError
 from trainer.run.failures import Failure, record
 
-MARGIN_S = 5.0  # beyond the moment the others would have named rank 0 (their check, their own exit)
+MARGIN_S = 4.0  # beyond the moment the others would have named rank 0 (their record, a loaded machine)
 STORE_WAIT_S = 5.0  # trainer.watchdog.STORE_WAIT_S: how long a peer waits for a store that does not answer
+CHECK_S = 1.0  # trainer.watchdog.CHECK_S: how often a rank's watchdog looks at its budget
 
 
 def beat_path(job_id: str, start: int) -> Path:
@@ -43,9 +44,10 @@ def frozen(path: Path, now: float) -> tuple[Failure, str] | None:
     except (OSError, ValueError, KeyError, TypeError):
         return None
     silent = now - written
-    # A peer waiting on rank 0 gets 2 beats more than rank 0's own budget, then waits for the store's answer;
-    # joining the group, there is no store and no peer to wait for: the budget alone.
-    peers = 0.0 if section == "rendezvous" else 2 * beat_s + STORE_WAIT_S
+    # A peer waiting on rank 0 has the budget rank 0 wrote (2 beats more than rank 0's own, in a section that
+    # waits on peers), looks once a second, then waits for the store's answer; joining the group, there is no
+    # store and no peer to wait for: the budget alone.
+    peers = 0.0 if section == "rendezvous" else CHECK_S + STORE_WAIT_S
     named_by = since + budget + peers + MARGIN_S
     if silent <= 2 * beat_s + 1 or now < named_by:
         return None
