@@ -13,7 +13,9 @@ from pathlib import Path
 import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
+from tests import ranks as forked
 from tests.conftest import ROOT, run_dirs, submit
+from tests.jobs.test_user_task import AUGMENTED, EXACT
 from tests.slurm import cluster
 from tests.slurm.cluster import preempt_normal_jobs, release_when_requeued, squeue_state
 from tests.slurm.conftest import ARGS
@@ -208,6 +210,30 @@ def test_a_stopped_or_killed_rank_restarts_in_its_allocation_to_the_same_weights
         assert first["stop"]["error"].startswith("rank 3 on node2: hung: its heartbeat stopped ")  # the cause
         peers = "".join(p.read_text() for p in (run_dir / "logs").glob("*_[012]_log.out"))  # whoever found it
         assert "hang: rank 3 on node2: hung: its heartbeat stopped " in peers  # error.txt went with the restart
+
+
+def test_a_dropout_user_task_killed_restarts_in_its_allocation_to_the_same_weights_on_2_nodes_x_2_tasks(
+    tmp_path: Path,
+) -> None:
+    """A user's own task as they write them (Dropout, random augmentations from torch, numpy and random in its
+    loader worker): rank 3 killed past a checkpoint, the tasks start again in the allocation, and the run ends
+    on the weights of the same run forked uninterrupted over 4 ranks."""
+    (tmp_path / "augmented.py").write_text(AUGMENTED)
+    task = [f"task={tmp_path / 'augmented.py'}:Augmented", *EXACT[1:], "steps=60", "data.num_workers=1"]
+    task += ["checkpoint.every=10", "log.every=5", "log.image_every=0"]
+    reference = forked.train(tmp_path / "reference", *task, world=4).run_dir
+    profile = mini_profile(tmp_path, "restarts_in_job: 1\n")
+    result = submit("--profile", str(profile), "--nodes", "2", "--gpus-per-node", "2", *task)
+    assert result.returncode == 0, result.stdout + result.stderr
+    run_dir = run_dir_of(result)
+    poll("checkpoint 20", (run_dir / "checkpoints" / "step_00000020.pt.sha256").exists, timeout=300)
+    log = run_dir / "logs" / f"{job_id_of(run_dir)}_3_log.out"
+    os.kill(int(re.findall(r"^dist: .* pid=(\d+)", log.read_text(), re.M)[-1]), signal.SIGKILL)
+    data = summary(run_dir, timeout=600)
+    first, second = attempts(run_dir)
+    assert first["stop"]["reason"] == "failure" and second["in_job_restart"] == 1, (first, second)
+    assert second["resumed_step"] >= 20, second  # from a checkpoint, mid-run
+    assert data["weights_sha256"] == json.loads((reference / "summary.json").read_text())["weights_sha256"]
 
 
 def test_requeue_on_failure_resumes_from_the_last_checkpoint(
