@@ -315,7 +315,9 @@ def _run(command: list[str], cwd: str, env: DistEnv, run_dir: str, settings: Job
     with contextlib.suppress(OSError):
         os.unlink(progress)
     terminated = bool(acted - {requeue})
-    error = "" if code == 0 or terminated else command_error(error_file, log, Path(run_dir), env.rank)
+    # After the requeue signal any exit is a stop to requeue, never a failure: no exception line, no traceback.
+    stopped = code == 0 or terminated or requeue in received
+    error = "" if stopped else command_error(error_file, log, Path(run_dir), env.rank)
     error_file.unlink(missing_ok=True)
     if settings.script_hang_s:
         _beat(run_dir, None, env.rank)

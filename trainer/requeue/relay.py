@@ -42,7 +42,7 @@ def node_signal_file(attempt: str) -> str:
 # Leaves the file, and removes it when the job ends its steps (SIGTERM, as a requeue or the job's end does) or
 # after KEEP_S: the tasks read it within POLL_S, and a node's /dev/shm is not left a file per signal.
 KEEP_S = 120
-FAN_OUT = f"""f=$1; touch "$f"; trap 'rm -f "$f"; exit 0' TERM INT; sleep {KEEP_S} & wait $!; rm -f "$f" """
+FAN_OUT = f"""f=$1; trap 'rm -f "$f"; exit 0' TERM INT; touch "$f"; sleep {KEEP_S} & wait $!; rm -f "$f" """
 
 
 def fan_out_command(attempt: str, job_id: str, nodes: int) -> list[str]:
@@ -83,7 +83,7 @@ def watch(path: str | None, signum: int, every: float = POLL_S, fallback: str | 
         return None
 
     def run() -> None:
-        looked = time.monotonic()
+        looked = -FALLBACK_S  # the shared file at once (a task started after the copy went), then every FALLBACK_S
         while not os.path.exists(path):
             if fallback and time.monotonic() - looked >= FALLBACK_S:
                 looked = time.monotonic()

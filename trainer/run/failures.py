@@ -150,6 +150,10 @@ def clear(run_dir: Path, before: float) -> str | None:
     for failure in stale:
         (files.errors / f"rank_{failure.rank}.json").unlink(missing_ok=True)
         files.traceback(failure.rank).unlink(missing_ok=True)
+    for traceback in files.errors.glob("traceback_rank_*.json"):  # one whose record never came (a full disk)
+        with contextlib.suppress(OSError):
+            if traceback.stat().st_mtime < before:
+                traceback.unlink()
     current = read(run_dir)
     if not current:
         files.error.unlink(missing_ok=True)

@@ -155,15 +155,19 @@ def supervise(spec: dict, srun: list[str], environ: dict | None = None) -> int:
     os.environ[ATTEMPT] = attempt  # every task's: where the signal file appears, where a stop on purpose is marked
 
     def take_signal(signum: int, frame: object) -> None:
-        try:
-            write_text(Path(attempt + ".signal"), f"{int(time.time())}\n")  # the trainer's rank 0 watches it
-        except Exception as exc:  # a full disk: srun still runs, and must still be waited for
-            print(f"warning: could not leave the requeue signal's file: {exc}", flush=True)
-        # A script's tasks watch a node-local copy (one task per node leaves it), not the shared file.
+        # Nothing may escape this handler (srun must still be waited for): a full disk fails the warnings too.
+        # A script's tasks watch a node-local copy (one task per node leaves it), first: a stalled shared
+        # filesystem must not hold it up.
         try:
             subprocess.Popen(fan_out_command(attempt, job_id, nodes_n), env=fan_out_environment(dict(env)))
         except OSError as exc:  # no srun: the tasks still find the shared file, later
-            print(f"warning: could not leave the requeue signal on each node: {exc}", flush=True)
+            with contextlib.suppress(OSError):
+                print(f"warning: could not leave the requeue signal on each node: {exc}", flush=True)
+        try:
+            write_text(Path(attempt + ".signal"), f"{int(time.time())}\n")  # the trainer's rank 0 watches it
+        except Exception as exc:  # a full disk: srun still runs, and must still be waited for
+            with contextlib.suppress(OSError):
+                print(f"warning: could not leave the requeue signal's file: {exc}", flush=True)
 
     nodes_n = int(env.get("SLURM_JOB_NUM_NODES") or 1)
 

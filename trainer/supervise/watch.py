@@ -17,7 +17,9 @@ from pathlib import Path
 from trainer.errors import UserError
 from trainer.run.failures import Failure, record
 
-MARGIN_S = 4.0  # beyond the moment the others would have named rank 0 (their record, a loaded machine)
+# Beyond the moment the others would have named rank 0: their record, a loaded machine, and a peer's budget a
+# little longer than the one rank 0 wrote (each rank's is its own longest step's multiple).
+MARGIN_S, MARGIN_SHARE = 4.0, 0.05
 STORE_WAIT_S = 5.0  # trainer.watchdog.STORE_WAIT_S: how long a peer waits for a store that does not answer
 CHECK_S = 1.0  # trainer.watchdog.CHECK_S: how often a rank's watchdog looks at its budget
 
@@ -48,7 +50,7 @@ def frozen(path: Path, now: float) -> tuple[Failure, str] | None:
     # waits on peers), looks once a second, then waits for the store's answer; joining the group, there is no
     # store and no peer to wait for: the budget alone.
     peers = 0.0 if section == "rendezvous" else CHECK_S + STORE_WAIT_S
-    named_by = since + budget + peers + MARGIN_S
+    named_by = since + budget + peers + MARGIN_S + MARGIN_SHARE * budget
     if silent <= 2 * beat_s + 1 or now < named_by:
         return None
     where = f"at step {step}, in section {section}" if step >= 0 else f"in section {section}"
