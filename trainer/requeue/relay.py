@@ -7,8 +7,9 @@ every script) would die of it instead of being requeued. The supervisor in the b
 and rank 0 of the trainer watches it. For a `-- COMMAND` script every task watches: on the shared filesystem
 that would be 5 stat calls a second from each of thousands of ranks (and NFS may hide a new file for up to a
 minute), so the supervisor also leaves a node-local copy on every node of the job (`srun --overlap ... touch`),
-which the tasks watch; the shared file, looked at every FALLBACK_S, covers an srun that could not start. The trainer's handler then saves at the next step boundary; a script's task passes the signal on
-only to the processes of its command that catch it (`SigCgt` in /proc/PID/status) and stops a command in
+which the tasks watch; the shared file, looked at every FALLBACK_S, covers an srun that could not start.
+The trainer's handler then saves at the next step boundary; a script's task passes the signal on only to
+the processes of its command that catch it (`SigCgt` in /proc/PID/status) and stops a command in
 which none does. Under the local profile the controller signals the task processes themselves, never their
 children, so the same handlers run without a file.
 """
