@@ -38,5 +38,13 @@ def supervised(script: str, python: str, job_spec: dict[str, object]) -> str:
         for p in pythons
     ]
     fallback = f'echo "warning: no python here runs {SUPERVISOR} (3.10 or later, this tool importable): srun runs once"'
-    lines[at : at + 1] = [*tries, fallback, lines[at]]
+    # A requeue signal before the supervisor takes it (Slurm may send it as the job starts; seen in CI: the
+    # job FAILED, this shell killed by it) leaves the signal's file instead, which the supervisor and the tasks
+    # find. Only the python's own start-up, after exec, is left without a handler.
+    log_dir = shlex.quote(str(job_spec["log_dir"]))
+    early = [
+        f'early_signal={log_dir}/attempt_"$SLURM_JOB_ID"_"${{SLURM_RESTART_COUNT:-0}}".signal',
+        f"""trap 'touch "$early_signal"' {job_spec["signal"]}""",
+    ]
+    lines[at : at + 1] = [*early, *tries, fallback, lines[at]]
     return "\n".join(lines)

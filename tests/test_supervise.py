@@ -67,7 +67,9 @@ def test_the_batch_script_hands_srun_to_the_supervisor_and_bash_parses_it(tmp_pa
     assert line.startswith("py -c 'import trainer.supervise.slurm' 2>/dev/null && " + supervisor), line
     assert script.rstrip().splitlines()[-1].startswith("srun --unbuffered ")  # no python for it: srun once
     assert " -- srun --unbuffered " in line and " -- py -u -m submitit.core._submit " in line
-    assert "while :; do" not in script and "trap " not in script  # no generated bash policy
+    assert "while :; do" not in script  # no generated bash policy
+    # Only the one trap that keeps a requeue signal sent as the job starts from killing the shell.
+    assert [t for t in script.splitlines() if t.startswith("trap ")] == ["""trap 'touch "$early_signal"' USR2"""]
     (tmp_path / "job.sh").write_text(script)
     assert subprocess.run(["bash", "-n", str(tmp_path / "job.sh")], capture_output=True).returncode == 0
 
