@@ -21,6 +21,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -64,7 +65,7 @@ def step_times(run_dir: Path) -> list[float]:
     return sorted(e.wall_time for e in events.Scalars("train/loss"))
 
 
-def kill_rank_3(find_pid: "callable") -> float:  # type: ignore[valid-type]
+def kill_rank_3(find_pid: Callable[[], int | None]) -> float:
     pid = None
     deadline = time.monotonic() + 60
     while pid is None and time.monotonic() < deadline:
@@ -75,7 +76,7 @@ def kill_rank_3(find_pid: "callable") -> float:  # type: ignore[valid-type]
     return time.time()
 
 
-def measure(run_dir: Path, job_id: str, find_pid: "callable") -> dict:  # type: ignore[valid-type]
+def measure(run_dir: Path, job_id: str, find_pid: Callable[[], int | None]) -> dict:
     checkpoint = RunDir(run_dir).checkpoints / f"step_{CHECKPOINT_EVERY:08d}.pt.sha256"
     cluster.wait_for("checkpoint 20", checkpoint.exists, timeout=300)
     started = start_time(job_id)
