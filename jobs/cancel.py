@@ -7,7 +7,7 @@ import subprocess
 import sys
 import time
 
-from jobs.remote import follow, runs
+from jobs.remote import follow
 from jobs.tracking import TERMINAL, Target, find_all, is_local_job, slurm_info
 from trainer.errors import UserError, one_line_errors
 
@@ -52,8 +52,8 @@ def main(argv: list[str] | None = None) -> int:
         "target", help="a run or sweep directory printed by jobs.submit (or a remote run's name), or a Slurm job id"
     )
     args = parser.parse_args(argv)
-    if (remote := runs.load(args.target)) is not None:  # a run on a cluster: the same command there, over SSH
-        return follow.run_module(remote, "jobs.cancel", remote.run_dir)
+    if (code := follow.elsewhere(args.target, "jobs.cancel")) is not None:  # a run on a cluster: cancelled there
+        return code
     targets = find_all(args.target)
     if len(targets) == 1:
         print(cancel(targets[0][1]))

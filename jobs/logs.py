@@ -5,7 +5,7 @@ import sys
 import threading
 from pathlib import Path
 
-from jobs.remote import follow, runs
+from jobs.remote import follow
 from jobs.tracking import TERMINAL, find, first_failure, info, tail
 from trainer.errors import UserError, one_line_errors
 
@@ -30,11 +30,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--offset", type=int, default=0, help=argparse.SUPPRESS)  # bytes already shown (a follow)
     args = parser.parse_args(argv)
-    if (remote := runs.load(args.target)) is not None:  # a run on a cluster: the same command there, over SSH
-        rank = [] if args.rank is None else ["--rank", str(args.rank)]
-        if args.follow:
-            return follow.follow(remote, "following the log", "jobs.logs", remote.run_dir, "--follow", *rank)
-        return follow.run_module(remote, "jobs.logs", remote.run_dir, *rank)
+    there = ([] if args.rank is None else ["--rank", str(args.rank)]) + (["--follow"] if args.follow else [])
+    if (code := follow.elsewhere(args.target, "jobs.logs", *there, follow_it=args.follow)) is not None:
+        return code  # a run on a cluster: its log there
     target = find(args.target)
     if args.rank is None:
         first = first_failure(target)

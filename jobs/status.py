@@ -6,7 +6,7 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-from jobs.remote import follow, runs
+from jobs.remote import follow
 from jobs.tracking import (
     Target,
     failed_tasks,
@@ -66,8 +66,8 @@ def main(argv: list[str] | None = None) -> int:
         "target", help="a run or sweep directory printed by jobs.submit (or a remote run's name), or a Slurm job id"
     )
     args = parser.parse_args(argv)
-    if (remote := runs.load(args.target)) is not None:  # a run on a cluster: the same command there, over SSH
-        return follow.run_module(remote, "jobs.status", remote.run_dir)
+    if (code := follow.elsewhere(args.target, "jobs.status")) is not None:  # a run on a cluster: asked there
+        return code
     targets = find_all(args.target)
     if len(targets) == 1 and not targets[0][0]:
         print(report(targets[0][1]))

@@ -6,7 +6,7 @@ import argparse
 import sys
 
 from jobs import launch
-from jobs.remote import follow, runs
+from jobs.remote import follow
 from jobs.tracking import TERMINAL, Target, find_all, info, tail
 from trainer.errors import UserError, one_line_errors
 
@@ -29,8 +29,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("target", help="a run or sweep directory printed by jobs.submit (or its name), or a job id")
     parser.add_argument("--offset", type=int, default=0, help=argparse.SUPPRESS)  # bytes of the log already shown
     args = parser.parse_args(argv)
-    if (remote := runs.load(args.target)) is not None:
-        return follow.wait(remote)
+    if (code := follow.elsewhere(args.target, "jobs.wait", follow_it=True)) is not None:  # a run on a cluster
+        return code
     problems = []
     for _, target in find_all(args.target):
         if line := wait(target, args.offset):

@@ -311,3 +311,40 @@ def test_a_connection_that_drops_after_it_worked_is_named_as_such(monkeypatch: p
 
 
 DROP = "import sys; sys.stderr.write('client_loop: send disconnect: Broken pipe\\n'); sys.exit(255)"
+
+
+def test_advice_from_the_login_node_names_the_run_as_the_laptop_knows_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Every command on a cluster run goes through one place (`follow.elsewhere`): the module runs there, and a
+    line of advice it prints (`--resume /scratch/...`) names the run's folder here, which the laptop's commands
+    take; other lines, paths inside the run's folder and other runs' folders stay the cluster's words."""
+    from jobs.remote import follow, runs
+    from jobs.remote.runs import RemoteRun
+    from jobs.remote.ssh import Connection
+
+    monkeypatch.chdir(tmp_path)
+    login = Login("a@h", "/scratch/runs")
+    runs.save(tmp_path / "runs" / "r1", RemoteRun(login, "/scratch/runs/r1", "5", "site", "/scratch/runs/r1/code"))
+    assert follow.elsewhere(str(tmp_path), "jobs.status") is None  # not a record: the run is here
+    said = (
+        "run directory: /scratch/runs/r1\nlast checkpoint: /scratch/runs/r1/checkpoints/step_40.pt\n"
+        "error: rank 1 stopped; resubmit with --resume /scratch/runs/r1; or python -m jobs.logs /scratch/runs/r1\n"
+        "hint: --resume /scratch/runs/r10 is another run\n"
+    )
+    program = f"import sys; sys.stdout.write({said!r}); sys.stderr.write({said!r}); sys.exit(1)"
+    asked = []
+    monkeypatch.setattr("jobs.remote.ssh.control_options", lambda login: [])
+    monkeypatch.setattr(Connection, "argv", lambda self, *a: asked.append(a) or [sys.executable, "-c", program])
+    assert follow.elsewhere("r1", "jobs.status") == 1
+    assert asked == [("run", "/scratch/runs/r1/code", "jobs.status", "/scratch/runs/r1")]
+    out, err = capsys.readouterr()
+    here = (
+        "run directory: /scratch/runs/r1\nlast checkpoint: /scratch/runs/r1/checkpoints/step_40.pt\n"
+        "error: rank 1 stopped; resubmit with --resume runs/r1; or python -m jobs.logs runs/r1\n"
+        "hint: --resume /scratch/runs/r10 is another run\n"
+    )
+    assert out == err == here
+    assert follow.elsewhere(str(tmp_path / "runs" / "r1"), "jobs.wait", follow_it=True) == 1  # streamed
+    out, err = capsys.readouterr()
+    assert out == said and "--resume runs/r1;" in err and "--offset" in asked[-1]

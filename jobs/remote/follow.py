@@ -1,48 +1,95 @@
-"""jobs.status, logs, cancel, wait and fetch for a run on a cluster: the same modules run on the login node (in
-the run's code snapshot) over SSH. A follow (`--wait`, `jobs.wait`, `jobs.logs --follow`) counts the bytes it
-has shown; when the connection drops it connects again and asks for the log from there (`--offset`), so
-nothing is shown twice or lost, and the job never depends on the laptop."""
+"""The one place where a command's run is on a cluster: jobs.status, logs, cancel and wait ask `elsewhere`
+first, and for a run submitted over SSH (runs/NAME/remote.json) the same module runs on the login node (in
+the run's code snapshot); jobs.fetch, jobs.list and a submit's --wait come here too. What comes back is data:
+printed, never taken as a file name, a command or a record; a line of advice that names the run's folder
+there (`--resume /scratch/...`) names its folder here, where the laptop's commands take it. A follow
+(`--wait`, `jobs.wait`, `jobs.logs --follow`) counts the bytes it has shown; when the connection drops it
+connects again and asks for the log from there (`--offset`), so nothing is shown twice or lost, and the job
+never depends on the laptop."""
 
 import contextlib
+import re
 import shutil
 import subprocess
 import sys
 import tarfile
+import threading
 from pathlib import Path
+from typing import IO
 
+from jobs.remote import runs
 from jobs.remote.agent import FETCHED
 from jobs.remote.runs import RemoteRun
 from jobs.remote.ssh import SSH_FAILED, Connection, with_retries
 from trainer.errors import UserError
 
 
+def elsewhere(target: str, module: str, *args: str, follow_it: bool = False) -> int | None:
+    """When `target` (a folder here, or a run's name) is a run on a cluster: `python -m module RUN_DIR args`
+    on its login node, followed to its end when `follow_it`; that command's exit code. None: the run is here."""
+    run = runs.load(target)
+    if run is None:
+        return None
+    if follow_it:
+        return follow(run, f"following job {run.job_id}", module, run.run_dir, *args)
+    return run_module(run, module, run.run_dir, *args)
+
+
+def as_here(text: str, run: RemoteRun) -> str:
+    """Lines from the login node as the laptop acts on them: where a line advises a command (`python -m jobs.`
+    or `--resume`), the run's folder there becomes its folder here. Other lines, and paths inside the run's
+    folder (a checkpoint there), stay the cluster's words."""
+    if not run.folder:
+        return text
+    whole = re.compile(re.escape(run.run_dir.rstrip("/")) + r"(?![\w/.-])")
+    lines = text.splitlines(keepends=True)
+    advice = [
+        whole.sub(run.folder, line) if "python -m jobs." in line or "--resume" in line else line for line in lines
+    ]
+    return "".join(advice)
+
+
 def run_module(run: RemoteRun, module: str, *args: str) -> int:
-    """`python -m module args` on the login node, its output ours; its exit code."""
+    """`python -m module args` on the login node, its output ours (advice as here); its exit code."""
     connection = Connection(run.login)
     sys.stdout.flush()
-    done = subprocess.run(connection.argv("run", run.cwd, module, *args), stderr=subprocess.PIPE)
-    if done.returncode == SSH_FAILED or (done.returncode == 2 and b"error: " in done.stderr):
-        raise UserError(connection.explain(done.returncode, done.stderr.decode(errors="replace")))
-    sys.stderr.write(done.stderr.decode(errors="replace"))
+    done = subprocess.run(connection.argv("run", run.cwd, module, *args), capture_output=True)
+    out, err = (as_here(b.decode(errors="replace"), run) for b in (done.stdout, done.stderr))
+    if done.returncode == SSH_FAILED or (done.returncode == 2 and "error: " in err):
+        sys.stdout.write(out)
+        raise UserError(connection.explain(done.returncode, err))
+    sys.stdout.write(out)
+    sys.stdout.flush()
+    sys.stderr.write(err)
     return done.returncode
 
 
 def follow(run: RemoteRun, what: str, module: str, *args: str) -> int:
     """Stream `module args --offset N` from the login node, N being what was shown so far; again after a
-    dropped connection. The module's own exit code."""
+    dropped connection. Its standard output is the log, shown as it came; its standard error, line by line,
+    with advice as here. The module's own exit code."""
     connection = Connection(run.login)
     shown = 0
+
+    def errors(stream: IO[bytes]) -> None:
+        for line in iter(stream.readline, b""):
+            sys.stderr.write(as_here(line.decode(errors="replace"), run))
+            sys.stderr.flush()
 
     def attempt() -> int:
         nonlocal shown
         argv = connection.argv("run", run.cwd, module, *args, "--offset", str(shown))
-        with subprocess.Popen(argv, stdout=subprocess.PIPE) as proc:
-            assert proc.stdout is not None
+        with subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE) as proc:
+            assert proc.stdout is not None and proc.stderr is not None
+            relay = threading.Thread(target=errors, args=(proc.stderr,), daemon=True)
+            relay.start()
             for chunk in iter(lambda: proc.stdout.read1(1 << 16), b""):  # type: ignore[union-attr]
                 sys.stdout.buffer.write(chunk)
                 sys.stdout.flush()
                 shown += len(chunk)
-            return proc.wait()
+            code = proc.wait()
+            relay.join()
+            return code
 
     return with_retries(what, attempt)
 

@@ -23,10 +23,19 @@ class RemoteRun:
     job_id: str
     profile: str
     cwd: str  # where the project's modules run on the cluster: the run's code snapshot (else the synced copy)
+    folder: str = ""  # this record's folder here, as advice printed here names the run (not stored in it)
 
 
 def local_folder(run_dir: str, root: Path | None = None) -> Path:
     return (root or Path(LOCAL_ROOT)).resolve() / Path(run_dir).name
+
+
+def shown(folder: Path) -> str:
+    """The record's folder as a command here takes it: relative to this folder when under it (runs/NAME)."""
+    try:
+        return str(folder.resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(folder.resolve())
 
 
 def save(folder: Path, run: RemoteRun) -> None:
@@ -56,7 +65,8 @@ def load(target: str) -> RemoteRun | None:
         if not isinstance(data["login"], dict) or not all(isinstance(f, str) for f in fields):
             raise TypeError("a field of the wrong type")
         login = Login(**data["login"])
-        return RemoteRun(login, data["run_dir"], str(data["job_id"]), data.get("profile", ""), data["cwd"])
+        job_id, profile = str(data["job_id"]), data.get("profile", "")
+        return RemoteRun(login, data["run_dir"], job_id, profile, data["cwd"], shown(folder))
     except (ValueError, KeyError, TypeError) as exc:
         raise UserError(
             f"{record_file} is damaged ({exc}); remove the folder and look the run up on the cluster"

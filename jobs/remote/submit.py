@@ -159,8 +159,9 @@ def submit(
     if not resume and folder.exists():
         raise UserError(f"{folder} already exists here; pick another --name, or move that folder aside")
     runs.save(folder, run)  # first: whatever happens to the connection now, this machine knows the run
+    run = dataclasses.replace(run, folder=runs.shown(folder))
     try:
-        out = submit_there(connection, cwd, args)
+        out = submit_there(connection, cwd, run, args)
     except Unsettled as exc:
         run = settle(connection, run, folder, str(exc), made_here=not resume, host=str(hello.get("host", "")))
         out = f"submitted job {run.job_id}\n"
@@ -259,17 +260,18 @@ def send_folder(connection: Connection, login: Login, profile: Profile, root: st
     return f"{cache}/code"  # the tool beside it, in tool/ (jobs.remote.agent's run)
 
 
-def submit_there(connection: Connection, cwd: str, args: list[str]) -> str:
-    """The login node's jobs.submit, its lines printed as they come; what it printed."""
+def submit_there(connection: Connection, cwd: str, run: RemoteRun, args: list[str]) -> str:
+    """The login node's jobs.submit in `cwd` (the copy sent, or a resumed run's snapshot), its lines printed
+    (advice naming `run` as here); what it printed."""
     argv = connection.argv("run", cwd, "jobs.submit", *args)
-    done = subprocess.run(argv, capture_output=True, text=True)
-    sys.stdout.write(done.stdout)
+    done = subprocess.run(argv, capture_output=True, text=True, errors="replace")
+    sys.stdout.write(follow.as_here(done.stdout, run))
     if done.returncode == SSH_FAILED:  # it answered a moment ago: the connection dropped
         said = " ".join(done.stderr.split())[-200:] or "no word from ssh"
         raise Unsettled(f"the connection to {connection.login.login} dropped during the submit ({said})")
     if done.returncode != 0 and "error: " in done.stderr:  # refused there: one line, nothing queued
-        raise UserError(connection.explain(done.returncode, done.stderr))
-    sys.stderr.write(done.stderr)
+        raise UserError(connection.explain(done.returncode, follow.as_here(done.stderr, run)))
+    sys.stderr.write(follow.as_here(done.stderr, run))
     if done.returncode != 0:
         raise Unsettled(f"the submit on {connection.login.login} ended with exit {done.returncode}")
     return done.stdout

@@ -123,7 +123,8 @@ def test_a_preempted_run_submitted_over_ssh_resumes_exactly_and_logs_follow_and_
 ) -> None:
     """Submitted over SSH (2 nodes x 1 task), preempted, requeued and resumed on the cluster: it ends on the
     weights of the uninterrupted run. jobs.logs --follow by name follows it to its end over SSH; --resume of
-    its folder here resumes it there; a second run is cancelled by name over SSH."""
+    its folder here resumes it there; a second run is cancelled by name over SSH, and jobs.wait's advice to
+    resume it names its folder here, not the cluster's."""
     folder = laptop(tmp_path)
     data = f"data.root={sample_root / 'pix2pix'}"
     result = run(folder, "jobs.submit", "--profile", "site.yaml", data, *ARGS)
@@ -148,6 +149,8 @@ def test_a_preempted_run_submitted_over_ssh_resumes_exactly_and_logs_follow_and_
     cancelled = run(folder, "jobs.cancel", name_of(second))
     assert cancelled.returncode == 0, cancelled.stderr
     poll("CANCELLED", lambda: ": CANCELLED" in run(folder, "jobs.status", name_of(second)).stdout, timeout=60)
+    waited = run(folder, "jobs.wait", name_of(second))  # its advice names the run as this machine knows it
+    assert waited.returncode == 1 and f"--resume runs/{name_of(second)}\n" in waited.stderr, waited.stderr
 
 
 BAD = [
