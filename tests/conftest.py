@@ -149,6 +149,31 @@ ON_CLUSTER_B = ("test_script.py", "test_hangs.py", "test_check.py", "test_torchr
 SLURM_GROUPS = {"a": "slurm", "b": "slurm-b"}
 
 
+# README's test command is the ten-minute suite: every test of pure functions and refusals, and one whole job
+# for each flow a user meets (these, by node id or its start). Every other `job` and `slurm` test is `long`:
+# CI runs those next (`python -m pytest -m long`, what .ci/run does), and a run that names a test file or a
+# `-m` takes them as it asks.
+CORE = (
+    "tests/jobs/test_local_ddp.py::test_killed_run_resumes_to_the_same_weights",  # the trainer, resumed exactly
+    "tests/jobs/test_script.py::test_a_script_that_saves_on_the_signal_is_requeued_and_resumes",  # -- python x.py
+    "tests/jobs/test_user_task.py::test_readmes_example_task_trains_from_a_folder_outside_the_project[my_tasks.py",
+    "tests/jobs/test_user_project.py::test_python_dash_m_works_beside_a_trainer_py",  # a project's own trainer.py
+    "tests/jobs/test_frameworks.py::test_a_frameworks_script_is_preempted_requeued_and_resumes_from_its_own_save[plain",
+    "tests/jobs/test_local_jobs.py::test_a_stopped_rank_is_named_by_its_peers_watchdog_within_the_budget[0",  # a hang
+    "tests/jobs/test_local_jobs.py::test_cancel_stops_every_rank_and_status_says_cancelled",
+    "tests/slurm/test_requeue.py::test_preempted_run_resumes_the_submitted_code_to_the_same_weights",  # on Slurm
+    "tests/slurm/test_remote.py::test_a_hostile_script_argument_reaches_the_script_as_text",  # from a laptop
+    "tests/slurm/test_script.py::test_a_preempted_script_saves_is_requeued_and_resumes",  # a script, on cluster b
+    "tests/slurm/test_slurm.py::test_slurm_refusals_are_one_line",
+    "tests/slurm/test_slurm.py::test_dry_run_of_the_example_profile_matches_golden_file",
+)
+
+
+def is_long(item: pytest.Item) -> bool:
+    whole = item.get_closest_marker("job") or item.get_closest_marker("slurm")
+    return bool(whole) and not item.nodeid.startswith(CORE)
+
+
 def cluster_side(item: pytest.Item) -> str:
     return "b" if Path(item.path).name in ON_CLUSTER_B else "a"
 
@@ -160,6 +185,8 @@ def pytest_itemcollected(item: pytest.Item) -> None:
     folder = Path(item.path).relative_to(ROOT / "tests").parts[0]
     if folder in FOLDER_MARKERS:
         item.add_marker(FOLDER_MARKERS[folder])
+    if is_long(item):
+        item.add_marker("long")
     if item.get_closest_marker("slurm"):
         # A preemption test must not meet another test's jobs in its partition: one worker per cluster.
         item.add_marker(pytest.mark.xdist_group(SLURM_GROUPS[cluster_side(item)]))
@@ -175,6 +202,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     longest chain)."""
     wants_bench = "bench" in (config.option.markexpr or "")
     kept = [item for item in items if wants_bench or not item.get_closest_marker("bench")]
+    if not config.option.markexpr and not any(".py" in arg for arg in config.args):  # README's test command
+        kept = [item for item in kept if not item.get_closest_marker("long")]
     if len(kept) < len(items):
         config.hook.pytest_deselected(items=[item for item in items if item not in kept])
     # Then the quick modules of pure functions: the Slurm group's worker also takes the module after it from

@@ -76,6 +76,7 @@ def test_the_fresh_machine_commands_are_what_ci_runs() -> None:
     commands = fresh_machine_commands()
     assert len(commands) == 2 and all(command in ci for command in commands), commands
     assert ci.index(commands[0]) < ci.index(commands[1])  # the main job first, as a new user runs them
+    assert "python -m pytest -m long" in ci[ci.index(commands[1]) + 1 :]  # then every test beyond the ten minutes
 
 
 @pytest.mark.parametrize("block", runnable("python"), ids=str)
