@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-from tests.conftest import ROOT, run_dirs, submit, write_profile
+from tests.conftest import ROOT, run_dirs, write_profile
+from tests.conftest import submit_here as submit  # refusals: in this process
 from tests.messages import Golden, case_id, refused
 from trainer.errors import UserError
 
