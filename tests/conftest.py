@@ -6,6 +6,7 @@ import shutil
 import subprocess
 import sys
 import time
+import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TypeVar
@@ -148,15 +149,23 @@ def submit_here(
 
     out, err = io.StringIO(), io.StringIO()
     before, saved = Path.cwd(), {key: os.environ.get(key) for key in env or {}}
-    os.environ.update(env or {})
-    os.chdir(cwd or ROOT)
     try:
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        os.environ.update(env or {})
+        os.chdir(cwd or ROOT)
+        # A warning goes to the terminal as a user runs it (pytest would keep it to itself).
+        with (
+            contextlib.redirect_stdout(out),
+            contextlib.redirect_stderr(err),
+            warnings.catch_warnings(record=True) as said,
+        ):
+            warnings.simplefilter("default")
             try:
                 code = command.main(list(args))
             except SystemExit as exc:  # argparse's own refusals
                 code = exc.code if isinstance(exc.code, int) else 1
+        err.write("".join(warnings.formatwarning(w.message, w.category, w.filename, w.lineno) for w in said))
     finally:
+        command.release_claims()  # a --resume's claim on a run, which the process's end would release
         os.chdir(before)
         for key, value in saved.items():
             if value is None:
@@ -179,10 +188,10 @@ ON_CLUSTER_B = ("test_script.py", "test_hangs.py", "test_check.py", "test_torchr
 SLURM_GROUPS = {"a": "slurm", "b": "slurm-b"}
 
 
-# README's test command is the ten-minute suite: every test of pure functions and refusals, and one whole job
-# for each flow a user meets (these, by node id or its start). Every other `job` and `slurm` test is `long`:
-# CI runs those next (`python -m pytest -m long`, what .ci/run does), and a run that names a test file or a
-# `-m` takes them as it asks.
+# README's test command is the ten-minute suite: the inner loop (pure functions, refusals that start no job)
+# and one whole job for each flow a user meets (these, by node id or its start). Every other `job` and `slurm`
+# test is `long`: CI runs those next (`python -m pytest -m long`, what .ci/run does), and a run with -m, -k,
+# --lf or a path of its own takes them as it asks.
 CORE = (
     "tests/jobs/test_local_ddp.py::test_killed_run_resumes_to_the_same_weights",  # the trainer, resumed exactly
     "tests/jobs/test_script.py::test_a_script_that_saves_on_the_signal_is_requeued_and_resumes",  # -- python x.py
@@ -197,6 +206,13 @@ CORE = (
     "tests/slurm/test_slurm.py::test_slurm_refusals_are_one_line",
     "tests/slurm/test_slurm.py::test_dry_run_of_the_example_profile_matches_golden_file",
 )
+
+
+def plain_run(config: pytest.Config) -> bool:
+    """`python -m pytest` as README runs it: no -m, no -k, no --lf, no path but the configured one. A run that
+    names any of these asks for what it names, long tests included."""
+    asked = config.option.markexpr or config.option.keyword or getattr(config.option, "lf", False)
+    return not asked and [str(arg) for arg in config.args] == list(config.getini("testpaths"))
 
 
 def is_long(item: pytest.Item) -> bool:
@@ -232,7 +248,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     longest chain)."""
     wants_bench = "bench" in (config.option.markexpr or "")
     kept = [item for item in items if wants_bench or not item.get_closest_marker("bench")]
-    if not config.option.markexpr and not any(".py" in arg for arg in config.args):  # README's test command
+    if plain_run(config):  # README's test command
         kept = [item for item in kept if not item.get_closest_marker("long")]
     if len(kept) < len(items):
         config.hook.pytest_deselected(items=[item for item in items if item not in kept])

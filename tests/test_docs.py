@@ -95,3 +95,14 @@ def test_profile_examples_pass_a_dry_run(block: Block, tmp_path: Path) -> None:
     result = submit("--profile", str(tmp_path / "site.yaml"), "--nodes", "2", "--dry-run", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     assert result.stdout.startswith("#!/bin/bash") and "#SBATCH --nodes=2" in result.stdout
+
+
+def test_each_test_the_ten_minute_suite_names_exists() -> None:
+    """A renamed test would leave the suite's one whole job for its flow silently: each CORE entry names a test
+    function of its file (or the start of one's name)."""
+    from tests.conftest import CORE
+
+    for entry in CORE:
+        path, name = entry.split("::")
+        source = (ROOT / path).read_text()
+        assert re.search(rf"^def {re.escape(name.split('[')[0])}", source, re.M), f"{entry}: no such test"

@@ -1,6 +1,7 @@
 """Submitting over SSH, its pure parts: the remote command line, the profile the login node reads, what the
 snapshot sends. The flows themselves run against a real sshd and the test cluster: tests/slurm/test_remote.py."""
 
+import dataclasses
 import io
 import json
 import subprocess
@@ -330,7 +331,8 @@ def test_advice_from_the_login_node_names_the_run_as_the_laptop_knows_it(
     said = (
         "run directory: /scratch/runs/r1\nlast checkpoint: /scratch/runs/r1/checkpoints/step_40.pt\n"
         "error: rank 1 stopped; resubmit with --resume /scratch/runs/r1; or python -m jobs.logs /scratch/runs/r1\n"
-        "hint: --resume /scratch/runs/r10 is another run\n"
+        "hint: --resume /scratch/runs/r10 is another run, --resume /backup/scratch/runs/r1 too\n"
+        "python -m jobs.wait /scratch/runs/r1/ (a trailing slash); jobs.submit --resume=/scratch/runs/r1\n"
     )
     program = f"import sys; sys.stdout.write({said!r}); sys.stderr.write({said!r}); sys.exit(1)"
     asked = []
@@ -342,9 +344,12 @@ def test_advice_from_the_login_node_names_the_run_as_the_laptop_knows_it(
     here = (
         "run directory: /scratch/runs/r1\nlast checkpoint: /scratch/runs/r1/checkpoints/step_40.pt\n"
         "error: rank 1 stopped; resubmit with --resume runs/r1; or python -m jobs.logs runs/r1\n"
-        "hint: --resume /scratch/runs/r10 is another run\n"
+        "hint: --resume /scratch/runs/r10 is another run, --resume /backup/scratch/runs/r1 too\n"
+        "python -m jobs.wait runs/r1 (a trailing slash); jobs.submit --resume=runs/r1\n"
     )
     assert out == err == here
+    odd = dataclasses.replace(runs.load("r1"), folder="runs\\q\\1")  # type: ignore[type-var]
+    assert follow.as_here("--resume /scratch/runs/r1\n", odd) == "--resume runs\\q\\1\n"  # the name, as text
     assert follow.elsewhere(str(tmp_path / "runs" / "r1"), "jobs.wait", follow_it=True) == 1  # streamed
     out, err = capsys.readouterr()
     assert out == said and "--resume runs/r1;" in err and "--offset" in asked[-1]

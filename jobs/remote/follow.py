@@ -1,6 +1,7 @@
 """The one place where a command's run is on a cluster: jobs.status, logs, cancel and wait ask `elsewhere`
 first, and for a run submitted over SSH (runs/NAME/remote.json) the same module runs on the login node (in
-the run's code snapshot); jobs.fetch, jobs.list and a submit's --wait come here too. What comes back is data:
+the run's code snapshot); jobs.fetch and a submit's --wait come here too (jobs.list asks each login node once,
+from the same records). What comes back is data:
 printed, never taken as a file name, a command or a record; a line of advice that names the run's folder
 there (`--resume /scratch/...`) names its folder here, where the laptop's commands take it. A follow
 (`--wait`, `jobs.wait`, `jobs.logs --follow`) counts the bytes it has shown; when the connection drops it
@@ -32,34 +33,40 @@ def elsewhere(target: str, module: str, *args: str, follow_it: bool = False) -> 
         return None
     if follow_it:
         return follow(run, f"following job {run.job_id}", module, run.run_dir, *args)
-    return run_module(run, module, run.run_dir, *args)
+    # A log is shown as it comes, untouched; a status or a cancel is a few lines of the tool's own words.
+    return run_module(run, module, run.run_dir, *args, advice_in_output=module != "jobs.logs")
 
 
 def as_here(text: str, run: RemoteRun) -> str:
     """Lines from the login node as the laptop acts on them: where a line advises a command (`python -m jobs.`
     or `--resume`), the run's folder there becomes its folder here. Other lines, and paths inside the run's
     folder (a checkpoint there), stay the cluster's words."""
-    if not run.folder:
+    there = run.run_dir.rstrip("/")
+    if not run.folder or not there:
         return text
-    whole = re.compile(re.escape(run.run_dir.rstrip("/")) + r"(?![\w/.-])")
+    # The whole folder, as a word of its own (not the tail of a longer path, nor the head of one inside it).
+    whole = re.compile(r"(?<![\w/.-])" + re.escape(there) + r"/?(?![\w/.-])")
     lines = text.splitlines(keepends=True)
     advice = [
-        whole.sub(run.folder, line) if "python -m jobs." in line or "--resume" in line else line for line in lines
+        whole.sub(lambda _: run.folder, line) if "python -m jobs." in line or "--resume" in line else line
+        for line in lines
     ]
     return "".join(advice)
 
 
-def run_module(run: RemoteRun, module: str, *args: str) -> int:
-    """`python -m module args` on the login node, its output ours (advice as here); its exit code."""
+def run_module(run: RemoteRun, module: str, *args: str, advice_in_output: bool = True) -> int:
+    """`python -m module args` on the login node, its output ours; its exit code. Its standard error, and its
+    standard output when `advice_in_output`, with advice as here; else its standard output as it comes."""
     connection = Connection(run.login)
     sys.stdout.flush()
-    done = subprocess.run(connection.argv("run", run.cwd, module, *args), capture_output=True)
-    out, err = (as_here(b.decode(errors="replace"), run) for b in (done.stdout, done.stderr))
-    if done.returncode == SSH_FAILED or (done.returncode == 2 and "error: " in err):
-        sys.stdout.write(out)
-        raise UserError(connection.explain(done.returncode, err))
+    output = subprocess.PIPE if advice_in_output else None
+    done = subprocess.run(connection.argv("run", run.cwd, module, *args), stdout=output, stderr=subprocess.PIPE)
+    out = as_here(done.stdout.decode(errors="replace"), run) if advice_in_output else ""
+    err = as_here(done.stderr.decode(errors="replace"), run)
     sys.stdout.write(out)
     sys.stdout.flush()
+    if done.returncode == SSH_FAILED or (done.returncode == 2 and "error: " in err):
+        raise UserError(connection.explain(done.returncode, err))
     sys.stderr.write(err)
     return done.returncode
 
@@ -83,10 +90,14 @@ def follow(run: RemoteRun, what: str, module: str, *args: str) -> int:
             assert proc.stdout is not None and proc.stderr is not None
             relay = threading.Thread(target=errors, args=(proc.stderr,), daemon=True)
             relay.start()
-            for chunk in iter(lambda: proc.stdout.read1(1 << 16), b""):  # type: ignore[union-attr]
-                sys.stdout.buffer.write(chunk)
-                sys.stdout.flush()
-                shown += len(chunk)
+            try:
+                for chunk in iter(lambda: proc.stdout.read1(1 << 16), b""):  # type: ignore[union-attr]
+                    sys.stdout.buffer.write(chunk)
+                    sys.stdout.flush()
+                    shown += len(chunk)
+            except BaseException:  # Ctrl-C, a closed pipe (| head): ssh goes now, not when the job ends
+                proc.kill()
+                raise
             code = proc.wait()
             relay.join()
             return code
