@@ -188,10 +188,11 @@ def test_a_script_without_signal_code_survives_preemption(slurm_cluster: None, t
 
 
 def test_a_script_without_signal_code_survives_its_time_limit(slurm_cluster: None, tmp_path: Path) -> None:
-    """A one-minute limit, the signal 30 s before it (Slurm checks limits every 30 s, so it may come at once):
-    each stop is a timeout, requeued and resumed, until the script completes."""
-    # Seen in CI under load: attempts that got almost no time. Short work, a wide budget of timeouts, a long wait.
-    run_dir = plain_run(tmp_path, "max_num_timeout: 30\n", ["--time", "1"], steps=80)
+    """A two-minute limit, the signal 30 s before it: each stop is a timeout, requeued and resumed, until the
+    script completes (90 s of steps: the first attempt cannot finish before the signal)."""
+    # Slurm may send the signal up to a minute early. With a one-minute limit it came as the job started, before
+    # the batch shell had its trap, and the job failed (seen in CI twice): two minutes leave the first 30 s quiet.
+    run_dir = plain_run(tmp_path, "max_num_timeout: 30\n", ["--time", "2"], steps=300)
     assert_resumed_and_completed(run_dir, "timeout", timeout=900)
 
 
@@ -249,7 +250,7 @@ def test_a_script_that_takes_the_signal_and_carries_on_is_still_requeued(
         poll("a snapshot", lambda: started(run_dir, 0, 2), timeout=120)
         preempt_normal_jobs()
     else:
-        # Slurm may send the signal up to a minute early: with a one-minute limit an attempt can get almost no
-        # time (seen in CI under load), so the work is short, the budget of timeouts wide, the wait long.
-        run_dir = plain_run(tmp_path, grace + "max_num_timeout: 30\n", ["--time", "1"], steps=80, text=STUBBORN)
+        # Slurm may send the signal up to a minute early: a two-minute limit leaves the first 30 s of each attempt
+        # quiet (with one minute attempts got almost no time, seen in CI); 90 s of steps outlast the first.
+        run_dir = plain_run(tmp_path, grace + "max_num_timeout: 30\n", ["--time", "2"], steps=300, text=STUBBORN)
     assert_resumed_and_completed(run_dir, stop, said, timeout=900)
