@@ -24,6 +24,10 @@ def test_each_frameworks_script_is_preempted_on_two_nodes_and_resumes(slurm_clus
         folder = tmp_path / name
         folder.mkdir()
         command, flags = frameworks.write(folder, name)
+        # Under the suite's load the quickest script ended before Lightning's had saved once, and so was never
+        # preempted (seen in CI): here each step takes 0.25 s (50 s of steps), not 0.05.
+        script = folder / command[1]
+        script.write_text(script.read_text().replace("time.sleep(0.05)", "time.sleep(0.25)"))
         command = [sys.executable, *command[1:]]
         args = ["--profile", str(profile), "--nodes", "2", "--gpus-per-node", "1", *flags]
         result = submit(*args, "--", *command, cwd=folder)
