@@ -400,24 +400,29 @@ def preempt_normal_jobs() -> None:
     _run("sbatch", "-p", "urgent", "--exclusive", "-N2", "-o", "/dev/null", "--wrap", "sleep 1")
 
 
-def release_when_requeued(job_id: str, seen_pending: bool = False) -> None:
+def release_when_requeued(*job_ids: str, seen_pending: bool = False) -> None:
     """A requeued job waits ~120 s before it is eligible; move its start time to now once it is pending.
-    `seen_pending`: the caller saw it pending already (it may have started on its own since: nothing to do)."""
+    Several jobs requeued together are released together: one released alone may run past the wait for the
+    nodes to be idle before the next (seen in CI: four jobs preempted at once, the first ran 60 s).
+    `seen_pending`: the caller saw them pending already (one may have started on its own since: nothing to do)."""
     if not seen_pending:
-        wait_for("the job to be pending again", lambda: squeue_state(job_id) == "PENDING", timeout=90)
+        pending = lambda: all(squeue_state(job) == "PENDING" for job in job_ids)  # noqa: E731
+        wait_for("the jobs to be pending again", pending, timeout=90, explain=describe)
     # slurmd compares credential times in whole seconds: a restart within the second of the requeue is
     # killed as "Job credential revoked". Slurm's own 120 s delay avoids that; we wait for the clock instead.
     requeued_at = int(time.time())
     wait_for("the next second", lambda: int(time.time()) > requeued_at + 1, timeout=5)
 
     def released() -> bool:
-        if squeue_state(job_id) != "PENDING":
-            return True  # it started or ended meanwhile: nothing is left to release
-        if node_states() != ["idle", "idle"] or steps_left(job_id):
+        waiting = [job for job in job_ids if squeue_state(job) == "PENDING"]
+        if not waiting:
+            return True  # they started or ended meanwhile: nothing is left to release
+        if node_states() != ["idle", "idle"] or any(steps_left(job) for job in job_ids):
             return False
-        return _run("scontrol", "update", f"jobid={job_id}", "StartTime=now", check=False).returncode == 0
+        update = ["scontrol", "update", f"jobid={','.join(waiting)}", "StartTime=now"]
+        return _run(*update, check=False).returncode == 0
 
-    wait_for("the job's release (nodes idle, start time now)", released, timeout=60, explain=describe)
+    wait_for("the jobs' release (nodes idle, start time now)", released, timeout=60, explain=describe)
 
 
 def describe() -> str:

@@ -36,8 +36,7 @@ def test_each_frameworks_script_is_preempted_on_two_nodes_and_resumes(slurm_clus
     for name, run_dir in runs.items():
         poll(f"{name}'s first save", lambda r=run_dir, n=name: frameworks.saved(r, n), timeout=240)
     preempt_normal_jobs()
-    for run_dir in runs.values():
-        release_when_requeued(job_id_of(run_dir))
+    release_when_requeued(*(job_id_of(run_dir) for run_dir in runs.values()))
     for name, run_dir in runs.items():
         poll(f"{name}'s summary", lambda r=run_dir: (r / "summary.json").exists(), timeout=300)
         starts = frameworks.starts(run_dir)
