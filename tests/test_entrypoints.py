@@ -188,3 +188,29 @@ def test_a_bad_setting_writes_no_traceback(tmp_path: Path) -> None:
     with pytest.raises(UserError):
         run({"run_dir": str(tmp_path), "eval": {"metric": "nope"}}, {"signal": "USR1"})
     assert [p.name for p in (tmp_path / "errors").iterdir()] == ["rank_0.json"]
+
+
+def test_deterministic_turns_on_torchs_deterministic_kernels() -> None:
+    """`deterministic=true` is torch's own switch, with cuBLAS's workspace set before any handle exists (in a
+    fresh process: the switch is global)."""
+    code = (
+        "import os, torch; from trainer.rng import deterministic_kernels; deterministic_kernels(); "
+        "print(torch.are_deterministic_algorithms_enabled(), torch.backends.cudnn.deterministic, "
+        "torch.backends.cudnn.benchmark, os.environ['CUBLAS_WORKSPACE_CONFIG'])"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "CUBLAS_WORKSPACE_CONFIG"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=ROOT, check=True)
+    assert out.stdout.split() == ["True", "True", "False", ":4096:8"]
+
+
+@pytest.mark.job
+def test_deterministic_trains_to_the_same_weights_on_cpu(tmp_path: Path, sample_root: Path) -> None:
+    """On CPU torch's kernels are deterministic already: the switch changes no weight (and no op refuses)."""
+    shas = []
+    for value in ("true", "false"):
+        run = tmp_path / value
+        ranks.train(
+            run, f"deterministic={value}", "steps=3", "log.every=1", f"data.root={sample_root / 'pix2pix'}", world=1
+        )
+        shas.append(json.loads((run / "summary.json").read_text())["weights_sha256"])
+    assert shas[0] == shas[1]

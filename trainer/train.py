@@ -39,7 +39,7 @@ from trainer.meter import IntervalMeter, Progress
 from trainer.preemption import Attempts, decide, leave, stop_agreed
 from trainer.requeue.flag import StopFlag
 from trainer.requeue.signals import JobSettings
-from trainer.rng import isolated
+from trainer.rng import deterministic_kernels, isolated
 from trainer.run import startup
 from trainer.run.atomic import write_text
 from trainer.run.checkpoint_names import best_path
@@ -208,6 +208,8 @@ def setup(config: TrainConfig, env: DistEnv, device: torch.device, watchdog: Wat
     """Data, model, optimizer and state, the same on every rank: seeded, so the initial weights agree."""
     random.seed(config.seed)
     torch.manual_seed(config.seed)
+    if config.deterministic:
+        deterministic_kernels()
     task = trainer.tasks.get(config.task)
     data = validation.datasets(task, config)
     loader, sampler = make_loader(data.train, config, env, device, task)

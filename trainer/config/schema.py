@@ -231,6 +231,11 @@ class TrainConfig:
     steps: int = setting(300, "optimizer steps in total")
     batch_size: int = setting(8, "samples per process per step")
     amp: str = setting("off", "mixed precision: `off`, `bf16` or `fp16` (fp16 with a GradScaler)")
+    deterministic: bool = setting(
+        False,
+        "torch's deterministic kernels (`torch.use_deterministic_algorithms`): on GPUs, the same weights run to run "
+        "and across a resume, at some speed; on CPU the weights are the same without it",
+    )
     data: DataConfig = setting(default_factory=DataConfig, help="the data and its loading")
     optim: OptimConfig = setting(default_factory=OptimConfig, help="AdamW and its schedule")
     log: LogConfig = setting(default_factory=LogConfig, help="scalars and image grids")
