@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
+from tests import conftest
 from tests import ranks as forked
 from tests.conftest import ROOT, run_dirs, submit
 from tests.jobs.test_user_task import AUGMENTED, EXACT
@@ -212,6 +213,52 @@ def test_a_stopped_or_killed_rank_restarts_in_its_allocation_to_the_same_weights
         assert first["stop"]["error"].startswith("rank 3 on node2: hung: its heartbeat stopped ")  # the cause
         peers = "".join(p.read_text() for p in (run_dir / "logs").glob("*_[012]_log.out"))  # whoever found it
         assert "hang: rank 3 on node2: hung: its heartbeat stopped " in peers  # error.txt went with the restart
+
+
+# The dropout task with 100 MB of frozen weights: a save then takes long enough (serialising, writing, fsync)
+# for a test to see its temporary file and kill a rank while it is there. Frozen, so DDP does not send them
+# each step; they are in every checkpoint.
+HEAVY = (
+    AUGMENTED
+    + """
+
+class Heavy(Augmented):
+    def model(self, config, dataset):
+        model = super().model(config, dataset)
+        model.table = nn.Parameter(torch.zeros(25_000_000), requires_grad=False)
+        return model
+"""
+)
+
+
+def test_a_rank_killed_while_a_checkpoint_is_written_restarts_in_its_allocation_to_the_same_weights(
+    tmp_path: Path,
+) -> None:
+    """Rank 3 killed while rank 0 writes checkpoint 20 or later (its temporary file seen in the folder): srun
+    ends the step, rank 0 mid-write with it; the tasks start again in the allocation, resume from the newest
+    whole checkpoint, leave no temporary file, and end on the uninterrupted run's weights over 4 ranks."""
+    (tmp_path / "heavy.py").write_text(HEAVY)
+    task = [f"task={tmp_path / 'heavy.py'}:Heavy", *EXACT[1:], "steps=60", "data.num_workers=1"]
+    task += ["checkpoint.every=10", "log.every=5", "log.image_every=0"]
+    reference = forked.train(tmp_path / "reference", *task, world=4).run_dir
+    profile = mini_profile(tmp_path, "restarts_in_job: 1\n")
+    result = submit("--profile", str(profile), "--nodes", "2", "--gpus-per-node", "2", *task)
+    assert result.returncode == 0, result.stdout + result.stderr
+    run_dir = run_dir_of(result)
+    folder, log = run_dir / "checkpoints", run_dir / "logs" / f"{job_id_of(run_dir)}_3_log.out"
+    poll("checkpoint 10", (folder / "step_00000010.pt.sha256").exists, timeout=300)
+
+    def writing() -> list[str]:  # polled every 2 ms: a save of 100 MB takes far longer
+        return [p.name for p in folder.glob(".step_*.pt.*.tmp") if int(p.name[6:14]) >= 20]
+
+    being_written = conftest.poll("a checkpoint being written", writing, timeout=120, every=0.002)
+    os.kill(int(re.findall(r"^dist: .* pid=(\d+)", log.read_text(), re.M)[-1]), signal.SIGKILL)
+    data = summary(run_dir, timeout=600)
+    first, second = attempts(run_dir)
+    assert first["stop"]["reason"] == "failure" and second["in_job_restart"] == 1, (first, second, being_written)
+    assert second["resumed_step"] >= 10, second
+    assert not list(folder.glob("*.tmp")), list(folder.iterdir())  # the torn write was cleared at the restart
+    assert data["weights_sha256"] == json.loads((reference / "summary.json").read_text())["weights_sha256"]
 
 
 def test_a_dropout_user_task_killed_restarts_in_its_allocation_to_the_same_weights_on_2_nodes_x_2_tasks(
