@@ -25,11 +25,11 @@ from submitit.local import local
 
 from trainer.env.launcher import IN_JOB_RESTART, LOCAL_PORT, WATCH_BEAT
 from trainer.env.rendezvous import any_free_port
-from trainer.requeue import signals
-from trainer.requeue.relay import ATTEMPT, die_with_parent, stopped_file
-from trainer.requeue.signals import JobSettings
 from trainer.run.atomic import try_lock, write_text
+from trainer.supervise import signals
 from trainer.supervise.policy import Ended, Policy, State, decide
+from trainer.supervise.relay import ATTEMPT, die_with_parent, stopped_file
+from trainer.supervise.signals import JobSettings
 from trainer.supervise.watch import beat_path, name_and_end
 
 RESTARTS_IN_JOB = "SLURM_DDP_RESTARTS_IN_JOB"  # the profile's restarts_in_job, for the controller
@@ -173,7 +173,7 @@ class Controller(local.Controller):  # type: ignore[misc]
             in_job = state.in_job
             os.environ[IN_JOB_RESTART] = str(in_job)
             attempt = str(self.folder / f"attempt_{self.pid}_{requeues}_{in_job}")
-            os.environ[ATTEMPT] = attempt  # where a task marks a stop on purpose (trainer.requeue.relay)
+            os.environ[ATTEMPT] = attempt  # where a task marks a stop on purpose (trainer.supervise.relay)
             self.beat = beat_path(self.pid, starts)  # rank 0's node-local heartbeat (trainer.supervise.watch)
             os.environ[WATCH_BEAT], starts = str(self.beat), starts + 1
             try:

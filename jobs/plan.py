@@ -13,8 +13,8 @@ from jobs.snapshot import tool_dir, tool_environment
 from trainer.config import TrainConfig
 from trainer.env.launcher import GPUS_PER_TASK, IFNAME_VAR
 from trainer.errors import UserError
-from trainer.requeue import signals
-from trainer.requeue.signals import JobSettings
+from trainer.supervise import signals
+from trainer.supervise.signals import JobSettings
 
 
 @dataclass(frozen=True, eq=False)
@@ -178,7 +178,7 @@ def slurm_parameters(profile: Profile) -> dict[str, Any]:
         "srun_args": ["--kill-on-bad-exit=1", f"--cpus-per-task={profile.cpus_per_task}", *profile.srun_args],
         # the container (pyxis), its working folder the code snapshot the batch script runs in (chdir)
         "additional_parameters": {
-            # B: the batch shell alone; signalled, every process of every task would get it (trainer.requeue.relay).
+            # B: the batch shell alone; signalled, every process of every task would get it (trainer.supervise.relay).
             "signal": profile.requeue.sbatch(),
             **{k: shell_value(v) for k, v in profile.sbatch_args.items()},
         },

@@ -12,8 +12,8 @@ import yaml
 from jobs.remote.ssh import check_login, check_remote_root, check_ssh_options
 from trainer.config import from_dict
 from trainer.errors import UserError
-from trainer.requeue import signals
-from trainer.requeue.signals import JobSettings
+from trainer.supervise import signals
+from trainer.supervise.signals import JobSettings
 
 EXECUTORS = ("local", "debug", "slurm")
 ENV_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*", re.ASCII)  # what a shell takes after `export`

@@ -13,8 +13,8 @@ from tests.messages import Golden, raises, refused
 from trainer.entry import record_error
 from trainer.env.launcher import resolve
 from trainer.errors import UserError
-from trainer.preemption import Attempts
 from trainer.run.prepare import load_config_file
+from trainer.supervise.attempts import Attempts
 
 BROKEN = {"empty": "", "torn": '{"job_id": "12', "misshapen": '{"x": 1}'}
 

@@ -107,7 +107,7 @@ def test_a_torch_free_package_says_so_and_imports_no_torch(package: str) -> None
 
 def test_the_torch_free_modules_of_other_packages_import_no_torch() -> None:
     """What the submitter and the watchdog use of the data package and the trainer's top level."""
-    modules = ["trainer.data.checks", "trainer.data.filelist", "trainer.data.sample", "trainer.watchdog"]
+    modules = ["trainer.data.checks", "trainer.data.filelist", "trainer.data.sample", "trainer.supervise.watchdog"]
     code = f"import importlib, sys\nfor m in {modules!r}:\n    importlib.import_module(m)\n"
     code += "assert 'torch' not in sys.modules, 'torch was imported'\n"
     result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)

@@ -13,7 +13,7 @@ import torch
 from tests.conftest import ROOT, poll
 from tests.test_checkpoint import state as checkpoint_state
 from trainer import checkpoint
-from trainer.preemption import Attempts, parse_time_left, stop_reason
+from trainer.supervise.attempts import Attempts, parse_time_left, stop_reason
 
 
 @pytest.mark.parametrize(

@@ -97,7 +97,7 @@ def test_the_signals_node_local_copy_is_left_until_the_job_ends_its_steps(tmp_pa
     """The fan-out's command (run by srun on each node) leaves the file, and removes it on the SIGTERM with
     which Slurm ends a job's steps (a requeue, the job's end)."""
     from tests.conftest import poll
-    from trainer.requeue import relay
+    from trainer.supervise import relay
 
     node_file = tmp_path / "attempt_7_0.signal"
     proc = subprocess.Popen(["bash", "-c", relay.FAN_OUT, "bash", str(node_file)])
@@ -120,7 +120,7 @@ def test_a_task_takes_the_signal_from_the_node_file_at_once_or_the_shared_one_la
     import signal
 
     from tests.conftest import poll
-    from trainer.requeue import relay
+    from trainer.supervise import relay
 
     got: list[float] = []
     previous = signal.signal(signal.SIGUSR2, lambda *_: got.append(time.monotonic()))

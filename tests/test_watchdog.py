@@ -6,7 +6,7 @@ import pytest
 
 from tests.messages import Golden, raises
 from trainer.config import HangConfig, build_config
-from trainer.watchdog import Beat, Watchdog, culprit
+from trainer.supervise.watchdog import Beat, Watchdog, culprit
 
 
 def beat(rank: int, step: int, section: str = "step", since: float = 100.0, written: float = 120.0) -> Beat:
@@ -86,7 +86,7 @@ def test_a_stopped_rank_is_named_at_the_step_its_peers_wait_in_not_its_last_hear
 
 
 def test_while_the_group_forms_a_frozen_or_absent_rank_is_named_not_rank_0() -> None:
-    from trainer.watchdog import absent
+    from trainer.supervise.watchdog import absent
 
     start = [beat(0, -1, "startup", written=120.0), beat(1, -1, "startup", written=60.0), beat(2, -1, "startup")]
     stuck, why = absent(start, 3, now=121.0, stale_s=11.0)  # type: ignore[misc]
@@ -101,7 +101,7 @@ def test_a_join_that_failed_at_once_blames_no_absent_rank_one_that_timed_out_doe
     interface gloo cannot find) is that cause, not rank 1's hang; a join that ran out dist.timeout_s names rank 1."""
     import time
 
-    from trainer.watchdog import FileBoard
+    from trainer.supervise.watchdog import FileBoard
 
     dog = Watchdog(HangConfig(), tmp_path, rank=0, host="node0", world_size=2)
     FileBoard(tmp_path, 0).put(Beat(0, "node0", -1, "rendezvous", time.time(), time.time()))
@@ -137,7 +137,7 @@ class FakeStore:
 
 def test_once_the_group_formed_heartbeats_go_to_the_store_and_no_file_is_left(tmp_path: Path) -> None:
     from trainer.run.rundir import RunDir
-    from trainer.watchdog import StoreBoard
+    from trainer.supervise.watchdog import StoreBoard
 
     dog = Watchdog(HangConfig(), tmp_path, 1, "node2", world_size=2).start()
     store = FakeStore()

@@ -12,11 +12,11 @@ from trainer.config import TrainConfig, from_dict
 from trainer.env.launcher import DistEnv, resolve
 from trainer.env.rendezvous import agree_port
 from trainer.errors import UserError
-from trainer.requeue import relay
-from trainer.requeue.flag import StopFlag
-from trainer.requeue.signals import JobSettings
 from trainer.run import failures, provenance, startup
 from trainer.run.rundir import RunDir
+from trainer.supervise import relay
+from trainer.supervise.flag import StopFlag
+from trainer.supervise.signals import JobSettings
 
 
 def record_error(run_dir: Path, env: DistEnv, exc: BaseException) -> None:
@@ -64,7 +64,7 @@ def run(config: dict[str, Any], job: dict[str, Any] | None = None) -> dict[str, 
         relay.mark_stopped(env.attempt)
         raise
     # On Slurm the batch shell, not this task, gets the signal, and leaves a file. Rank 0 alone watches for it:
-    # the ranks' stop vote is a MAX (trainer.preemption), and the others stay off the shared filesystem.
+    # the ranks' stop vote is a MAX (trainer.distributed.stop_agreed), and the others stay off the shared filesystem.
     relay.watch(relay.signal_file(env.attempt) if env.is_main else None, stop_flag.signum)
     # submitit's task ignores SIGTERM; a cancel (scancel, jobs.cancel) must stop training now, not at SIGKILL.
     signal.signal(signal.SIGTERM, signal.SIG_DFL)

@@ -6,7 +6,7 @@ on its exit code.
   MASTER_PORT from the same reading of the environment the trainer uses (trainer.env.launcher), RUN_DIR, and
   REQUEUE_SIGNAL: `torch.distributed.init_process_group("env://")` just works.
 - The requeue signal goes to the command's processes that handle it; a command with none is stopped
-  (trainer.requeue.relay). After the signal, any non-zero exit is a stop to requeue, not a failure.
+  (trainer.supervise.relay). After the signal, any non-zero exit is a stop to requeue, not a failure.
 - Exit 0: done. Exit 144 (trainer.requeue.REQUEUE_EXIT): saved, requeue me; rank 0 records the stop and
   requeues the job as the trainer does, and the command starts again in the same run directory. Any other
   exit: this rank failed; it is recorded (errors/, error.txt) with the exception that torch's `@record` wrote
@@ -35,12 +35,12 @@ from trainer.env.rendezvous import agree_port
 from trainer.errors import UserError
 from trainer.imports import user_imports
 from trainer.requeue import PROGRESS_ENV, REQUEUE_EXIT, relay, signals
-from trainer.requeue.signals import JobSettings
 from trainer.run import failures, provenance
 from trainer.run.atomic import write_text
-from trainer.run.attempts import Attempts, leave, record_stop
 from trainer.run.rundir import RunDir
-from trainer.watchdog import CHECK_S, Beat, CommandWatch, culprit, progress_path, read_beats
+from trainer.supervise.attempts import Attempts, leave, record_stop
+from trainer.supervise.signals import JobSettings
+from trainer.supervise.watchdog import CHECK_S, Beat, CommandWatch, culprit, progress_path, read_beats
 
 RANK_PREFIX = re.compile(r"^\[rank\d+\]: ?")
 PYTHON_ENV = "SLURM_DDP_PYTHON"
@@ -328,7 +328,7 @@ BEAT_S = 5.0  # a -- COMMAND rank's heartbeat: one small file every 5 s on the s
 
 
 def _beat(run_dir: str, beat: Beat | None, rank: int = -1) -> None:
-    """Write this rank's heartbeat (trainer.watchdog's file), or remove it (None) as the command ends."""
+    """Write this rank's heartbeat (trainer.supervise.watchdog's file), or remove it (None) as the command ends."""
     files = RunDir(Path(run_dir))
     try:
         if beat is None:

@@ -24,6 +24,7 @@ from trainer.data.loader import batches, make_loader, shutdown, to_device
 from trainer.distributed import (
     CommTimer,
     beat_store,
+    decide,
     dump_flight_recorder,
     gather_hosts,
     make_model,
@@ -31,14 +32,12 @@ from trainer.distributed import (
     pick_devices,
     process_group,
     rendezvous_file,
+    stop_agreed,
     wrap,
 )
 from trainer.env.launcher import DistEnv
 from trainer.errors import UserError
 from trainer.meter import IntervalMeter, Progress
-from trainer.preemption import Attempts, decide, leave, stop_agreed
-from trainer.requeue.flag import StopFlag
-from trainer.requeue.signals import JobSettings
 from trainer.rng import deterministic_kernels, isolated
 from trainer.run import startup
 from trainer.run.atomic import write_text
@@ -48,8 +47,11 @@ from trainer.run.rundir import RunDir
 from trainer.schedule import lr_factor
 from trainer.state import TrainState
 from trainer.stragglers import Stragglers
+from trainer.supervise.attempts import Attempts, leave
+from trainer.supervise.flag import StopFlag
+from trainer.supervise.signals import JobSettings
+from trainer.supervise.watchdog import Watchdog
 from trainer.tblog import NullLogger, TensorBoardLogger
-from trainer.watchdog import Watchdog
 
 AMP_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
@@ -146,7 +148,7 @@ def train(
 
 
 def start_watchdog(config: TrainConfig, env: DistEnv) -> Watchdog:
-    """This rank's hang detection (trainer/watchdog.py); not in the debug executor's process, where a pdb
+    """This rank's hang detection (trainer/supervise/watchdog.py); not in the debug executor's process, where a pdb
     session is no hang."""
     hang = dataclasses.replace(config.hang, enabled=config.hang.enabled and not env.interactive)
     run_dir = Path(config.run_dir)

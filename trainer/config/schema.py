@@ -193,7 +193,7 @@ class DistConfig:
 
 @dataclass(frozen=True, eq=False)
 class HangConfig:
-    """Hang detection: a watchdog thread per rank (trainer/watchdog.py) and its budgets."""
+    """Hang detection: a watchdog thread per rank (trainer/supervise/watchdog.py) and its budgets."""
 
     enabled: bool = setting(
         True, "a rank that makes no progress for its section's budget names the stuck rank and exits"

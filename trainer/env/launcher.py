@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from trainer.env.hostlist import expand_hostlist
 from trainer.errors import UserError
-from trainer.requeue.relay import ATTEMPT
+from trainer.supervise.relay import ATTEMPT
 
 # Set by the batch script's restart loop (jobs.plan) and the local controller: how many times the tasks were
 # started again in this allocation after a failed step.
@@ -53,7 +53,7 @@ class DistEnv:
     restart_count: int = 0  # SLURM_RESTART_COUNT: times Slurm has requeued this job
     slurm_job_id: str | None = None  # the Slurm job this process runs in: time-left queries and requeue
     attempt: str | None = (
-        None  # this Slurm attempt's file prefix in the logs (trainer.requeue.relay): $SLURM_DDP_ATTEMPT
+        None  # this Slurm attempt's file prefix in the logs (trainer.supervise.relay): $SLURM_DDP_ATTEMPT
     )
     note: str = ""  # why the environment was read the way it was, when that could surprise
     port_derived: bool = False  # master_port comes from the job id, not from MASTER_PORT: it may be taken

@@ -13,8 +13,8 @@
 Torch-free, standard library only and a few lines on purpose: copy this file into your project (as
 requeue.py, say) if you would rather not import this one.
 
-The package also holds the rest of the requeue signal's way (torch-free, every module): its one spelling
-(signals), the flag the trainer's handler sets (flag), and its relay from the batch shell to the tasks (relay).
+The rest of the requeue signal's way (its one spelling, the trainer's flag, the relay from the batch shell to
+the tasks) is trainer.supervise's, with the rest of the job's supervision.
 """
 
 import os
@@ -22,7 +22,7 @@ import signal
 import sys
 from typing import Any, NoReturn
 
-SIGNAL_ENV = "REQUEUE_SIGNAL"  # the profile's signal, as the task names it (USR2): trainer.requeue.signals.ENV
+SIGNAL_ENV = "REQUEUE_SIGNAL"  # the profile's signal, as the task names it (USR2): trainer.supervise.signals.ENV
 PROGRESS_ENV = "SLURM_DDP_PROGRESS_FILE"  # set by the task that runs your command (trainer.script)
 REQUEUE_EXIT = 144  # submitit's local requeue code, used for Slurm too: one number everywhere
 _raised = False

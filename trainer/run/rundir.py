@@ -100,7 +100,7 @@ class RunDir:
 
     @property
     def heartbeats(self) -> Path:
-        """Each rank's heartbeat (trainer.watchdog): where its training thread is, every few seconds."""
+        """Each rank's heartbeat (trainer.supervise.watchdog): where its training thread is, every few seconds."""
         return self.path / "heartbeats"
 
     @property

@@ -21,10 +21,10 @@ from typing import TypeVar
 
 from trainer.env.hostlist import expand_hostlist
 from trainer.env.launcher import IN_JOB_RESTART, WATCH_BEAT
-from trainer.requeue.relay import ATTEMPT, fan_out_command, fan_out_environment
 from trainer.run import failures
 from trainer.run.atomic import write_text
 from trainer.supervise.policy import Decision, Ended, Policy, State, decide, step_args
+from trainer.supervise.relay import ATTEMPT, fan_out_command, fan_out_environment
 from trainer.supervise.watch import beat_path, name_and_end
 
 T = TypeVar("T")
@@ -32,7 +32,7 @@ CHECK_S = 2.0  # how often rank 0's node-local heartbeat is looked at while srun
 
 
 def attempt_prefix(log_dir: Path, job_id: str, restart_count: str) -> str:
-    """This Slurm attempt's file prefix in the log folder: .signal, .stopped, .failed (trainer.requeue.relay)."""
+    """This Slurm attempt's file prefix in the log folder: .signal, .stopped, .failed (trainer.supervise.relay)."""
     return str(log_dir / f"attempt_{job_id}_{restart_count}")
 
 

@@ -12,11 +12,11 @@ from typing import Any
 from submitit.local.local import LOCAL_REQUEUE_RETURN_CODE  # the local controller restarts tasks exiting with it
 
 from trainer.env.launcher import DistEnv
-from trainer.requeue.relay import earlier_attempt, mark_stopped
-from trainer.requeue.signals import JobSettings
 from trainer.run import failures
 from trainer.run.atomic import read_json, write_text
 from trainer.run.rundir import RunDir
+from trainer.supervise.relay import earlier_attempt, mark_stopped
+from trainer.supervise.signals import JobSettings
 
 TIMEOUT_SLACK_S = 30  # Slurm checks time limits periodically: the signal can come a little late
 

@@ -4,7 +4,7 @@ import signal
 import time
 from typing import Any
 
-from trainer.requeue import signals
+from trainer.supervise import signals
 
 
 class StopFlag:
