@@ -79,7 +79,7 @@ def loader_kw(cuda: bool) -> dict:
     """The loader ours builds by default: one worker per CPU of the process but one, at most 8 (none on this
     2-core machine with 2 processes; 8 on a 16-core GPU machine, where a loader without workers, decoding in
     the training process, was the textbook loop's bottleneck), pinned memory on a GPU."""
-    workers = min(8, len(os.sched_getaffinity(0)) // int(os.environ["WORLD_SIZE"]) - 1)
+    workers = min(8, max(1, len(os.sched_getaffinity(0)) // int(os.environ["WORLD_SIZE"])) - 1)  # as the trainer
     more = {"prefetch_factor": 2, "persistent_workers": True} if workers > 0 else {}
     return {"num_workers": workers, "pin_memory": cuda, "drop_last": True, **more}
 

@@ -214,3 +214,18 @@ def test_deterministic_trains_to_the_same_weights_on_cpu(tmp_path: Path, sample_
         )
         shas.append(json.loads((run / "summary.json").read_text())["weights_sha256"])
     assert shas[0] == shas[1]
+
+
+def test_every_module_of_the_project_imports() -> None:
+    """Each module of trainer/ and jobs/ in one fresh interpreter (a module moved, and an import of its old place
+    left behind, fails here rather than in the one job that reaches it)."""
+    code = (
+        "import importlib, pkgutil\n"
+        "for package in ('trainer', 'jobs'):\n"
+        "    root = importlib.import_module(package)\n"
+        "    for info in pkgutil.walk_packages(root.__path__, package + '.'):\n"
+        "        if not info.name.endswith('__main__'):\n"
+        "            importlib.import_module(info.name)\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr

@@ -1,5 +1,5 @@
 """The shared DDP trainer. Importing the package does not import torch; its torch-free packages (config,
-env, requeue, run) say so in their own __init__, and tests/test_entrypoints.py holds them to it."""
+env, requeue, run, supervise) say so in their own __init__, and tests/test_entrypoints.py holds them to it."""
 
 from trainer.imports import keep_own_modules
 

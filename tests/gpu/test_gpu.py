@@ -87,9 +87,10 @@ def test_two_gpus_per_task_place_a_model_split_over_them(sample_root: Path, tmp_
     assert summary(run.run_dir)["final_loss"] is not None
 
 
+@needs[2]  # one rank has no all-reduce to time (on one H100 this test passed having checked nothing)
 def test_the_straggler_timing_measures_nccl_all_reduces_on_the_device(sample_root: Path, tmp_path: Path) -> None:
     """log.stragglers on NCCL: CUDA events around each bucket; the weights are those of the timing off."""
-    world = min(GPUS, 2)
+    world = 2
     on = ranks.train(tmp_path / "on", *args(sample_root, "log.stragglers=true", *EXACT), world=world).run_dir
     off = ranks.train(tmp_path / "off", *args(sample_root, "log.stragglers=false", *EXACT), world=world).run_dir
     assert summary(on)["weights_sha256"] == summary(off)["weights_sha256"]

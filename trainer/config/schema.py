@@ -234,7 +234,8 @@ class TrainConfig:
     deterministic: bool = setting(
         False,
         "torch's deterministic kernels (`torch.use_deterministic_algorithms`): on GPUs, the same weights run to run "
-        "and across a resume, at some speed; on CPU the weights are the same without it",
+        "and across a resume, at some speed; an op with no deterministic kernel then stops the run with torch's error "
+        "naming it; on CPU the weights are the same without it",
     )
     data: DataConfig = setting(default_factory=DataConfig, help="the data and its loading")
     optim: OptimConfig = setting(default_factory=OptimConfig, help="AdamW and its schedule")

@@ -377,7 +377,10 @@ class Watchdog:
     def _beat(self, beat: Beat) -> None:
         beat = dataclasses.replace(beat, attempt=self.attempt)
         try:
-            (self.board or FileBoard(self.run_dir, self.rank)).put(beat)
+            board = self.board or FileBoard(self.run_dir, self.rank)
+            board.put(beat)
+            if isinstance(board, FileBoard) and isinstance(self.board, StoreBoard):
+                board.close()  # use_store ran while this beat was written: its file goes too (seen left under load)
         except (OSError, UserError, RuntimeError):
             pass  # a full or lost disk, a store that does not answer: the budget still holds
 
