@@ -231,20 +231,26 @@ class Heavy(Augmented):
 )
 
 
+def user_task_on_2_nodes_x_2_tasks(tmp_path: Path, text: str, name: str) -> tuple[Path, Path]:
+    """The user task `name` (its file's `text`) forked uninterrupted over 4 ranks, and submitted on 2 nodes x 2
+    tasks with one restart in the allocation: the reference run's folder and the job's run folder."""
+    (tmp_path / "user_task.py").write_text(text)
+    task = [f"task={tmp_path / 'user_task.py'}:{name}", *EXACT[1:], "steps=60", "data.num_workers=1"]
+    task += ["checkpoint.every=10", "log.every=5", "log.image_every=0"]
+    reference = forked.train(tmp_path / "reference", *task, world=4).run_dir
+    profile = mini_profile(tmp_path, "restarts_in_job: 1\n")
+    result = submit("--profile", str(profile), "--nodes", "2", "--gpus-per-node", "2", *task)
+    assert result.returncode == 0, result.stdout + result.stderr
+    return reference, run_dir_of(result)
+
+
 def test_a_rank_killed_while_a_checkpoint_is_written_restarts_in_its_allocation_to_the_same_weights(
     tmp_path: Path,
 ) -> None:
     """Rank 3 killed while rank 0 writes checkpoint 20 or later (its temporary file seen in the folder): srun
     ends the step, rank 0 mid-write with it; the tasks start again in the allocation, resume from the newest
     whole checkpoint, leave no temporary file, and end on the uninterrupted run's weights over 4 ranks."""
-    (tmp_path / "heavy.py").write_text(HEAVY)
-    task = [f"task={tmp_path / 'heavy.py'}:Heavy", *EXACT[1:], "steps=60", "data.num_workers=1"]
-    task += ["checkpoint.every=10", "log.every=5", "log.image_every=0"]
-    reference = forked.train(tmp_path / "reference", *task, world=4).run_dir
-    profile = mini_profile(tmp_path, "restarts_in_job: 1\n")
-    result = submit("--profile", str(profile), "--nodes", "2", "--gpus-per-node", "2", *task)
-    assert result.returncode == 0, result.stdout + result.stderr
-    run_dir = run_dir_of(result)
+    reference, run_dir = user_task_on_2_nodes_x_2_tasks(tmp_path, HEAVY, "Heavy")
     folder, log = run_dir / "checkpoints", run_dir / "logs" / f"{job_id_of(run_dir)}_3_log.out"
     poll("checkpoint 10", (folder / "step_00000010.pt.sha256").exists, timeout=300)
 
@@ -267,14 +273,7 @@ def test_a_dropout_user_task_killed_restarts_in_its_allocation_to_the_same_weigh
     """A user's own task as they write them (Dropout, random augmentations from torch, numpy and random in its
     loader worker): rank 3 killed past a checkpoint, the tasks start again in the allocation, and the run ends
     on the weights of the same run forked uninterrupted over 4 ranks."""
-    (tmp_path / "augmented.py").write_text(AUGMENTED)
-    task = [f"task={tmp_path / 'augmented.py'}:Augmented", *EXACT[1:], "steps=60", "data.num_workers=1"]
-    task += ["checkpoint.every=10", "log.every=5", "log.image_every=0"]
-    reference = forked.train(tmp_path / "reference", *task, world=4).run_dir
-    profile = mini_profile(tmp_path, "restarts_in_job: 1\n")
-    result = submit("--profile", str(profile), "--nodes", "2", "--gpus-per-node", "2", *task)
-    assert result.returncode == 0, result.stdout + result.stderr
-    run_dir = run_dir_of(result)
+    reference, run_dir = user_task_on_2_nodes_x_2_tasks(tmp_path, AUGMENTED, "Augmented")
     poll("checkpoint 20", (run_dir / "checkpoints" / "step_00000020.pt.sha256").exists, timeout=300)
     log = run_dir / "logs" / f"{job_id_of(run_dir)}_3_log.out"
     os.kill(int(re.findall(r"^dist: .* pid=(\d+)", log.read_text(), re.M)[-1]), signal.SIGKILL)
