@@ -20,7 +20,6 @@ import os
 import re
 import resource
 import runpy
-import shutil
 import signal
 import subprocess
 import sys
@@ -97,7 +96,7 @@ def run(
     attempts = Attempts(folder) if env.is_main else None
     if env.is_main:
         cause = failures.clear(folder, failures.process_start_time())
-        shutil.rmtree(RunDir(folder).exits, ignore_errors=True)  # the previous attempt's
+        _clear_other_attempts(RunDir(folder).exits, env.attempt_key)
         assert attempts is not None
         attempts.start(None, env.restart_count, env=env, cause=cause)  # a script's steps are its own
     started = time.time()
@@ -108,13 +107,16 @@ def run(
     )
     if ended.terminated:  # a cancel, a requeue, a peer's failure: whoever stopped the job says why
         raise SystemExit(128 + signal.SIGTERM)
+    exited = RunDir(folder).exits
+    if ended.code == 0 or ended.code == REQUEUE_EXIT or ended.signalled:
+        # This rank's word for rank 0, which waits for every rank's before it requeues: a rank whose command
+        # finished before the signal came says so too, or rank 0 would wait out PEER_WAIT_S past the limit.
+        write_text(exited / f"{env.attempt_key}_rank_{env.rank}", str(ended.code))
     if ended.code == REQUEUE_EXIT or ended.signalled:
         # Asked for (exit 144), or the command ended after the requeue signal, whatever its code: it saved what
         # it could and stopped (an exit 0 from a handler too: Lightning's), or was stopped for the requeue
         # (no handler, or past its grace). The tool cannot know it had finished its work: it is requeued, and
         # a command that resumes from its own save finishes at once. Requeue, neither fail nor finish.
-        exited = RunDir(folder).exits
-        write_text(exited / f"rank_{env.rank}", str(ended.code))
         if attempts is None:
             if finished_by_rank_0(folder):  # the signal came as the commands ended: rank 0 finished the run
                 return
@@ -122,7 +124,7 @@ def run(
         # Each rank saves on its own signal; a requeue now would kill a peer still saving. Wait for them
         # (bounded: a peer that never got the signal must not hold the job until its time limit).
         deadline = time.monotonic() + PEER_WAIT_S
-        while len(list(exited.glob("rank_*"))) < env.world_size and time.monotonic() < deadline:
+        while len(list(exited.glob(f"{env.attempt_key}_rank_*"))) < env.world_size and time.monotonic() < deadline:
             time.sleep(0.1)
         requeued = record_stop(env, attempts, settings, None, folder, ended.signalled_at)
         raise leave(env, requeued)
@@ -152,6 +154,14 @@ def with_restart_args(command: list[str], words: list[str], run_dir: str, cwd: s
         [w.replace("{RUN_DIR}", run_dir) for w in words],
     )
     return [*command, *words] if words and (Path(cwd) / words[-1]).is_file() else command
+
+
+def _clear_other_attempts(exits: Path, attempt_key: str) -> None:
+    """Remove the exit words of earlier attempts; this attempt's may be there already (a command that ended
+    before rank 0 got here), so those stay."""
+    for path in exits.glob("*rank_*"):
+        if not path.name.startswith(f"{attempt_key}_rank_"):
+            path.unlink(missing_ok=True)
 
 
 def finished_by_rank_0(folder: Path) -> bool:

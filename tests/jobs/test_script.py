@@ -493,6 +493,29 @@ def test_a_peer_stopped_by_the_requeue_signal_after_rank_0_finished_requeues_not
     assert [a["stop"]["reason"] for a in attempts] == ["finished"], attempts
 
 
+@pytest.mark.slow  # the signal comes a fixed 40 s in: rank 1 must have finished by then
+def test_a_rank_that_finished_before_the_signal_does_not_hold_rank_0s_requeue(tmp_path: Path) -> None:
+    """Rank 1's command finishes at once; rank 0's runs until the time limit's signal (40 s in, 20 s before the
+    limit) stops it. Rank 0 waits for every rank's word before it requeues: rank 1 gave its word when its
+    command ended, so the requeue comes at once. Before, rank 1 said nothing and rank 0 waited its 30 s, past
+    the limit, and the job failed instead of being requeued (seen in CI). The second start resumes and ends."""
+    (tmp_path / "uneven.py").write_text(
+        "import os, time\n"
+        "done = os.path.join(os.environ['RUN_DIR'], 'rank0_started')\n"
+        "if os.environ['RANK'] == '0' and not os.path.exists(done):\n"
+        "    open(done, 'w').close()\n"
+        "    time.sleep(120)\n"
+    )
+    profile = (
+        "executor: local\ngpus_per_node: 2\ntimeout_min: 1\nsignal_delay_s: 20\nmax_num_timeout: 3\n"
+        f"run_root: {tmp_path / 'runs'}\n"
+    )
+    result = submit_in(tmp_path, "--wait", "--", sys.executable, "uneven.py", profile=profile)
+    assert result.returncode == 0, result.stdout + result.stderr
+    attempts = json.loads((run_dir_of(result.stdout) / "attempts.json").read_text())
+    assert [a["stop"]["reason"] for a in attempts] == ["timeout", "finished"], attempts
+
+
 SILENT = """
 import sys, time
 print("step 1", flush=True)
