@@ -1,5 +1,5 @@
 """`python -m jobs.list [--root DIR]`: the runs under ./runs (or DIR), local and on clusters, newest first: name,
-profile, job, state, step, last validation metrics. Slurm is asked once for all the runs here; runs submitted
+profile, job, state, step, goodput, last validation metrics. Slurm is asked once for all the runs here; runs submitted
 over SSH are asked about on their login node, one connection per login node and set of ssh options. A run
 whose records are damaged is one row saying so; it never hides the others."""
 
@@ -12,12 +12,13 @@ from typing import Any
 
 from jobs.remote import runs
 from jobs.remote.ssh import Connection
-from jobs.status import point_progress
+from jobs.status import LIVE, point_progress
 from jobs.tracking import Target, find, local_info, point_dirs, run_dir_info, slurm_infos
 from trainer.errors import UserError, one_line_errors
+from trainer.run import ledger
 from trainer.run.rundir import RunDir
 
-COLUMNS = ("name", "profile", "job", "state", "step", "validation")
+COLUMNS = ("name", "profile", "job", "state", "step", "goodput", "validation")
 DAMAGE = (UserError, OSError, ValueError, KeyError, TypeError, AttributeError)  # what a broken record raises
 Group = tuple[str, tuple[str, ...], str]  # a login node as reached: login, ssh options, python
 
@@ -79,12 +80,14 @@ def row(run_dir: Path, name: str, target: Target, state: str) -> dict[str, Any]:
     record = json.loads(RunDir(run_dir).job.read_text())
     profile = record.get("profile")
     step, validation = point_progress(run_dir)
+    parts = ledger.read(run_dir, live=state in LIVE)
     return {
         "name": name,
         "profile": profile.get("name", "") if isinstance(profile, dict) else record.get("executor", ""),
         "job": target.job_id,
         "state": state,
         "step": "-" if step is None else str(step),
+        "goodput": f"{parts['goodput']:.0%}" if parts else "-",  # training's share of the wall time so far
         "validation": validation,
         "time": RunDir(run_dir).job.stat().st_mtime,
     }

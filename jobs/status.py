@@ -19,8 +19,11 @@ from jobs.tracking import (
     requeue_line,
 )
 from trainer.errors import one_line_errors
+from trainer.run import ledger
 from trainer.run.provenance import read_submit
 from trainer.run.rundir import RunDir
+
+LIVE = ("RUNNING", "PENDING", "REQUEUED")  # a ledger of these runs counts up to now
 
 
 def code_line(run_dir: Path) -> str:
@@ -48,6 +51,8 @@ def report(target: Target) -> str:
             step, ckpt = progress(target.run_dir)
             lines += [f"last step: {step if step is not None else '-'}", f"last checkpoint: {ckpt or '-'}"]
         lines.append(f"code: {code_line(target.run_dir)}")
+        if parts := ledger.read(target.run_dir, live=job.state in LIVE):
+            lines.append(f"goodput: {ledger.line(parts)}")
     if job.state in ("CANCELLED", "COMPLETED"):  # the ranks a cancel stopped, an earlier attempt's failure
         return "\n".join(lines)
     if job.state == "NODE_FAIL":  # the ranks on the lost node wrote nothing; the others only saw it go
@@ -79,17 +84,21 @@ def main(argv: list[str] | None = None) -> int:
 def sweep_table(folder: Path, targets: list[tuple[str, Target]]) -> str:
     """One line per point (state, step, last validation metrics) from one Slurm query for all of them."""
     states = infos([t for _, t in targets])
-    rows = [("point", "job", "state", "step", "validation")]
-    errors, counts = [], Counter(i.state for i in states)
+    rows = [("point", "job", "state", "step", "goodput", "validation")]
+    errors, counts, ledgers = [], Counter(i.state for i in states), []
     for (name, target), job in zip(targets, states, strict=True):
         step, val = point_progress(target.run_dir)
-        rows.append((name, target.job_id, job.state, str(step) if step is not None else "-", val))
+        parts = ledger.read(target.run_dir, live=job.state in LIVE) if target.run_dir else None
+        ledgers += [parts] if parts else []
+        good = f"{parts['goodput']:.0%}" if parts else "-"
+        rows.append((name, target.job_id, job.state, str(step) if step is not None else "-", good, val))
         if job.state not in ("RUNNING", "COMPLETED", "PENDING") and (line := failure_line(target)):
             errors.append(f"error {name}: {line}")
-    widths = [max(len(r[i]) for r in rows) for i in range(4)]
-    lines = ["  ".join(c.ljust(w) for c, w in zip(r[:4], widths, strict=True)) + "  " + r[4] for r in rows]
+    widths = [max(len(r[i]) for r in rows) for i in range(5)]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(r[:5], widths, strict=True)) + "  " + r[5] for r in rows]
     header = f"sweep {folder}: {len(targets)} points; " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items()))
-    return "\n".join([header, *[line.rstrip() for line in lines], *errors])
+    total = [f"goodput, all points: {ledger.line(ledger.total(ledgers))}"] if ledgers else []
+    return "\n".join([header, *total, *[line.rstrip() for line in lines], *errors])
 
 
 def point_progress(run_dir: Path | None) -> tuple[int | None, str]:

@@ -6,6 +6,7 @@ import io
 import pickle
 import sys
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -196,6 +197,7 @@ class Checkpointer:
         self.folder, self.settings, self.is_main, self.warn = folder, settings, is_main, warn
         self.section = section or (lambda name: contextlib.nullcontext())  # the watchdog's: a save's own budget
         self.writer = Writer(settings.background)
+        self.blocked_s = 0.0  # the time training waited on saves this attempt (the goodput ledger's checkpointing)
 
     def due(self, step: int, last: int) -> bool:
         return step % self.settings.every == 0 or step == last
@@ -208,12 +210,14 @@ class Checkpointer:
         return True
 
     def save(self, state: TrainState) -> None:
+        began = time.perf_counter()
         with self.section("checkpoint"):
             snapshot = state.state_dict()
             if self.is_main:
                 self.writer.save(self.folder, state.step, snapshot, self.settings.keep)
             if dist.is_initialized():
                 dist.barrier()
+        self.blocked_s += time.perf_counter() - began
 
     def restore(self, state: TrainState) -> Path | None:
         """Load the newest valid checkpoint into `state`; None when there is none (a fresh start)."""
@@ -229,7 +233,9 @@ class Checkpointer:
 
     def wait(self) -> None:
         """Until the last checkpoint is on disk (a background write may still run)."""
+        began = time.perf_counter()
         self.writer.wait()
+        self.blocked_s += time.perf_counter() - began
 
 
 def save_best(folder: Path, weights: dict[str, torch.Tensor], meta: dict[str, Any]) -> Path:

@@ -34,7 +34,7 @@ from trainer.env.rendezvous import agree_port
 from trainer.errors import UserError
 from trainer.imports import user_imports
 from trainer.requeue import PROGRESS_ENV, REQUEUE_EXIT
-from trainer.run import failures, provenance
+from trainer.run import failures, ledger, provenance
 from trainer.run.atomic import write_text
 from trainer.run.rundir import RunDir
 from trainer.supervise import relay, signals
@@ -135,7 +135,9 @@ def run(
         attempts.stop("finished", None)
         summary = {"command": command, "exit_code": 0, "world_size": env.world_size}
         summary |= {"wall_time_s": round(attempts.wall_time_s(), 3), "last_attempt_s": round(time.time() - started, 3)}
-        write_text(RunDir(folder).summary, _json(summary | script_totals(attempts)))
+        # The command's own start-up (imports, its process group) counts as training: the tool cannot see it.
+        parts = ledger.of_run(folder, attempts.items, attempts.items[-1]["stop"]["time"], env.world_size)
+        write_text(RunDir(folder).summary, _json(summary | script_totals(attempts) | {"ledger": parts}))
 
 
 def script_totals(attempts: Attempts) -> dict[str, Any]:

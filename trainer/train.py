@@ -39,7 +39,7 @@ from trainer.env.launcher import DistEnv
 from trainer.errors import UserError
 from trainer.meter import IntervalMeter, Progress
 from trainer.rng import deterministic_kernels, isolated
-from trainer.run import startup
+from trainer.run import failures, ledger, startup
 from trainer.run.atomic import write_text
 from trainer.run.checkpoint_names import best_path
 from trainer.run.prepare import write_config
@@ -61,12 +61,12 @@ def train(
     env: DistEnv,
     settings: JobSettings | None = None,
     stop_flag: StopFlag | None = None,
-    cause: str | None = None,
+    cause: failures.Failure | None = None,
 ) -> dict[str, Any] | None:
     """Train to `config.steps`, resuming from the newest valid checkpoint. Rank 0 returns the summary.
 
     On the requeue signal every rank stops at the same step boundary, saves, and leaves for a requeue.
-    `cause`: rank 0's line of the previous attempt's first failure, for attempts.json.
+    `cause`: the previous attempt's first failure (rank 0's), for attempts.json.
     """
     settings = settings or JobSettings()
     stop_flag = stop_flag or StopFlag(settings.signal)
@@ -137,6 +137,8 @@ def train(
                 if not saved:
                     run.checkpoints.save(state)
                 run.checkpoints.wait()  # the checkpoint is on disk before anyone leaves
+                if run.attempts is not None:
+                    run.attempts.blocked_on_checkpoints(run.checkpoints.blocked_s)
                 requeued = decide(env, run.attempts, settings, step, run.files.path, device, stop_flag.raised_at)
                 progress.close()
                 run.logger.close()
@@ -254,7 +256,7 @@ def setup(config: TrainConfig, env: DistEnv, device: torch.device, watchdog: Wat
     return run
 
 
-def resume(run: Run, cause: str | None = None) -> None:
+def resume(run: Run, cause: failures.Failure | None = None) -> None:
     """The newest valid checkpoint into the state (none: step 0), and this attempt recorded."""
     env, state = run.env, run.state
     resumed_from = run.checkpoints.restore(state)
@@ -275,6 +277,16 @@ def resume(run: Run, cause: str | None = None) -> None:
     if len(run.attempts.items) > 1:
         restarts = {f"restarts/{k}": v for k, v in run.attempts.totals().items()}
         run.logger.scalars(restarts | {"restarts/last_time_lost_s": cost["time_lost_s"]}, state.step)
+        log_ledger(run, state.step)  # where the time went up to this attempt's first step
+
+
+def log_ledger(run: Run, step: int, end: float | None = None) -> dict[str, float] | None:
+    """Rank 0: the run's goodput ledger up to `end` (now), as goodput/* scalars (trainer.run.ledger)."""
+    assert run.attempts is not None
+    parts = ledger.of_run(run.files.path, run.attempts.items, end or time.time(), run.env.world_size)
+    if parts is not None:
+        run.logger.scalars({f"goodput/{k}": v for k, v in parts.items()}, step)
+    return parts
 
 
 def log_interval(run: Run, meter: IntervalMeter, step: int, progress: Progress) -> None:
@@ -299,7 +311,8 @@ def log_interval(run: Run, meter: IntervalMeter, step: int, progress: Progress) 
             raise UserError(f"{what}; lower optim.lr or set optim.grad_clip (log.nonfinite=warn trains on)")
         run.warn(f"{what} (log.nonfinite=stop ends the run on it)")
     if run.env.is_main:  # for jobs.status
-        write_text(run.files.progress, json.dumps({"step": step, "time": time.time(), "val": state.last_val}))
+        reached = {"step": step, "time": time.time(), "val": state.last_val, "checkpoint_s": run.checkpoints.blocked_s}
+        write_text(run.files.progress, json.dumps(reached))
     progress.update(step, values)
     if step == config.steps:  # the summary's train values: this last interval's means
         run.final |= {"loss": finite(loss), "metrics": {k: finite(values[f"train/{k}"]) for k in names}}
@@ -342,24 +355,30 @@ def finish(run: Run) -> dict[str, Any] | None:
     if not run.env.is_main or run.attempts is None:
         return None
     config, state, files = run.config, run.state, run.files
+    run.attempts.blocked_on_checkpoints(run.checkpoints.blocked_s)
     run.attempts.stop("finished", state.step)  # a later --resume must not count this attempt as a failure
+    parts = log_ledger(run, state.step, end=run.attempts.items[-1]["stop"]["time"])
     final_loss, final_metrics, final_val = run.final.get("loss"), run.final.get("metrics", {}), run.final.get("val")
-    summary = {
-        "task": config.task,
-        "final_step": state.step,
-        "final_loss": final_loss,  # None when this attempt had no step left to train
-        "final_metrics": final_metrics,
-        "val_metrics": final_val,  # of the final weights, on the whole validation set; null: none
-        "eval_share": round(run.eval_s / (time.perf_counter() - run.started), 4),  # of the last attempt
-        "best": state.best and {**state.best, "path": str(best_path(files.checkpoints))},
-        "world_size": run.env.world_size,
-        "torch_threads": torch.get_num_threads(),  # the hash below is reproducible for this count
-        # From the first attempt's start when the run was requeued: the time a user waited.
-        "wall_time_s": round(run.attempts.wall_time_s(), 3),
-        "weights_sha256": checkpoint.weights_sha256(run.model.state_dict()),
-        "bad_images_skipped": count_bad_images(files.bad_images),  # data.bad_images=skip
-        "stragglers": run.stragglers.named if run.stragglers else [],  # ranks named slow (log.straggler_ratio)
-    } | run.attempts.totals()
+    summary = (
+        {
+            "task": config.task,
+            "final_step": state.step,
+            "final_loss": final_loss,  # None when this attempt had no step left to train
+            "final_metrics": final_metrics,
+            "val_metrics": final_val,  # of the final weights, on the whole validation set; null: none
+            "eval_share": round(run.eval_s / (time.perf_counter() - run.started), 4),  # of the last attempt
+            "best": state.best and {**state.best, "path": str(best_path(files.checkpoints))},
+            "world_size": run.env.world_size,
+            "torch_threads": torch.get_num_threads(),  # the hash below is reproducible for this count
+            # From the first attempt's start when the run was requeued: the time a user waited.
+            "wall_time_s": round(run.attempts.wall_time_s(), 3),
+            "weights_sha256": checkpoint.weights_sha256(run.model.state_dict()),
+            "bad_images_skipped": count_bad_images(files.bad_images),  # data.bad_images=skip
+            "stragglers": run.stragglers.named if run.stragglers else [],  # ranks named slow (log.straggler_ratio)
+        }
+        | run.attempts.totals()
+        | {"ledger": parts}
+    )
     hparams = {k: v for k, v in flat(config_dict(config)).items() if k != "run_dir"}
     finals = {"final_loss": final_loss, **final_metrics, **{f"val_{k}": v for k, v in (final_val or {}).items()}}
     run.logger.hparams(hparams, {k: v for k, v in finals.items() if v is not None})

@@ -21,6 +21,7 @@ from tests.slurm import cluster
 from tests.slurm.cluster import preempt_normal_jobs, release_when_requeued, squeue_state
 from tests.slurm.conftest import ARGS
 from tests.slurm.test_slurm import cli, poll, run_dir_of
+from trainer.run import ledger
 
 
 def job_id_of(run_dir: Path) -> str:
@@ -213,6 +214,46 @@ def test_a_stopped_or_killed_rank_restarts_in_its_allocation_to_the_same_weights
         assert first["stop"]["error"].startswith("rank 3 on node2: hung: its heartbeat stopped ")  # the cause
         peers = "".join(p.read_text() for p in (run_dir / "logs").glob("*_[012]_log.out"))  # whoever found it
         assert "hang: rank 3 on node2: hung: its heartbeat stopped " in peers  # error.txt went with the restart
+
+
+def test_a_run_hung_restarted_and_preempted_accounts_for_its_wall_time_in_the_ledger(
+    tmp_path: Path, sample_root: Path
+) -> None:
+    """2 nodes x 1 task: rank 1 stopped after step 25 (the hang named, the tasks started again in the allocation
+    from step 20), then the job preempted and requeued. summary.json's ledger has every part, they add up to
+    its wall time, the wall time is the clock's from submit to the summary, and each event shows in its part;
+    jobs.status, jobs.list and TensorBoard show the goodput."""
+    profile = mini_profile(tmp_path, "restarts_in_job: 1\n")
+    args = [a if a != "checkpoint.every=100" else "checkpoint.every=20" for a in ARGS]
+    hang = ["hang.floor_s=10", "hang.factor=2", "hang.beat_s=2"]
+    submitted = time.time()
+    result = submit("--profile", str(profile), f"data.root={sample_root / 'pix2pix'}", *args, *hang)
+    assert result.returncode == 0, result.stderr
+    run_dir = run_dir_of(result)
+    progress = run_dir / "progress.json"
+    poll("step 25", lambda: progress.exists() and json.loads(progress.read_text() or "{}")["step"] >= 25, timeout=300)
+    log = run_dir / "logs" / f"{job_id_of(run_dir)}_1_log.out"
+    os.kill(int(re.findall(r"^dist: .* pid=(\d+)", log.read_text(), re.M)[-1]), signal.SIGSTOP)
+    poll("the restart in the allocation", lambda: len(attempts(run_dir)) == 2, timeout=120)
+    preempt(run_dir, 1)
+    poll("the summary", lambda: (run_dir / "summary.json").exists(), timeout=600)
+    ended = time.time()
+    parts = json.loads((run_dir / "summary.json").read_text())["ledger"]
+    assert set(parts) == {*ledger.PARTS, "wall", "goodput", "gpu_hours"}
+    assert sum(parts[k] for k in ledger.PARTS) == pytest.approx(parts["wall"], rel=0.02)
+    assert ended - submitted - 10 <= parts["wall"] <= ended - submitted, (parts, ended - submitted)
+    reasons = [a["stop"]["reason"] for a in attempts(run_dir)]
+    assert reasons == ["failure", "preempted", "finished"], reasons
+    assert parts["hung"] >= 5 and parts["restarting"] > 0 and parts["recomputed"] > 0, parts  # the hang, srun again
+    assert min(parts["queued"], parts["starting"], parts["checkpointing"], parts["training"]) > 0, parts
+    assert parts["gpu_hours"] == pytest.approx(2 * (parts["wall"] - parts["queued"]) / 3600, abs=1e-3)
+    assert f"goodput: {parts['goodput']:.0%} of " in cli("jobs.status", str(run_dir)).stdout
+    listed = cli("jobs.list", "--root", str(tmp_path / "runs")).stdout
+    assert re.search(rf"^\S+\s+profile\s+\d+\s+\w+\s+240\s+{parts['goodput']:.0%}\s", listed, re.M), listed
+    events = EventAccumulator(str(run_dir / "tensorboard"))
+    events.Reload()
+    assert {f"goodput/{k}" for k in parts} <= set(events.Tags()["scalars"])
+    assert events.Scalars("goodput/goodput")[-1].value == pytest.approx(parts["goodput"], abs=1e-4)
 
 
 # The dropout task with 100 MB of frozen weights: a save then takes long enough (serialising, writing, fsync)

@@ -140,10 +140,10 @@ def record(run_dir: Path, failure: Failure) -> None:
         write_text(files.error, first.line() + "\n")
 
 
-def clear(run_dir: Path, before: float) -> str | None:
+def clear(run_dir: Path, before: float) -> Failure | None:
     """Forget the failures of earlier attempts (recorded before `before`, this process's start): a peer of
-    this attempt that failed while rank 0 was still starting must keep its record. Returns the line of the
-    earlier attempts' first failure, for attempts.json."""
+    this attempt that failed while rank 0 was still starting must keep its record. Returns the earlier
+    attempts' first failure, for attempts.json."""
     files = RunDir(run_dir)
     stale = [f for f in read(run_dir) if f.time < before]
     cause = root_cause(stale)
@@ -161,7 +161,7 @@ def clear(run_dir: Path, before: float) -> str | None:
             files.errors.rmdir()
     elif (first := root_cause(current)) is not None:
         write_text(files.error, first.line() + "\n")
-    return cause.line() if cause else None
+    return cause
 
 
 def suspect_node(run_dir: Path, since: float) -> str | None:

@@ -76,7 +76,7 @@ class Attempts:
         warnings: list[str] | None = None,
         startup: dict[str, float] | None = None,
         env: DistEnv | None = None,
-        cause: str | None = None,
+        cause: failures.Failure | None = None,
     ) -> dict[str, float]:
         """Record this attempt, its warnings and where its start-up went (trainer.run.startup); returns what the
         previous attempt cost (time lost, steps recomputed). `env` tells why a previous attempt that recorded
@@ -103,7 +103,11 @@ class Attempts:
                     "step": reached.get("step", resumed_step),
                     "time": reached.get("time", previous["started"]),
                 }
-                stop |= {"error": cause} if cause else {}  # the first failure's line (error.txt's, then)
+                if "checkpoint_s" in reached:  # the ledger's: what that attempt's saves blocked, as last logged
+                    previous["checkpoint_s"] = reached["checkpoint_s"]
+                if cause:
+                    stop["error"] = cause.line()  # the first failure's line (error.txt's, then)
+                    stop |= {"hung_at": cause.time} if cause.message.startswith("hung") else {}
                 previous["stop"] = stop
             # After a finished attempt the wait for this one (a --resume with more steps) is the user's, not lost.
             lost = 0.0 if stop["reason"] == "finished" else time.time() - stop["time"]
@@ -111,6 +115,7 @@ class Attempts:
             cost = {"time_lost_s": lost, "steps_recomputed": max(0, stop["step"] - resumed_step) if known else None}
             previous["cost"] = cost
         attempt = {"started": time.time(), "resumed_step": resumed_step, "slurm_restart_count": restart_count}
+        attempt |= {"world_size": env.world_size} if env else {}
         attempt |= {"in_job_restart": env.in_job_restart} if env and env.in_job_restart else {}
         attempt |= {"startup": startup} if startup else {}
         self.items.append(attempt | ({"warnings": list(warnings)} if warnings else {}))
@@ -121,6 +126,11 @@ class Attempts:
         """Record why and where this attempt stopped; `time` is when the checkpoint was on disk."""
         self.items[-1]["stop"] = {"reason": reason, "step": step, "time": time.time(), "signal_time": signalled_at}
         self._write()
+
+    def blocked_on_checkpoints(self, seconds: float) -> None:
+        """This attempt's steps were blocked this long by saves so far (the ledger's checkpointing); written
+        with the attempt's stop."""
+        self.items[-1]["checkpoint_s"] = round(seconds, 3)
 
     def count(self, reason: str) -> int:
         return sum(1 for a in self.items if (a.get("stop") or {}).get("reason") == reason)

@@ -1,0 +1,76 @@
+"""The goodput ledger from attempts.json: each second of the wall time in one part (trainer/run/ledger.py)."""
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+
+from trainer.run import ledger
+from trainer.run.ledger import PARTS
+
+# Submitted at 0. Attempt 1: its process at 10, its first step at 15, 4 s blocked on saves, preempted at 100 at
+# step 90 (saved there). Requeued: attempt 2's process at 160, first step at 166, a failure at 200 (last
+# progress at step 120), the hang named at 230. In the same allocation attempt 3's process at 240, first step at
+# 244, resumed at step 100 (20 steps again), finished at 344 at step 200, 2 s on saves.
+TIMELINE = [
+    {"started": 15.0, "startup": {"process_start": 10.0}, "resumed_step": None, "checkpoint_s": 4.0,
+     "stop": {"reason": "preempted", "step": 90, "time": 100.0}, "cost": {"steps_recomputed": 0}, "world_size": 4},
+    {"started": 166.0, "startup": {"process_start": 160.0}, "resumed_step": 90,
+     "stop": {"reason": "failure", "step": 120, "time": 200.0, "error": "rank 1 on n2: hung: x", "hung_at": 230.0},
+     "cost": {"steps_recomputed": 20}, "world_size": 4},
+    {"started": 244.0, "startup": {"process_start": 240.0}, "resumed_step": 100, "in_job_restart": 1,
+     "checkpoint_s": 2.0, "stop": {"reason": "finished", "step": 200, "time": 344.0}, "world_size": 4},
+]  # fmt: skip
+
+
+def test_each_interval_goes_to_its_part_and_the_parts_add_up_to_the_wall_time() -> None:
+    parts = ledger.ledger(0.0, TIMELINE, 344.0, ranks=4)
+    assert parts["queued"] == 10 + 60  # before the first start, and the requeue's wait
+    assert parts["starting"] == 5 + 6 + 4
+    assert parts["checkpointing"] == 4 + 2
+    assert parts["hung"] == 30  # last progress (200) to the hang named (230)
+    assert parts["restarting"] == 10  # named (230) to the next process (240), in the allocation
+    assert parts["recomputed"] == pytest.approx(20 * 100 / 100)  # 20 steps at attempt 3's pace (1 s a step)
+    assert parts["training"] == pytest.approx((85 - 4) + 34 + (100 - 2 - 20))
+    assert parts["wall"] == 344
+    assert sum(parts[k] for k in PARTS) == pytest.approx(parts["wall"])
+    assert parts["goodput"] == pytest.approx(parts["training"] / 344, abs=1e-4)
+    assert parts["gpu_hours"] == pytest.approx(4 * (344 - 70) / 3600, abs=1e-4)
+
+
+def test_a_run_still_going_counts_up_to_now_and_a_wait_after_a_requeue_is_queued() -> None:
+    first = dict(TIMELINE[0])
+    parts = ledger.ledger(0.0, [first], 130.0, ranks=4)
+    assert (parts["queued"], parts["wall"]) == (10 + 30, 130)  # 100 to 130: back in the queue
+    running = {k: v for k, v in first.items() if k != "stop"}
+    parts = ledger.ledger(0.0, [running], 50.0, ranks=4)
+    assert (parts["training"], parts["checkpointing"], parts["wall"]) == (31, 4, 50)
+    assert sum(parts[k] for k in PARTS) == pytest.approx(50)
+
+
+def test_a_sweeps_ledger_is_its_points_added_up() -> None:
+    one = ledger.ledger(0.0, TIMELINE, 344.0, ranks=4)
+    both = ledger.total([one, one])
+    assert both["wall"] == 688 and both["goodput"] == one["goodput"]
+
+
+def test_status_reads_the_summarys_ledger_else_attempts_and_none_from_a_damaged_record(tmp_path: Path) -> None:
+    (tmp_path / "attempts.json").write_text(json.dumps(TIMELINE))
+    (tmp_path / "provenance").mkdir()
+    (tmp_path / "provenance" / "submit.json").write_text(json.dumps({"time": 0.0}))
+    assert ledger.read(tmp_path, live=False)["wall"] == 344  # type: ignore[index]
+    now = time.time()
+    assert ledger.read(tmp_path, live=True)["wall"] >= now  # type: ignore[index]
+    (tmp_path / "summary.json").write_text(json.dumps({"ledger": {"wall": 1.0, "goodput": 0.5}}))
+    assert ledger.read(tmp_path, live=False) == {"wall": 1.0, "goodput": 0.5}
+    (tmp_path / "summary.json").unlink()
+    (tmp_path / "attempts.json").write_text('[{"started": "soon"}]')
+    assert ledger.read(tmp_path, live=False) is None
+    (tmp_path / "attempts.json").write_text("{not json")
+    assert ledger.read(tmp_path, live=False) is None
+
+
+def test_the_status_line_names_goodput_and_the_largest_losses() -> None:
+    line = ledger.line(ledger.ledger(0.0, TIMELINE, 344.0, ranks=4))
+    assert line.startswith("56% of 344 s trained (queued 70 s, hung 30 s, recomputed 20 s, starting 15 s)"), line

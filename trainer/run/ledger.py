@@ -1,0 +1,147 @@
+"""Where a run's wall time went: the goodput ledger, a pure function of attempts.json (torch-free).
+
+The trainer records, as the run goes, what the ledger needs in each attempt of attempts.json: when its process
+started (`startup.process_start`), when it began training (`started`), the seconds its steps were blocked on a
+checkpoint (`checkpoint_s`), where and when it stopped (`stop`, with `hung_at` when a hang was named),
+and how many steps the next attempt did again (`cost.steps_recomputed`). From those and the submission time
+the ledger cuts the wall time into parts that add up to it:
+
+- queued: submission to the first process, and every requeue's wait (the job back in the queue);
+- starting: each attempt's process start to its first step (imports, the process group, data, the restore);
+- training: steps that count;
+- checkpointing: the time steps were blocked on a save;
+- recomputed: steps done again after a failure (the steps since the last checkpoint, at the attempt's pace);
+- hung: from the last progress to a hang being named;
+- restarting: a failure to the next start in the same allocation (an in-job restart).
+
+`goodput` is training / wall; `gpu_hours` counts one GPU per rank over the time the allocation was held (the
+wall time less the queue). An attempt's start counts from its first process's start, not from Slurm's
+allocation: the batch script's own fraction of a second before srun counts as queued.
+"""
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+from trainer.run.provenance import read_submit
+from trainer.run.rundir import RunDir
+
+PARTS = ("queued", "starting", "training", "checkpointing", "recomputed", "hung", "restarting")
+
+
+def ledger(submitted: float, attempts: list[dict[str, Any]], end: float, ranks: int) -> dict[str, float]:
+    """The ledger of a run submitted at `submitted` whose attempts are `attempts`, up to `end` (its last
+    stop when it finished, now while it runs). Each interval goes to one part, so the parts sum to `wall`."""
+    parts = dict.fromkeys(PARTS, 0.0)
+    cursor = submitted
+    previous: dict[str, Any] | None = None
+    for attempt in attempts:
+        begin = min(max((attempt.get("startup") or {}).get("process_start") or attempt["started"], cursor), end)
+        _gap(parts, previous, cursor, begin, restart=bool(attempt.get("in_job_restart")))
+        started = min(max(attempt["started"], begin), end)
+        parts["starting"] += started - begin
+        stop = attempt.get("stop")
+        stopped = min(max(stop["time"] if stop else end, started), end)
+        span = stopped - started
+        blocked = min(float(attempt.get("checkpoint_s") or 0.0), span)
+        redone = min(_recomputed_s(previous, attempt, span), span - blocked)
+        parts["checkpointing"] += blocked
+        parts["recomputed"] += redone
+        parts["training"] += span - blocked - redone
+        previous, cursor = attempt, stopped
+    _gap(parts, previous, cursor, end, restart=False)
+    wall = end - submitted
+    held = wall - parts["queued"]
+    result = {k: round(v, 3) for k, v in parts.items()}
+    return result | {
+        "wall": round(wall, 3),
+        "goodput": round(parts["training"] / wall, 4) if wall > 0 else 0.0,
+        "gpu_hours": round(ranks * held / 3600, 4),
+    }
+
+
+def _gap(parts: dict[str, float], previous: dict[str, Any] | None, since: float, until: float, restart: bool) -> None:
+    """The time between two attempts (or before the first, or after the last): a named hang's share first, the
+    rest queued (a requeue) or restarting (in the allocation)."""
+    gap = max(until - since, 0.0)
+    if previous is None:
+        parts["queued"] += gap
+        return
+    stop = previous.get("stop") or {}
+    hung = min(max(stop["hung_at"] - since, 0.0), gap) if stop.get("hung_at") else 0.0
+    parts["hung"] += hung
+    parts["restarting" if restart else "queued"] += gap - hung
+
+
+def _recomputed_s(previous: dict[str, Any] | None, attempt: dict[str, Any], span: float) -> float:
+    """The seconds this attempt spent on steps the one before had done: their count at this attempt's pace."""
+    redo = ((previous or {}).get("cost") or {}).get("steps_recomputed") or 0
+    stop, resumed = attempt.get("stop") or {}, attempt.get("resumed_step")
+    if not redo or resumed is None or stop.get("step") is None or stop["step"] <= resumed:
+        return 0.0
+    return redo * span / (stop["step"] - resumed)
+
+
+def total(ledgers: list[dict[str, float]]) -> dict[str, float]:
+    """A sweep's: its points' ledgers added up (goodput of the sum, not the mean of the points')."""
+    summed = {k: round(sum(p.get(k, 0.0) for p in ledgers), 3) for k in (*PARTS, "wall", "gpu_hours")}
+    return summed | {"goodput": round(summed["training"] / summed["wall"], 4) if summed["wall"] > 0 else 0.0}
+
+
+def line(parts: dict[str, float]) -> str:
+    """One line for jobs.status: goodput and the largest losses."""
+    lost = sorted(((parts[k], k) for k in PARTS if k != "training" and parts[k] >= 0.05), reverse=True)
+    where = ", ".join(f"{k} {_s(v)}" for v, k in lost[:4])
+    return f"{parts['goodput']:.0%} of {_s(parts['wall'])} trained" + (f" ({where})" if where else "")
+
+
+def _s(seconds: float) -> str:
+    return f"{seconds:.1f} s" if seconds < 10 else f"{seconds:.0f} s"
+
+
+def of_run(
+    run_dir: Path, attempts: list[dict[str, Any]], end: float, ranks: int | None = None
+) -> dict[str, float] | None:
+    """The ledger of the run in `run_dir` up to `end`; None before its first attempt. Submitted: when
+    provenance/submit.json says (the sweep's for a point), else the first attempt's process start. Ranks: the
+    last attempt's world size unless given."""
+    if not attempts:
+        return None
+    first = attempts[0]
+    submitted = read_submit(run_dir).get("time")
+    if not isinstance(submitted, int | float):
+        submitted = (first.get("startup") or {}).get("process_start") or first["started"]
+    ranks = ranks or int(attempts[-1].get("world_size") or 1)
+    return ledger(float(min(submitted, first["started"])), attempts, end, ranks)
+
+
+def read(run_dir: Path, live: bool) -> dict[str, float] | None:
+    """A run's ledger for jobs.status and jobs.list: summary.json's when it finished; else from attempts.json,
+    up to now while the job is `live` (pending or running), up to its last recorded moment when it is not.
+    None when there is nothing to read (no attempt yet, or a record that cannot be read)."""
+    files = RunDir(run_dir)
+    summary = _json(files.summary)
+    if isinstance(summary, dict) and isinstance(summary.get("ledger"), dict):
+        return summary["ledger"]
+    attempts = _json(files.attempts)
+    if not isinstance(attempts, list) or not all(isinstance(a, dict) and "started" in a for a in attempts):
+        return None
+    if live:
+        end = time.time()
+    else:
+        reached = _json(files.progress)
+        moments = [a["started"] for a in attempts] + [(a.get("stop") or {}).get("time") or 0 for a in attempts]
+        moments += [reached.get("time") or 0] if isinstance(reached, dict) else []
+        end = max(m for m in moments if isinstance(m, int | float))
+    try:
+        return of_run(run_dir, attempts, end)
+    except (KeyError, TypeError, ValueError):  # a record from an older version, or hand-edited
+        return None
+
+
+def _json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
