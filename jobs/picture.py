@@ -1,7 +1,7 @@
 """`python -m jobs.picture RUN_DIR [-o FILE.png]`: one PNG of a run, drawn from its own TensorBoard event files.
 
-The curves of `train/loss`, `val/*` (with a validation set) and `train/lr`, each a small line chart, and the
-newest `images/input_target_output` grid. Pillow draws it (no plotting library); torch is not imported.
+The curves of `train/loss`, `val/*` (with a validation set) and `train/lr`, each a small line chart, the
+newest `images/input_target_output` grid, and the goodput ledger (where the wall time went) as one stacked bar. Pillow draws it (no plotting library); torch is not imported.
 """
 
 import argparse
@@ -14,6 +14,7 @@ from pathlib import Path
 from PIL import Image, ImageDraw, ImageFont
 
 from trainer.errors import UserError, one_line_errors
+from trainer.run import ledger
 from trainer.run.rundir import RunDir
 
 IMAGE_TAG = "images/input_target_output"
@@ -23,6 +24,11 @@ HEADER = 40
 IMAGE_BAND = 420  # the image grid's height below the charts, its caption included
 MARGIN = {"left": 78, "right": 20, "top": 34, "bottom": 46}  # a chart's plot area inside its panel
 BACKGROUND, INK, GRID, LINE = (255, 255, 255), (40, 40, 40), (225, 225, 225), (31, 119, 180)
+LEDGER_BAND = 70  # the stacked bar of the ledger and its legend, below the header
+PART_COLOURS = dict(
+    zip(ledger.PARTS, [(188, 189, 34), (255, 127, 14), (44, 160, 44), (31, 119, 180), (148, 103, 189),
+                       (214, 39, 40), (140, 86, 75)], strict=True)
+)  # fmt: skip
 
 Font = ImageFont.ImageFont | ImageFont.FreeTypeFont
 
@@ -35,6 +41,7 @@ class Picture:
     curves: dict[str, list[tuple[int, float]]]
     image: Image.Image | None
     image_step: int | None
+    ledger: dict[str, float] | None = None  # trainer.run.ledger's parts, when the run has attempts
 
 
 def chart_tags(tags: list[str]) -> list[str]:
@@ -71,13 +78,36 @@ def load(run_dir: Path) -> Picture:
             f"the event files in {folder} hold neither train/loss, val/*, train/lr nor {IMAGE_TAG}; "
             "give a run directory of the trainer"
         )
-    return Picture(run_dir.resolve().name, curves, image, image_step)
+    parts = ledger.read(run_dir, live=not RunDir(run_dir).summary.exists())
+    return Picture(run_dir.resolve().name, curves, image, image_step, parts)
 
 
-def size(charts: int, image: bool) -> tuple[int, int]:
-    """The picture's width and height for this many charts, with or without the image grid."""
+def size(charts: int, image: bool, bar: bool = False) -> tuple[int, int]:
+    """The picture's width and height for this many charts, with or without the image grid and ledger bar."""
     rows = math.ceil(charts / COLUMNS)
-    return COLUMNS * PANEL[0], HEADER + rows * PANEL[1] + (IMAGE_BAND if image else 0)
+    return COLUMNS * PANEL[0], HEADER + (LEDGER_BAND if bar else 0) + rows * PANEL[1] + (IMAGE_BAND if image else 0)
+
+
+def draw_ledger(canvas: Image.Image, top: int, parts: dict[str, float]) -> None:
+    """One bar as wide as the picture, a segment per part of the wall time, and a legend of the parts shown."""
+    draw, small = ImageDraw.Draw(canvas), font(11)
+    left, right = 16, canvas.width - 16
+    wall = parts.get("wall") or 0.0
+    title = f"where the wall time went: {ledger.line(parts)}" if wall > 0 else "where the wall time went: -"
+    draw.text((left, top), title, fill=INK, font=font(13))
+    x, legend = float(left), left
+    for part in ledger.PARTS:
+        seconds = parts.get(part) or 0.0
+        if wall <= 0 or seconds <= 0:
+            continue
+        width = seconds / wall * (right - left)
+        draw.rectangle((x, top + 20, x + width, top + 40), fill=PART_COLOURS[part])
+        x += width
+        draw.rectangle((legend, top + 48, legend + 10, top + 58), fill=PART_COLOURS[part])
+        text = f"{part} {ledger.seconds_text(seconds)}"
+        draw.text((legend + 14, top + 47), text, fill=INK, font=small)
+        legend += 24 + int(draw.textlength(text, font=small))
+    draw.rectangle((left, top + 20, right, top + 40), outline=INK)
 
 
 def font(points: int) -> Font:
@@ -153,12 +183,16 @@ def vertical(canvas: Image.Image, text: str, left_middle: tuple[int, int], face:
 
 def draw(picture: Picture) -> Image.Image:
     """The whole picture: a header, the charts two to a row, the image grid below them."""
-    width, height = size(len(picture.curves), picture.image is not None)
+    width, height = size(len(picture.curves), picture.image is not None, picture.ledger is not None)
     canvas = Image.new("RGB", (width, height), BACKGROUND)
     ImageDraw.Draw(canvas).text((16, 12), f"run {picture.name}", fill=INK, font=font(16))
+    charts = HEADER
+    if picture.ledger is not None:
+        draw_ledger(canvas, HEADER, picture.ledger)
+        charts += LEDGER_BAND
     for i, (tag, points) in enumerate(picture.curves.items()):
         row, column = divmod(i, COLUMNS)
-        draw_chart(canvas, (column * PANEL[0], HEADER + row * PANEL[1]), tag, points)
+        draw_chart(canvas, (column * PANEL[0], charts + row * PANEL[1]), tag, points)
     if picture.image is not None:
         top = height - IMAGE_BAND
         caption = f"{IMAGE_TAG} at step {picture.image_step}: each row input, target, output"

@@ -61,7 +61,7 @@ def test_status_reads_the_summarys_ledger_else_attempts_and_none_from_a_damaged_
     (tmp_path / "provenance" / "submit.json").write_text(json.dumps({"time": 0.0}))
     assert ledger.read(tmp_path, live=False)["wall"] == 344  # type: ignore[index]
     now = time.time()
-    assert ledger.read(tmp_path, live=True)["wall"] >= now  # type: ignore[index]
+    assert ledger.read(tmp_path, live=True)["wall"] >= now - 0.01  # type: ignore[index]  (rounded to ms)
     (tmp_path / "summary.json").write_text(json.dumps({"ledger": {"wall": 1.0, "goodput": 0.5}}))
     assert ledger.read(tmp_path, live=False) == {"wall": 1.0, "goodput": 0.5}
     (tmp_path / "summary.json").unlink()

@@ -1,5 +1,6 @@
 """`python -m jobs.picture`: a run's curves and newest image grid in one PNG, from its own event files."""
 
+import json
 import os
 import subprocess
 import sys
@@ -12,6 +13,8 @@ from torch.utils.tensorboard import SummaryWriter
 
 from jobs import picture
 from tests.conftest import ROOT
+from tests.test_ledger import TIMELINE
+from trainer.run import ledger
 
 
 def fake_run(folder: Path, val: bool = True) -> Path:
@@ -54,3 +57,23 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path: Path) -> None:
         result = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
         assert result.returncode == 2 and result.stderr.startswith("error: ") and said in result.stderr
         assert result.stderr.count("\n") == 1 and not (target / "picture.png").exists()
+
+
+def test_a_run_with_attempts_gets_its_ledger_as_one_stacked_bar(tmp_path: Path) -> None:
+    """The goodput ledger (tests/test_ledger.py's timeline: 70 s queued of 344) as a band under the header:
+    each part's colour across its share of the width."""
+    run = fake_run(tmp_path / "run")
+    (run / "attempts.json").write_text(json.dumps(TIMELINE))
+    (run / "provenance").mkdir()
+    (run / "provenance" / "submit.json").write_text(json.dumps({"time": 0.0}))
+    (run / "summary.json").write_text(json.dumps({"ledger": ledger.ledger(0.0, TIMELINE, 344.0, ranks=4)}))
+    output = tmp_path / "out.png"
+    assert picture.main([str(run), "-o", str(output)]) == 0
+    with Image.open(output) as image:
+        assert image.size == (960, 40 + picture.LEDGER_BAND + 2 * 280 + 420)
+        bar = image.convert("RGB")
+        y, left, right = 40 + 30, 16, 960 - 16
+        queued_end = left + 70 / 344 * (right - left)
+        assert bar.getpixel((left + 5, y)) == picture.PART_COLOURS["queued"]
+        assert bar.getpixel((int(queued_end) + 5, y)) == picture.PART_COLOURS["starting"]
+        assert picture.PART_COLOURS["training"] in {bar.getpixel((x, y)) for x in range(left, right)}

@@ -566,7 +566,7 @@ def test_jobs_wait_reattaches_to_a_local_run_and_jobs_list_shows_it(local_profil
     listing = cli("jobs.list", "--root", str(run_dir.parent))
     assert listing.returncode == 0, listing.stderr
     header, row = listing.stdout.splitlines()
-    assert header.split() == ["name", "profile", "job", "state", "step", "validation"]
+    assert header.split() == ["name", "profile", "job", "state", "step", "goodput", "validation"]
     assert row.split()[:5] == [run_dir.name, "test", json.loads((run_dir / "job.json").read_text())["job_id"],
                                "COMPLETED", "8"]  # fmt: skip
     assert cli("jobs.wait", str(run_dir / "nope")).returncode == 2

@@ -102,7 +102,7 @@ def test_submit_over_ssh_waits_through_a_cut_connection_then_status_fetch_and_li
     listing = run(folder, "jobs.list")
     assert listing.returncode == 0, listing.stderr
     lines = listing.stdout.splitlines()
-    assert lines[0].split()[:6] == ["name", "profile", "job", "state", "step", "validation"]
+    assert lines[0].split()[:7] == ["name", "profile", "job", "state", "step", "goodput", "validation"]
     rows = {line.split()[0]: line.split()[1:5] for line in lines[1:]}
     assert rows[name] == ["site", job_of(text), "COMPLETED", "60"] and rows["a-local-run"][2:] == ["COMPLETED", "48"]
 

@@ -92,11 +92,11 @@ def total(ledgers: list[dict[str, float]]) -> dict[str, float]:
 def line(parts: dict[str, float]) -> str:
     """One line for jobs.status: goodput and the largest losses."""
     lost = sorted(((parts[k], k) for k in PARTS if k != "training" and parts[k] >= 0.05), reverse=True)
-    where = ", ".join(f"{k} {_s(v)}" for v, k in lost[:4])
-    return f"{parts['goodput']:.0%} of {_s(parts['wall'])} trained" + (f" ({where})" if where else "")
+    where = ", ".join(f"{k} {seconds_text(v)}" for v, k in lost[:4])
+    return f"{parts['goodput']:.0%} of {seconds_text(parts['wall'])} trained" + (f" ({where})" if where else "")
 
 
-def _s(seconds: float) -> str:
+def seconds_text(seconds: float) -> str:
     return f"{seconds:.1f} s" if seconds < 10 else f"{seconds:.0f} s"
 
 
