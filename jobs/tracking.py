@@ -513,17 +513,60 @@ def task_logs(log_dir: Path, job_id: str, rank: int) -> tuple[Path, Path]:
 
 def tail(path: Path, done: Callable[[], bool], poll_s: float, sink: TextIO | None = None, offset: int = 0) -> None:
     """Copy what is written to `path` from byte `offset` to `sink` (stdout), until a read made after done()
-    said yes."""
+    said yes. On a terminal the trainer's progress lines become one line kept at the bottom (ProgressLine)."""
     sink = sink or sys.stdout
+    out = ProgressLine(sink) if sink.isatty() else None
     position = offset
     while True:
         finished = done()
         if path.exists():
             with path.open("rb") as f:  # bytes: an offset is a byte count (a follow over SSH resumes there)
                 f.seek(position)
-                sink.write(f.read().decode(errors="replace"))
+                text = f.read().decode(errors="replace")
                 position = f.tell()
+            out.write(text) if out is not None else sink.write(text)
             sink.flush()
         if finished:
+            if out is not None:
+                out.close()
             return
         time.sleep(poll_s)
+
+
+# The trainer's progress line as its log has it (trainer.meter.Progress, one per log interval).
+PROGRESS_LINE = re.compile(r"^step \d+/\d+ elapsed \S+ eta \S+ ")
+
+
+class ProgressLine:
+    """What --wait and jobs.wait print on a terminal: the log's other lines as they are, and its progress lines
+    (step of total, elapsed, ETA, steps per second, the last loss) as one line redrawn in place below them, as
+    tqdm does. Not a terminal (CI, a pipe, a file): the log's lines unchanged, one progress line each."""
+
+    def __init__(self, sink: TextIO) -> None:
+        self.sink, self.partial, self.shown = sink, "", ""
+
+    def write(self, text: str) -> None:
+        *lines, self.partial = (self.partial + text).split("\n")
+        for line in lines:
+            if PROGRESS_LINE.match(line):
+                self._show(line)
+            else:
+                self._clear()
+                self.sink.write(line + "\n")
+                self._show(self.shown)
+
+    def close(self) -> None:
+        if self.partial:
+            self.write("\n")
+        if self.shown:
+            self.sink.write("\n")  # the last progress line stays, above what follows
+        self.shown = ""
+
+    def _show(self, line: str) -> None:
+        if line:
+            self.sink.write("\r" + line.ljust(len(self.shown)))
+        self.shown = line
+
+    def _clear(self) -> None:
+        if self.shown:
+            self.sink.write("\r" + " " * len(self.shown) + "\r")

@@ -92,7 +92,8 @@ class Progress:
             return
         elapsed = time.monotonic() - self.started
         eta = elapsed / max(1, step - self.first_step) * (self.total - step)
-        head = f"step {step}/{self.total} elapsed {clock(elapsed)} eta {clock(eta)} "
+        rate = (step - self.first_step) / elapsed if elapsed > 0 else 0.0
+        head = f"step {step}/{self.total} elapsed {clock(elapsed)} eta {clock(eta)} {rate:.3g} steps/s "
         text = head + " ".join(f"{k.split('/')[-1]}={v:.4g}" for k, v in values.items())
         print(("\r" + text) if self.tty else text, end="" if self.tty else "\n", flush=True)
 
