@@ -1,5 +1,6 @@
 """What a log interval adds up to, and the progress line a user watches."""
 
+import statistics
 import sys
 import time
 from typing import Any
@@ -18,6 +19,8 @@ class IntervalMeter:
     def __init__(self, device: torch.device, samples_per_step: int, per_rank: bool = False) -> None:
         self.device, self.samples_per_step, self.gather = device, samples_per_step, per_rank
         self.per_rank: list[tuple[float, float, float]] = []
+        self.own: dict[str, float] = {}  # this rank's own figures of the last interval, for jobs.top
+        self.step_times: list[float] = []  # this rank's mean step time of each interval so far (the median's)
         self.reset()
 
     def reset(self) -> None:
@@ -58,6 +61,14 @@ class IntervalMeter:
         if self.gather:
             parts = (self.own_data_s, self.own_compute_s, self.comm_s)
             self.per_rank = per_rank_parts(tuple(p / self.steps for p in parts), env, self.device)  # type: ignore[arg-type]
+        step_s = self.step_s / self.steps
+        self.step_times = [*self.step_times[-99:], step_s]
+        self.own = {
+            "loss": float(self.loss / self.steps),  # the mean over ranks below synchronises anyway
+            "step_s": step_s,
+            "step_s_median": statistics.median(self.step_times),
+            "data_share": self.data_s / self.step_s if self.step_s > 0 else 0.0,
+        }
         values = {"train/loss": mean_over_ranks(self.loss / self.steps, env)}
         values |= {f"train/{k}": mean_over_ranks(v / self.steps, env) for k, v in self.metrics.items()}
         values |= {

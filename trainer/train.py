@@ -47,6 +47,7 @@ from trainer.run.rundir import RunDir
 from trainer.schedule import lr_factor
 from trainer.state import TrainState
 from trainer.stragglers import Stragglers
+from trainer.supervise import live
 from trainer.supervise.attempts import Attempts, leave
 from trainer.supervise.flag import StopFlag
 from trainer.supervise.signals import JobSettings
@@ -294,6 +295,7 @@ def log_interval(run: Run, meter: IntervalMeter, step: int, progress: Progress) 
     or stopped at (the same on every rank: the means are)."""
     config, state, first, names = run.config, run.state, step - meter.steps + 1, list(meter.metrics)
     means = meter.means(run.env)
+    run.watchdog.stats = meter.own | resource_figures(run.device)  # jobs.top's row of this rank
     values = {k: v for k, v in means.items() if k.startswith("train/")} | {
         "train/lr": run.scheduler.get_last_lr()[0],
         "train/epoch": state.epoch + state.batch_in_epoch / run.batches_per_epoch,
@@ -316,6 +318,16 @@ def log_interval(run: Run, meter: IntervalMeter, step: int, progress: Progress) 
     progress.update(step, values)
     if step == config.steps:  # the summary's train values: this last interval's means
         run.final |= {"loss": finite(loss), "metrics": {k: finite(values[f"train/{k}"]) for k in names}}
+
+
+def resource_figures(device: torch.device) -> dict[str, float]:
+    """This rank's host memory, and its GPU's memory and utilisation where it has one (what torch can tell)."""
+    figures = {"host_mem_mb": live.host_memory_mb()}
+    if device.type == "cuda":
+        figures["gpu_mem_mb"] = torch.cuda.memory_allocated(device) / 2**20
+        with contextlib.suppress(Exception):  # torch asks NVML, which may be missing
+            figures["gpu_util"] = float(torch.cuda.utilization(device))
+    return figures
 
 
 def log_images_if_due(run: Run, step: int, batch: Any) -> None:

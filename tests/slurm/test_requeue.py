@@ -216,11 +216,12 @@ def test_a_stopped_or_killed_rank_restarts_in_its_allocation_to_the_same_weights
         assert "hang: rank 3 on node2: hung: its heartbeat stopped " in peers  # error.txt went with the restart
 
 
-def test_a_run_hung_restarted_and_preempted_accounts_for_its_wall_time_in_the_ledger(
+def test_a_run_watched_hung_restarted_and_preempted_accounts_for_its_wall_time_in_the_ledger(
     tmp_path: Path, sample_root: Path
 ) -> None:
-    """2 nodes x 1 task: rank 1 stopped after step 25 (the hang named, the tasks started again in the allocation
-    from step 20), then the job preempted and requeued. summary.json's ledger has every part, they add up to
+    """2 nodes x 1 task, watched with jobs.top --once while it trains (a row per rank): rank 1 stopped after
+    step 25 (the hang named, the tasks started again in the allocation from step 20), then the job preempted
+    and requeued. summary.json's ledger has every part, they add up to
     its wall time, the wall time is the clock's from submit to the summary, and each event shows in its part;
     jobs.status, jobs.list and TensorBoard show the goodput."""
     profile = mini_profile(tmp_path, "restarts_in_job: 1\n")
@@ -232,6 +233,13 @@ def test_a_run_hung_restarted_and_preempted_accounts_for_its_wall_time_in_the_le
     run_dir = run_dir_of(result)
     progress = run_dir / "progress.json"
     poll("step 25", lambda: progress.exists() and json.loads(progress.read_text() or "{}")["step"] >= 25, timeout=300)
+    assert not (run_dir / "live.json").exists()  # nobody watched yet: rank 0 wrote nothing for jobs.top
+    top = cli("jobs.top", str(run_dir), "--once")
+    assert top.returncode == 0, top.stderr
+    head, header, *rows = top.stdout.splitlines()
+    assert head.startswith(f"job {job_id_of(run_dir)}: RUNNING  attempt 1  elapsed ") and "steps/s" in head, head
+    assert [r.split()[:3] for r in rows] == [["0", "node1", "training"], ["1", "node2", "training"]], top.stdout
+    assert all(int(r.split()[3]) > 0 for r in rows), top.stdout  # a step each, as of its last beat (2 s apart)
     log = run_dir / "logs" / f"{job_id_of(run_dir)}_1_log.out"
     os.kill(int(re.findall(r"^dist: .* pid=(\d+)", log.read_text(), re.M)[-1]), signal.SIGSTOP)
     poll("the restart in the allocation", lambda: len(attempts(run_dir)) == 2, timeout=120)

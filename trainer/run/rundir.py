@@ -99,6 +99,15 @@ class RunDir:
         return self.path / "provenance"
 
     @property
+    def top_request(self) -> Path:
+        """Touched by jobs.top while it watches: rank 0 then writes live.json (trainer.supervise.live)."""
+        return self.path / "top.request"
+
+    @property
+    def live(self) -> Path:
+        return self.path / "live.json"
+
+    @property
     def heartbeats(self) -> Path:
         """Each rank's heartbeat (trainer.supervise.watchdog): where its training thread is, every few seconds."""
         return self.path / "heartbeats"

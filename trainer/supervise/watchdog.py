@@ -35,6 +35,7 @@ from trainer.errors import UserError
 from trainer.run import failures
 from trainer.run.atomic import write_text
 from trainer.run.rundir import RunDir
+from trainer.supervise import live
 from trainer.supervise.watch import write_beat
 
 HANG_EXIT = 75  # what a rank that detected a hang exits with
@@ -68,6 +69,8 @@ class Beat:
     since: float  # wall time the section began
     written: float  # wall time of this beat
     attempt: str = ""  # DistEnv.attempt_key: a file an earlier attempt left is not this attempt's rank
+    progressed: float = 0.0  # wall time its step last changed (jobs.top: seconds since its last progress)
+    stats: dict[str, float] | None = None  # its last log interval's figures, for jobs.top (trainer.supervise.live)
 
     def where(self) -> str:
         what = SECTIONS.get(self.section, self.section)
@@ -228,6 +231,10 @@ class Watchdog:
     rendezvous_s: float = 0.0
     rendezvous_hint: str = ""
     attempt: str = ""  # DistEnv.attempt_key, in each beat: only this attempt's beats are read
+    # What jobs.top shows of this rank: its last log interval's figures (set by the training thread, one
+    # assignment) and when its step last changed.
+    stats: dict[str, float] | None = None
+    progressed: float = 0.0
     _stop: threading.Event = field(default_factory=threading.Event)
     _local_lock: threading.Lock = field(default_factory=threading.Lock)
     _threads: list[threading.Thread] = field(default_factory=list)
@@ -294,10 +301,12 @@ class Watchdog:
     def enter(self, name: str, step: int | None = None) -> None:
         """The training thread begins section `name`; the time since the last one began counts for that one."""
         last, began, _, at = self.current
-        now = time.monotonic()
+        now, wall = time.monotonic(), time.time()
         if last != "startup":
             self.longest[last] = max(self.longest.get(last, 0.0), now - began)
-        self.current = (name, now, time.time(), at if step is None else step)
+        if step is not None and step != at:
+            self.progressed = wall
+        self.current = (name, now, wall, at if step is None else step)
 
     @contextmanager
     def section(self, name: str) -> Iterator[None]:
@@ -345,13 +354,30 @@ class Watchdog:
                     os._exit(HANG_EXIT)
 
     def _beats(self) -> None:
+        due = 0.0
         while True:
-            name, _, since, step = self.current
-            beat = Beat(self.rank, self.host, step, name, since, time.time())
-            self._local_beat(beat)  # first: a beat to the store may wait on a rank 0 that froze
-            self._beat(beat)
-            if self._stop.wait(self.settings.beat_s):
+            if time.monotonic() >= due:
+                due = time.monotonic() + self.settings.beat_s
+                name, _, since, step = self.current
+                beat = Beat(self.rank, self.host, step, name, since, time.time(), "", self.progressed, self.stats)
+                self._local_beat(beat)  # first: a beat to the store may wait on a rank 0 that froze
+                self._beat(beat)
+            if self.rank == 0 and live.watched(self.run_dir):  # jobs.top is open: every rank's beat, each second
+                self._share()
+            # Rank 0 wakes each second for jobs.top's request (one stat); the others only to beat.
+            if self._stop.wait(min(1.0, self.settings.beat_s) if self.rank == 0 else self.settings.beat_s):
                 return
+
+    def _share(self) -> None:
+        name, _, since, step = self.current  # rank 0's own, as of now
+        own = Beat(self.rank, self.host, step, name, since, time.time(), self.attempt, self.progressed, self.stats)
+        try:
+            board = self.board or FileBoard(self.run_dir, self.rank)
+            others = [b for b in within(STORE_WAIT_S, board.read) if b.rank != self.rank]
+            beats = [own.__dict__] + [b.__dict__ for b in self._ours(others)]
+            live.share(self.run_dir, beats, self.attempt, self.world_size)
+        except (OSError, UserError, RuntimeError, TimeoutError, ValueError):
+            pass  # the view waits for the next second; training is not disturbed
 
     def beat_now(self) -> None:
         """Rank 0's node-local heartbeat written now, by the calling thread: before a call that may hold every

@@ -1,0 +1,320 @@
+"""`python -m jobs.top RUN|NAME|JOB_ID [--once]`: one run live, rank by rank: state, step, step time, data wait,
+loss, seconds since progress, memory; above them the job's state, attempt, time left, pace, ETA and goodput.
+
+Live, it redraws about once a second (with Rich, where installed: `pip install 'slurm-ddp[top]'`); `--once`
+prints the table a single time, a line per rank with the rank first, for scripts and tests. While it runs,
+rank 0 writes every rank's heartbeat to live.json once a second (trainer.supervise.live); nothing else in the
+job changes. For a run on a cluster (submitted over SSH) it runs on the login node over one connection, and
+what comes back is read as data. Torch-free.
+"""
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from jobs.remote import follow, runs
+from jobs.remote.ssh import Connection
+from jobs.tracking import TERMINAL, Target, find, info
+from trainer.errors import UserError, one_line_errors
+from trainer.run import ledger
+from trainer.run.rundir import RunDir
+from trainer.supervise import live
+from trainer.supervise.attempts import slurm_time_left
+
+COLUMNS = ("rank", "node", "state", "step", "step_s", "median_s", "data", "loss", "idle_s", "seen_s", "mem_mb", "gpu")
+STATES = {  # a training rank's section (trainer.supervise.watchdog) as the view names it
+    "startup": "starting",
+    "rendezvous": "starting",
+    "data": "training",
+    "step": "training",
+    "eval": "training",
+    "checkpoint": "checkpointing",
+    "requeue": "checkpointing",
+    "finish": "done",
+    "command": "running",
+    "frozen": "hung",
+}
+FRESH_S = 3.0  # --once waits this long for rank 0's first live.json after asking
+STRAGGLER = 1.5  # a rank whose step takes this many times the ranks' median is marked
+
+
+def view(target: Target, beats: list[dict[str, Any]] | None, now: float) -> dict[str, Any]:
+    """What the screen shows, as plain data: the job's line and a row per rank (what a login node sends)."""
+    run_dir = target.run_dir
+    job = info(target)
+    files = RunDir(run_dir) if run_dir is not None else None
+    attempts = _json(files.attempts) if files else None
+    attempts = attempts if isinstance(attempts, list) else []
+    config = _config(files.config) if files else {}
+    steps = config.get("steps") if isinstance(config.get("steps"), int) else None
+    beat_s = (config.get("hang") or {}).get("beat_s", 5.0) if isinstance(config.get("hang"), dict | None) else 5.0
+    head: dict[str, Any] = {"job": target.job_id, "state": job.state, "attempt": len(attempts) or None}
+    if attempts and isinstance(attempts[0], dict) and isinstance(attempts[0].get("started"), int | float):
+        head["elapsed_s"] = round(now - attempts[0]["started"])
+    if attempts and isinstance(attempts[-1], dict) and attempts[-1].get("in_job_restart"):
+        head["restarted_in_job"] = attempts[-1]["in_job_restart"]
+    if target.executor == "slurm" and job.state == "RUNNING":
+        head["remaining_s"] = slurm_time_left(target.job_id)
+    rows = _rows(target, beats or [], job.state, now, stale_s=2 * float(beat_s) + 1)
+    zero = next((r for r in rows if r["rank"] == 0), None)
+    if zero and zero.get("median_s"):
+        head["steps_per_s"] = round(1 / zero["median_s"], 3)
+        if isinstance(zero.get("step"), int) and steps:
+            head["eta_s"] = round(max(steps - zero["step"], 0) * zero["median_s"])
+    if run_dir is not None and (parts := ledger.read(run_dir, live=job.state not in TERMINAL)):
+        head["goodput"], head["elapsed_s"] = parts["goodput"], round(parts["wall"])  # from the submission
+    return {"head": head, "rows": rows}
+
+
+def _rows(target: Target, beats: list[dict[str, Any]], state: str, now: float, stale_s: float) -> list[dict[str, Any]]:
+    """A row per rank: from the live heartbeats where there are some, else what the run folder tells (a
+    script's ranks: their node and the age of their log). A beat older than `stale_s`: a rank that stopped."""
+    rows = []
+    for beat in sorted(beats, key=lambda b: b.get("rank", 0)):
+        stats = beat.get("stats") or {}
+        hung = now - float(beat.get("written") or 0) > stale_s or beat.get("section") == "frozen"  # stopped beating
+        written = float(beat.get("written") or now)
+        progressed = float(beat.get("progressed") or beat.get("since") or written)
+        row = {
+            "rank": beat.get("rank"),
+            "node": beat.get("host", ""),
+            "state": "hung" if hung else STATES.get(str(beat.get("section")), str(beat.get("section"))),
+            "step": beat.get("step") if isinstance(beat.get("step"), int) and beat["step"] >= 0 else None,
+            "step_s": stats.get("step_s"),
+            "median_s": stats.get("step_s_median"),
+            "data": stats.get("data_share"),
+            "loss": stats.get("loss"),
+            "idle_s": round(max(written - progressed, 0.0), 1),  # as of its beat: no step since then
+            "seen_s": round(max(now - written, 0.0), 1),  # its beat's age (hang.beat_s apart; rank 0's is now)
+            "mem_mb": stats.get("host_mem_mb"),
+            "gpu": _gpu(stats),
+        }
+        rows.append(row)
+    if not rows and target.run_dir is not None:
+        rows = _rows_from_files(target, state, now)
+    times = [r["step_s"] for r in rows if isinstance(r.get("step_s"), int | float)]
+    if len(times) > 1:
+        typical = statistics.median(times)
+        for row in rows:
+            if isinstance(row.get("step_s"), int | float) and row["step_s"] > STRAGGLER * typical:
+                row["mark"] = "straggler"
+    for row in rows:
+        if row["state"] == "hung":
+            row["mark"] = "hung"
+    return rows
+
+
+def _rows_from_files(target: Target, state: str, now: float) -> list[dict[str, Any]]:
+    """No live heartbeats (a -- COMMAND run, a job not running): each rank's node from its provenance record,
+    the seconds since its log last grew, and the job's state."""
+    assert target.run_dir is not None
+    rows = []
+    for path in sorted((RunDir(target.run_dir).provenance / "ranks").glob("rank_*.json")):
+        record = _json(path)
+        if not isinstance(record, dict) or not isinstance(record.get("rank"), int):
+            continue
+        rank = record["rank"]
+        idle = None
+        try:
+            idle = round(now - target.logs(rank)[0].stat().st_mtime, 1)
+        except (OSError, UserError):
+            pass
+        what = "running" if state == "RUNNING" else ("done" if state == "COMPLETED" else state.lower())
+        rows.append({"rank": rank, "node": record.get("host", ""), "state": what, "idle_s": idle})
+    return sorted(rows, key=lambda r: r["rank"])
+
+
+def _gpu(stats: dict[str, Any]) -> str | None:
+    if "gpu_mem_mb" not in stats:
+        return None
+    util = f" {stats['gpu_util']:.0f}%" if isinstance(stats.get("gpu_util"), int | float) else ""
+    return f"{stats['gpu_mem_mb']:.0f}MB{util}"
+
+
+def head_line(head: dict[str, Any]) -> str:
+    parts = [f"job {head.get('job')}: {head.get('state')}"]
+    if head.get("attempt"):
+        again = f", restarted in the job {head['restarted_in_job']}x" if head.get("restarted_in_job") else ""
+        parts.append(f"attempt {head['attempt']}{again}")
+    for key, label in (("elapsed_s", "elapsed"), ("remaining_s", "remaining"), ("eta_s", "eta")):
+        if isinstance(head.get(key), int | float):
+            parts.append(f"{label} {_clock(head[key])}")
+    if isinstance(head.get("steps_per_s"), int | float):
+        parts.append(f"{head['steps_per_s']:.3g} steps/s")
+    if isinstance(head.get("goodput"), int | float):
+        parts.append(f"goodput {head['goodput']:.0%}")
+    return "  ".join(parts)
+
+
+def cells(row: dict[str, Any]) -> list[str]:
+    """A row's cells as text (plain printable text: a login node's reply is data)."""
+    out = []
+    for column in COLUMNS:
+        value = row.get(column)
+        if value is None:
+            text = "-"
+        elif column == "data" and isinstance(value, int | float):
+            text = f"{value:.0%}"
+        elif column in ("step_s", "median_s") and isinstance(value, int | float):
+            text = f"{value:.3f}"
+        elif column in ("loss",) and isinstance(value, int | float):
+            text = f"{value:.4g}"
+        elif column == "mem_mb" and isinstance(value, int | float):
+            text = f"{value:.0f}"
+        else:
+            text = str(value)
+        out.append("".join(c if c.isprintable() else "?" for c in text))
+    if row.get("mark"):
+        out[2] += f" ({row['mark']})" if row["mark"] != row.get("state") else " !"
+    return out
+
+
+def text(frame: dict[str, Any]) -> str:
+    """The --once table: the job's line, the header, a line per rank with the rank first."""
+    table = [list(COLUMNS), *[cells(r) for r in frame["rows"]]]
+    widths = [max(len(r[i]) for r in table) for i in range(len(COLUMNS))]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in table]
+    return "\n".join([head_line(frame["head"]), *lines])
+
+
+def frame_of(target: Target, wait_s: float) -> dict[str, Any]:
+    """Ask rank 0 for live.json and build the view from the freshest one within `wait_s`."""
+    beats = None
+    if target.run_dir is not None and info(target).state == "RUNNING" and not RunDir(target.run_dir).command.exists():
+        asked = time.time()
+        live.request(target.run_dir)
+        deadline = time.monotonic() + wait_s
+        while True:
+            record = live.read(target.run_dir)
+            if record is not None and record.get("time", 0) >= asked - 1.0:
+                beats = [b for b in record["beats"] if isinstance(b, dict)]
+                break
+            if time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
+    return view(target, beats, time.time())
+
+
+def watch(frames: Any) -> int:
+    """Redraw each frame in place (Rich), or print them one after another where Rich is not installed."""
+    try:
+        from rich.console import Group
+        from rich.live import Live
+        from rich.table import Table
+        from rich.text import Text
+    except ImportError:
+        print("jobs.top: Rich is not installed (pip install 'slurm-ddp[top]'); printing a table each second")
+        for frame in frames:
+            print(text(frame) + "\n", flush=True)
+        return 0
+
+    def render(frame: dict[str, Any]) -> Any:
+        table = Table(*COLUMNS, box=None, header_style="bold")
+        for row in frame["rows"]:
+            table.add_row(*cells(row), style="red" if row.get("mark") else None)
+        return Group(Text(head_line(frame["head"])), table, Text("Ctrl-C to leave", style="dim"))
+
+    with Live(refresh_per_second=4, screen=False) as screen:
+        for frame in frames:
+            screen.update(render(frame))
+    return 0
+
+
+def local_frames(target: Target, every_s: float) -> Any:
+    while True:
+        frame = frame_of(target, wait_s=every_s)
+        yield frame
+        if frame["head"].get("state") in TERMINAL:
+            return
+        time.sleep(every_s)
+
+
+def remote_frames(run: runs.RemoteRun, every_s: float) -> Any:
+    """The login node's frames over one connection: one JSON object a line, each checked before use."""
+    argv = Connection(run.login).argv("run", run.cwd, "jobs.top", run.run_dir, "--stream", "--every", str(every_s))
+    with subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE) as ssh:
+        assert ssh.stdout is not None
+        try:
+            for raw in ssh.stdout:
+                try:
+                    frame = json.loads(raw)
+                except ValueError:
+                    continue  # not a frame: a banner, a stray line
+                if (
+                    isinstance(frame, dict)
+                    and isinstance(frame.get("head"), dict)
+                    and isinstance(frame.get("rows"), list)
+                ):
+                    frame["rows"] = [r for r in frame["rows"] if isinstance(r, dict)]
+                    yield frame
+        finally:
+            ssh.kill()
+
+
+@one_line_errors
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m jobs.top", description=__doc__.splitlines()[0])
+    parser.add_argument("target", help="a run directory printed by jobs.submit, a remote run's name, or a job id")
+    parser.add_argument("--once", action="store_true", help="print the table once (a line per rank) and exit")
+    parser.add_argument("--every", type=float, default=1.0, help="seconds between redraws (default 1)")
+    parser.add_argument("--stream", action="store_true", help=argparse.SUPPRESS)  # frames as JSON lines, for SSH
+    args = parser.parse_args(argv)
+    if not 0.2 <= args.every <= 60:
+        raise UserError(f"--every {args.every:g} is out of range; give seconds between 0.2 and 60, e.g. --every 1")
+    remote = runs.load(args.target)
+    if remote is not None:
+        if args.once:
+            return follow.run_module(remote, "jobs.top", remote.run_dir, "--once")
+        return watch(remote_frames(remote, args.every))
+    target = find(str(_local(args.target)))
+    if args.once:
+        print(text(frame_of(target, FRESH_S)))
+        return 0
+    if args.stream:
+        for frame in local_frames(target, args.every):
+            print(json.dumps(frame), flush=True)
+        return 0
+    try:
+        return watch(local_frames(target, args.every))
+    except KeyboardInterrupt:
+        return 0
+
+
+def _local(target: str) -> str:
+    """A run's name under ./runs is its folder there."""
+    path = Path(target)
+    if not path.exists() and (Path(runs.LOCAL_ROOT) / target).is_dir():
+        return str(Path(runs.LOCAL_ROOT) / target)
+    return target
+
+
+def _clock(seconds: float) -> str:
+    minutes, secs = divmod(int(seconds), 60)
+    return f"{minutes // 60}:{minutes % 60:02d}:{secs:02d}"
+
+
+def _json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _config(path: Path) -> dict[str, Any]:
+    """The run's config.yaml (its steps, its heartbeat interval); {} when there is none or it cannot be read."""
+    try:
+        config = yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError):
+        return {}
+    return config if isinstance(config, dict) else {}
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,57 @@
+"""What jobs.top shows while a run trains: every rank's latest heartbeat, written by rank 0 only while someone
+watches (torch-free).
+
+jobs.top touches `top.request` in the run folder about once a second. Rank 0's heartbeat thread looks at that
+file's age once a second; while it is fresh (WATCHED_S), it reads every rank's heartbeat from where the ranks
+already put them (the job's store, or the heartbeat files before the group forms) and writes `live.json`
+beside it. Nobody watching: one stat a second on rank 0, nothing on the other ranks, no write. The other
+ranks' rows are as fresh as their heartbeats (hang.beat_s); their figures are those of their last log
+interval (log.every), measured by the training loop at no cost of its own (no extra synchronisation).
+"""
+
+import json
+import os
+import resource
+import time
+from pathlib import Path
+from typing import Any
+
+from trainer.run.atomic import write_text
+from trainer.run.rundir import RunDir
+
+WATCHED_S = 5.0  # a request older than this: nobody watches any more
+
+
+def request(run_dir: Path) -> None:
+    """jobs.top: ask rank 0 for live.json for the next WATCHED_S seconds."""
+    write_text(RunDir(run_dir).top_request, f"{time.time()}\n")
+
+
+def watched(run_dir: Path) -> bool:
+    try:
+        return time.time() - os.stat(RunDir(run_dir).top_request).st_mtime < WATCHED_S
+    except OSError:
+        return False
+
+
+def share(run_dir: Path, beats: list[dict[str, Any]], attempt: str, world_size: int) -> None:
+    """Rank 0: every rank's beat as one file for jobs.top."""
+    record = {"time": time.time(), "attempt": attempt, "world_size": world_size, "beats": beats}
+    write_text(RunDir(run_dir).live, json.dumps(record) + "\n")
+
+
+def read(run_dir: Path) -> dict[str, Any] | None:
+    try:
+        record = json.loads(RunDir(run_dir).live.read_text())
+    except (OSError, ValueError):
+        return None
+    return record if isinstance(record, dict) and isinstance(record.get("beats"), list) else None
+
+
+def host_memory_mb() -> float:
+    """This process's resident memory now (Linux's /proc), else its peak (getrusage)."""
+    try:
+        pages = int(Path("/proc/self/statm").read_text().split()[1])
+        return pages * os.sysconf("SC_PAGE_SIZE") / 2**20
+    except (OSError, IndexError, ValueError):
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
