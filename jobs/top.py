@@ -1,8 +1,11 @@
 """`python -m jobs.top RUN|NAME|JOB_ID [--once]`: one run live, rank by rank: state, step, step time, data wait,
 loss, seconds since progress, memory; above them the job's state, attempt, time left, pace, ETA and goodput.
 
-Live, it redraws about once a second (with Rich, where installed: `pip install 'slurm-ddp[top]'`); `--once`
-prints the table a single time, a line per rank with the rank first, for scripts and tests. While it runs,
+Live, it redraws about once a second (with Rich, where installed: `pip install 'slurm-ddp[top]'`), and keys act
+on the run: s saves now (a checkpoint at the next step boundary; training goes on), r requeues now, c cancels
+(after a y), d writes every rank's Python stacks into its log, q leaves. `--once` prints the table a single
+time, a line per rank with the rank first, for scripts and tests; --save-now, --requeue-now and --dump-stacks
+do what the keys do. While it runs,
 rank 0 writes every rank's heartbeat to live.json once a second (trainer.supervise.live); nothing else in the
 job changes. For a run on a cluster (submitted over SSH) it runs on the login node over one connection, and
 what comes back is read as data. Torch-free.
@@ -10,15 +13,19 @@ what comes back is read as data. Torch-free.
 
 import argparse
 import json
+import select
 import statistics
 import subprocess
 import sys
+import termios
 import time
+import tty
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from jobs import act, cancel
 from jobs.remote import follow, runs
 from jobs.remote.ssh import Connection
 from jobs.tracking import TERMINAL, Target, find, info
@@ -45,7 +52,9 @@ FRESH_S = 3.0  # --once waits this long for rank 0's first live.json after askin
 STRAGGLER = 1.5  # a rank whose step takes this many times the ranks' median is marked
 
 
-def view(target: Target, beats: list[dict[str, Any]] | None, now: float) -> dict[str, Any]:
+def view(
+    target: Target, beats: list[dict[str, Any]] | None, now: float, world_size: int | None = None
+) -> dict[str, Any]:
     """What the screen shows, as plain data: the job's line and a row per rank (what a login node sends)."""
     run_dir = target.run_dir
     job = info(target)
@@ -63,6 +72,9 @@ def view(target: Target, beats: list[dict[str, Any]] | None, now: float) -> dict
     if target.executor == "slurm" and job.state == "RUNNING":
         head["remaining_s"] = slurm_time_left(target.job_id)
     rows = _rows(target, beats or [], job.state, now, stale_s=2 * float(beat_s) + 1)
+    known = {r["rank"] for r in rows}
+    rows += [{"rank": r, "state": "no heartbeat yet"} for r in range(world_size or 0) if r not in known and beats]
+    rows.sort(key=lambda r: r["rank"] if isinstance(r.get("rank"), int) else -1)
     zero = next((r for r in rows if r["rank"] == 0), None)
     if zero and zero.get("median_s"):
         head["steps_per_s"] = round(1 / zero["median_s"], 3)
@@ -171,8 +183,8 @@ def cells(row: dict[str, Any]) -> list[str]:
         else:
             text = str(value)
         out.append("".join(c if c.isprintable() else "?" for c in text))
-    if row.get("mark"):
-        out[2] += f" ({row['mark']})" if row["mark"] != row.get("state") else " !"
+    if row.get("mark") and row["mark"] != row.get("state"):  # a hung rank's state says so already
+        out[2] += f" ({row['mark']})"
     return out
 
 
@@ -186,7 +198,7 @@ def text(frame: dict[str, Any]) -> str:
 
 def frame_of(target: Target, wait_s: float) -> dict[str, Any]:
     """Ask rank 0 for live.json and build the view from the freshest one within `wait_s`."""
-    beats = None
+    beats, world_size = None, None
     if target.run_dir is not None and info(target).state == "RUNNING" and not RunDir(target.run_dir).command.exists():
         asked = time.time()
         live.request(target.run_dir)
@@ -195,11 +207,85 @@ def frame_of(target: Target, wait_s: float) -> dict[str, Any]:
             record = live.read(target.run_dir)
             if record is not None and record.get("time", 0) >= asked - 1.0:
                 beats = [b for b in record["beats"] if isinstance(b, dict)]
+                world_size = record.get("world_size") if isinstance(record.get("world_size"), int) else None
                 break
             if time.monotonic() > deadline:
                 break
             time.sleep(0.1)
-    return view(target, beats, time.time())
+    return view(target, beats, time.time(), world_size)
+
+
+class Keyboard:
+    """Single key presses from a terminal (cbreak: no Enter needed, Ctrl-C still works); none elsewhere."""
+
+    def __init__(self) -> None:
+        self.fd = sys.stdin.fileno() if sys.stdin.isatty() else None
+        self.saved: Any = None
+
+    def __enter__(self) -> "Keyboard":
+        if self.fd is not None:
+            self.saved = termios.tcgetattr(self.fd)
+            tty.setcbreak(self.fd)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.fd is not None and self.saved is not None:
+            termios.tcsetattr(self.fd, termios.TCSADRAIN, self.saved)
+
+    def read(self, timeout: float) -> str:
+        """A key pressed within `timeout` seconds, else "" (after waiting them out)."""
+        if self.fd is None:
+            time.sleep(timeout)
+            return ""
+        ready, _, _ = select.select([self.fd], [], [], timeout)
+        return sys.stdin.read(1) if ready else ""
+
+
+KEYS = "s save now  r requeue now  c cancel  d dump stacks  q quit"
+
+
+def acting(do: Any, keyboard: Keyboard, every_s: float) -> Any:
+    """Between frames: wait up to `every_s` for a key, act on it, and yield the line to show; returns on q (the
+    view ends). `do(action)` runs "save", "requeue", "dump" or "cancel" here or on the login node."""
+    confirm, note = False, ""
+    while True:
+        key = keyboard.read(every_s)
+        if confirm:
+            confirm, note = False, do("cancel") if key == "y" else "not cancelled"
+        elif key == "c":
+            confirm, note = True, "cancel the job? y to confirm, any other key not to"
+        elif key in ("s", "r", "d"):
+            note = do({"s": "save", "r": "requeue", "d": "dump"}[key])
+        elif key == "q":
+            return
+        yield note
+
+
+def do_here(target: Target) -> Any:
+    def do(action: str) -> str:
+        try:
+            if action == "cancel":
+                return cancel.cancel(target)
+            return {"save": act.save_now, "requeue": act.requeue_now, "dump": act.dump_stacks}[action](target)
+        except UserError as exc:
+            return f"error: {exc}"
+
+    return do
+
+
+def do_there(run: runs.RemoteRun) -> Any:
+    flags = {"save": "--save-now", "requeue": "--requeue-now", "dump": "--dump-stacks"}
+
+    def do(action: str) -> str:
+        module, args = (
+            ("jobs.cancel", [run.run_dir]) if action == "cancel" else ("jobs.top", [run.run_dir, flags[action]])
+        )
+        argv = Connection(run.login).argv("run", run.cwd, module, *args)
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+        said = (done.stdout + done.stderr).strip().splitlines()
+        return "".join(c if c.isprintable() else "?" for c in (said[-1] if said else f"exit {done.returncode}"))
+
+    return do
 
 
 def watch(frames: Any) -> int:
@@ -219,7 +305,8 @@ def watch(frames: Any) -> int:
         table = Table(*COLUMNS, box=None, header_style="bold")
         for row in frame["rows"]:
             table.add_row(*cells(row), style="red" if row.get("mark") else None)
-        return Group(Text(head_line(frame["head"])), table, Text("Ctrl-C to leave", style="dim"))
+        note = Text(frame.get("note") or "", style="bold")
+        return Group(Text(head_line(frame["head"])), table, note, Text(KEYS, style="dim"))
 
     with Live(refresh_per_second=4, screen=False) as screen:
         for frame in frames:
@@ -227,18 +314,25 @@ def watch(frames: Any) -> int:
     return 0
 
 
-def local_frames(target: Target, every_s: float) -> Any:
+def local_frames(target: Target, every_s: float, between: Any = None) -> Any:
+    """A frame each `every_s` until the job ends; `between` (acting) waits for a key meanwhile."""
+    note = ""
     while True:
-        frame = frame_of(target, wait_s=every_s)
+        frame = frame_of(target, wait_s=every_s) | {"note": note}
         yield frame
         if frame["head"].get("state") in TERMINAL:
             return
-        time.sleep(every_s)
+        if between is None:
+            time.sleep(every_s)
+        elif (note := next(between, None)) is None:  # q
+            return
 
 
-def remote_frames(run: runs.RemoteRun, every_s: float) -> Any:
-    """The login node's frames over one connection: one JSON object a line, each checked before use."""
+def remote_frames(run: runs.RemoteRun, every_s: float, between: Any = None) -> Any:
+    """The login node's frames over one connection: one JSON object a line, each checked before use. Between
+    frames, `between` (acting) takes a key pressed meanwhile."""
     argv = Connection(run.login).argv("run", run.cwd, "jobs.top", run.run_dir, "--stream", "--every", str(every_s))
+    note = ""
     with subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE) as ssh:
         assert ssh.stdout is not None
         try:
@@ -247,13 +341,13 @@ def remote_frames(run: runs.RemoteRun, every_s: float) -> Any:
                     frame = json.loads(raw)
                 except ValueError:
                     continue  # not a frame: a banner, a stray line
-                if (
-                    isinstance(frame, dict)
-                    and isinstance(frame.get("head"), dict)
-                    and isinstance(frame.get("rows"), list)
-                ):
-                    frame["rows"] = [r for r in frame["rows"] if isinstance(r, dict)]
-                    yield frame
+                if not (isinstance(frame, dict) and isinstance(frame.get("head"), dict)):
+                    continue
+                rows = frame.get("rows")
+                frame["rows"] = [r for r in rows if isinstance(r, dict)] if isinstance(rows, list) else []
+                yield frame | {"note": note}
+                if between is not None and (note := next(between, None)) is None:  # q
+                    return
         finally:
             ssh.kill()
 
@@ -264,16 +358,27 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("target", help="a run directory printed by jobs.submit, a remote run's name, or a job id")
     parser.add_argument("--once", action="store_true", help="print the table once (a line per rank) and exit")
     parser.add_argument("--every", type=float, default=1.0, help="seconds between redraws (default 1)")
+    parser.add_argument("--save-now", action="store_true", help="ask for a checkpoint now; the run trains on")
+    parser.add_argument("--requeue-now", action="store_true", help="send the requeue signal: save and requeue")
+    parser.add_argument("--dump-stacks", action="store_true", help="each rank writes its Python stacks to its log")
     parser.add_argument("--stream", action="store_true", help=argparse.SUPPRESS)  # frames as JSON lines, for SSH
     args = parser.parse_args(argv)
+    actions = [f for f in ("save_now", "requeue_now", "dump_stacks") if getattr(args, f)]
+    if len(actions) > 1:
+        raise UserError("give one of --save-now, --requeue-now and --dump-stacks at a time")
     if not 0.2 <= args.every <= 60:
         raise UserError(f"--every {args.every:g} is out of range; give seconds between 0.2 and 60, e.g. --every 1")
     remote = runs.load(args.target)
     if remote is not None:
-        if args.once:
-            return follow.run_module(remote, "jobs.top", remote.run_dir, "--once")
-        return watch(remote_frames(remote, args.every))
+        if args.once or actions:
+            flags = ["--once"] if args.once else [f"--{actions[0].replace('_', '-')}"]
+            return follow.run_module(remote, "jobs.top", remote.run_dir, *flags)
+        with Keyboard() as keyboard:
+            return watch(remote_frames(remote, args.every, acting(do_there(remote), keyboard, 0.05)))
     target = find(str(_local(args.target)))
+    if actions:
+        print(getattr(act, actions[0])(target))
+        return 0
     if args.once:
         print(text(frame_of(target, FRESH_S)))
         return 0
@@ -282,7 +387,8 @@ def main(argv: list[str] | None = None) -> int:
             print(json.dumps(frame), flush=True)
         return 0
     try:
-        return watch(local_frames(target, args.every))
+        with Keyboard() as keyboard:
+            return watch(local_frames(target, args.every, acting(do_here(target), keyboard, args.every)))
     except KeyboardInterrupt:
         return 0
 

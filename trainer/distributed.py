@@ -334,20 +334,24 @@ def settle_buckets(ddp: DDP) -> None:
         p.grad = None
 
 
-def stop_agreed(flag: StopFlag, env: DistEnv, device: torch.device, step: int, every: int) -> bool:
-    """Do the ranks agree to stop at this step? An all-reduce(MAX) of the flag, every `every` steps.
+def stop_agreed(
+    flag: StopFlag, env: DistEnv, device: torch.device, step: int, every: int, save_asked: bool = False
+) -> str:
+    """What the ranks agree to do at this step: "stop" (the requeue signal), "save" (jobs.top asked rank 0 for
+    a checkpoint now) or "" (train on). An all-reduce(MAX) of each rank's vote, every `every` steps.
 
-    Every rank calls it at the same steps and sees the same answer, so all stop at the same step. Voting
-    every step cost about 2% of a 110 ms step here (benchmarks/trainer_overhead.py); every 5 steps it is
+    Every rank calls it at the same steps and sees the same answer, so all stop (or save) at the same step.
+    Voting every step cost about 2% of a 110 ms step here (benchmarks/trainer_overhead.py); every 5 steps it is
     noise, and the stop comes at most 4 steps after the signal, well inside the signal's delay.
     """
     if step % every:
-        return False
-    if not env.distributed:
-        return flag.raised
-    vote = torch.tensor([int(flag.raised)], device=device)
-    dist.all_reduce(vote, op=dist.ReduceOp.MAX)
-    return bool(vote.item())
+        return ""
+    mine = 2 if flag.raised else int(save_asked)
+    if env.distributed:
+        vote = torch.tensor([mine], device=device)
+        dist.all_reduce(vote, op=dist.ReduceOp.MAX)
+        mine = int(vote.item())
+    return {2: "stop", 1: "save"}.get(mine, "")
 
 
 def decide(

@@ -14,7 +14,7 @@ from trainer.env.rendezvous import agree_port
 from trainer.errors import UserError
 from trainer.run import failures, provenance, startup
 from trainer.run.rundir import RunDir
-from trainer.supervise import relay
+from trainer.supervise import live, relay
 from trainer.supervise.flag import StopFlag
 from trainer.supervise.signals import JobSettings
 
@@ -68,6 +68,7 @@ def run(config: dict[str, Any], job: dict[str, Any] | None = None) -> dict[str, 
     relay.watch(relay.signal_file(env.attempt) if env.is_main else None, stop_flag.signum)
     # submitit's task ignores SIGTERM; a cancel (scancel, jobs.cancel) must stop training now, not at SIGKILL.
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    live.dump_stacks_on_signal()  # jobs.top's dump key
     from trainer.train import train  # torch is imported here, in the task, not at submit time
 
     startup.mark("torch_imported")

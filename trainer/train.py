@@ -132,8 +132,15 @@ def train(
             log_images_if_due(run, step, batch)
             evaluate_if_due(run, step, progress)
             saved = run.checkpoints.save_if_due(state, config.steps)
-            # A collective too, every stop_check_every steps: all ranks stop at the same step.
-            if step < config.steps and stop_agreed(stop_flag, env, device, step, config.dist.stop_check_every):
+            # A collective too, every stop_check_every steps: all ranks stop (or save) at the same step.
+            every, agreed = config.dist.stop_check_every, ""
+            if step < config.steps and step % every == 0:  # jobs.top's save request is taken at a vote only
+                agreed = stop_agreed(stop_flag, env, device, step, every, watchdog.take_save())
+            if agreed == "save" and not saved:  # asked for with jobs.top: a checkpoint now, and train on
+                run.checkpoints.save(state)
+                if env.is_main:
+                    print(f"saved at step {step}, as jobs.top asked", flush=True)
+            if agreed == "stop":
                 watchdog.enter("requeue")
                 if not saved:
                     run.checkpoints.save(state)

@@ -9,9 +9,11 @@ ranks' rows are as fresh as their heartbeats (hang.beat_s); their figures are th
 interval (log.every), measured by the training loop at no cost of its own (no extra synchronisation).
 """
 
+import faulthandler
 import json
 import os
 import resource
+import signal
 import time
 from pathlib import Path
 from typing import Any
@@ -22,9 +24,31 @@ from trainer.run.rundir import RunDir
 WATCHED_S = 5.0  # a request older than this: nobody watches any more
 
 
-def request(run_dir: Path) -> None:
-    """jobs.top: ask rank 0 for live.json for the next WATCHED_S seconds."""
-    write_text(RunDir(run_dir).top_request, f"{time.time()}\n")
+def request(run_dir: Path, save: bool = False) -> None:
+    """jobs.top: ask rank 0 for live.json for the next WATCHED_S seconds, and with `save` for a checkpoint at
+    the next vote (dist.stop_check_every steps), training on. A save asked for earlier is kept in the request."""
+    asked = time.time() if save else save_asked(run_dir)
+    write_text(RunDir(run_dir).top_request, json.dumps({"time": time.time(), "save": asked}) + "\n")
+
+
+def save_asked(run_dir: Path) -> float:
+    """When jobs.top last asked for a save (0: never); rank 0 reads it only while jobs.top watches."""
+    try:
+        asked = json.loads(RunDir(run_dir).top_request.read_text()).get("save", 0.0)
+    except (OSError, ValueError, AttributeError):
+        return 0.0
+    return float(asked) if isinstance(asked, int | float) else 0.0
+
+
+# jobs.top's dump key: each rank of the trainer writes every thread's Python stack into its log (stderr) on this
+# signal (faulthandler, in the signal handler: it works while the training thread is stuck in C). SIGURG,
+# because its default action is to ignore it: a process that did not register (a -- COMMAND, a batch shell,
+# a loader worker started before) is not killed by it.
+DUMP_SIGNAL = signal.SIGURG
+
+
+def dump_stacks_on_signal() -> None:
+    faulthandler.register(DUMP_SIGNAL, all_threads=True, chain=False)
 
 
 def watched(run_dir: Path) -> bool:

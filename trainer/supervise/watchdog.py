@@ -235,6 +235,8 @@ class Watchdog:
     # assignment) and when its step last changed.
     stats: dict[str, float] | None = None
     progressed: float = 0.0
+    save_asked: bool = False  # rank 0: jobs.top asked for a checkpoint now (taken at the next vote)
+    _asked: float = 0.0  # the time of the last save request acted on
     _stop: threading.Event = field(default_factory=threading.Event)
     _local_lock: threading.Lock = field(default_factory=threading.Lock)
     _threads: list[threading.Thread] = field(default_factory=list)
@@ -255,6 +257,8 @@ class Watchdog:
         self.board, self.store_host = StoreBoard(store, self.rank, self.world_size), host
         if files is not None:
             files.close()
+        name, _, since, step = self.current  # a beat there now: jobs.top shows every rank from the start
+        self._beat(Beat(self.rank, self.host, step, name, since, time.time(), "", self.progressed, self.stats))
 
     def _record_rendezvous(self, waited: float, now: float) -> None:
         """The group did not form in its budget and torch never said so: a rank absent or frozen, by the files,
@@ -364,9 +368,17 @@ class Watchdog:
                 self._beat(beat)
             if self.rank == 0 and live.watched(self.run_dir):  # jobs.top is open: every rank's beat, each second
                 self._share()
+                asked = live.save_asked(self.run_dir)
+                if asked > self._asked:
+                    self._asked, self.save_asked = asked, True
             # Rank 0 wakes each second for jobs.top's request (one stat); the others only to beat.
             if self._stop.wait(min(1.0, self.settings.beat_s) if self.rank == 0 else self.settings.beat_s):
                 return
+
+    def take_save(self) -> bool:
+        """Whether jobs.top asked for a save since the last call (rank 0; the others never)."""
+        asked, self.save_asked = self.save_asked, False
+        return asked
 
     def _share(self) -> None:
         name, _, since, step = self.current  # rank 0's own, as of now

@@ -1,0 +1,61 @@
+"""jobs.top on a local job as a user runs it: the table while it trains, and what its keys do (the flags)."""
+
+import json
+from pathlib import Path
+
+from jobs import top
+from tests.conftest import poll, submit
+from tests.jobs.test_local_jobs import cli, run_dir_of
+
+
+def test_top_shows_each_rank_and_its_keys_save_dump_and_requeue(local_profile: Path, sample_root: Path) -> None:
+    """A 2-rank local job: --once prints a row per rank; --save-now writes a checkpoint between the run's own
+    (every 1000 steps) and training goes on; --dump-stacks puts every rank's stacks in its log; --requeue-now
+    saves and starts a second attempt from that step. Nothing is written for jobs.top until it is opened."""
+    args = ["steps=5000", "checkpoint.every=1000", "log.every=5", f"data.root={sample_root / 'pix2pix'}"]
+    result = submit("--profile", str(local_profile), *args)
+    assert result.returncode == 0, result.stderr
+    run_dir = run_dir_of(result.stdout)
+    progress = run_dir / "progress.json"
+    try:
+        poll("training", lambda: progress.exists() and json.loads(progress.read_text() or "{}")["step"] >= 10, 120)
+        assert not (run_dir / "live.json").exists()
+        shown = cli("jobs.top", str(run_dir), "--once")
+        assert shown.returncode == 0, shown.stderr
+        head, _, *rows = shown.stdout.splitlines()
+        assert head.startswith("job ") and ": RUNNING  attempt 1  elapsed " in head, head
+        assert [(r.split()[0], r.split()[2]) for r in rows] == [("0", "training"), ("1", "training")], shown.stdout
+
+        assert "for a checkpoint at its next step boundary" in cli("jobs.top", str(run_dir), "--save-now").stdout
+        poll("the checkpoint asked for", lambda: list((run_dir / "checkpoints").glob("step_*.pt")), 60)
+        log0 = lambda: run_dir / "logs" / f"{json.loads((run_dir / 'job.json').read_text())['job_id']}_0_log.out"  # noqa: E731
+        poll("the log's line", lambda: "as jobs.top asked" in log0().read_text(), 30)
+
+        assert "for its stacks" in cli("jobs.top", str(run_dir), "--dump-stacks").stdout
+        errs = sorted((run_dir / "logs").glob("*_log.err"))
+        poll("every rank's stacks", lambda: all("most recent call first" in p.read_text() for p in errs), 30)
+
+        assert "it saves and is requeued" in cli("jobs.top", str(run_dir), "--requeue-now").stdout
+        attempts = lambda: json.loads((run_dir / "attempts.json").read_text())  # noqa: E731
+        poll("the second attempt", lambda: len(attempts()) == 2, 120)
+        first, second = attempts()
+        assert second["resumed_step"] == first["stop"]["step"] > 0
+    finally:
+        cli("jobs.cancel", str(run_dir))
+    assert "error" in cli("jobs.top", str(run_dir), "--save-now").stderr  # not running: refused in one line
+
+
+class Keys:
+    def __init__(self, keys: str) -> None:
+        self.keys = list(keys)
+
+    def read(self, timeout: float) -> str:
+        return self.keys.pop(0) if self.keys else "q"
+
+
+def test_the_keys_act_and_cancel_asks_first() -> None:
+    done: list[str] = []
+    notes = list(top.acting(lambda what: done.append(what) or f"did {what}", Keys("sdcnrcy"), 0.0))  # type: ignore[arg-type, func-returns-value]
+    assert done == ["save", "dump", "requeue", "cancel"]
+    assert notes == ["did save", "did dump", "cancel the job? y to confirm, any other key not to", "not cancelled",
+                     "did requeue", "cancel the job? y to confirm, any other key not to", "did cancel"]  # fmt: skip

@@ -1,0 +1,64 @@
+"""jobs.top's table from heartbeats and run folders (the live flow is on the real cluster: tests/slurm)."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from jobs import top
+from jobs.tracking import Target
+from tests.conftest import ROOT
+
+NOW = 1000.0
+
+
+def beat(rank: int, step: int, written: float, section: str = "step", step_s: float = 0.1) -> dict:
+    stats = {"step_s": step_s, "step_s_median": 0.1, "data_share": 0.05, "loss": 0.25, "host_mem_mb": 800.0}
+    return {"rank": rank, "host": f"node{rank + 1}", "step": step, "section": section, "since": written,
+            "written": written, "progressed": written - 0.5, "stats": stats}  # fmt: skip
+
+
+def test_a_row_per_rank_with_stragglers_and_stopped_ranks_marked(tmp_path: Path) -> None:
+    target = Target("7", "local", tmp_path, tmp_path)
+    beats = [beat(2, 40, NOW - 1, step_s=0.4), beat(0, 42, NOW), beat(1, 12, NOW - 30), beat(3, 41, NOW - 2)]
+    rows = top._rows(target, beats, "RUNNING", NOW, stale_s=11.0)
+    assert [r["rank"] for r in rows] == [0, 1, 2, 3]
+    assert [r["state"] for r in rows] == ["training", "hung", "training", "training"]
+    assert [r.get("mark") for r in rows] == [None, "hung", "straggler", None]
+    frame = {
+        "head": {"job": "7", "state": "RUNNING", "attempt": 2, "restarted_in_job": 1, "goodput": 0.5},
+        "rows": rows,
+    }
+    head, header, *lines = top.text(frame).splitlines()
+    assert head == "job 7: RUNNING  attempt 2, restarted in the job 1x  goodput 50%"
+    assert header.split() == list(top.COLUMNS)
+    assert lines[1].split()[:4] == ["1", "node2", "hung", "12"] and "30.0" in lines[1].split()  # seen 30 s ago
+    assert lines[2].split()[:5] == ["2", "node3", "training", "(straggler)", "40"]
+
+
+def test_a_login_nodes_cells_are_printed_as_plain_text() -> None:
+    row = {"rank": 0, "node": "n1\x1b[2J\nrm", "state": "training", "loss": "\x07"}
+    assert top.cells(row)[1] == "n1?[2J?rm" and top.cells(row)[7] == "?"
+
+
+def test_a_script_runs_rows_come_from_its_folder(tmp_path: Path) -> None:
+    """No heartbeats from a -- COMMAND run's ranks: their nodes from provenance, the age of their logs."""
+    (tmp_path / "provenance" / "ranks").mkdir(parents=True)
+    for rank in (0, 1):
+        (tmp_path / "provenance" / "ranks" / f"rank_{rank}.json").write_text(json.dumps({"rank": rank, "host": "vm"}))
+        (tmp_path / f"7_{rank}_log.out").write_text("x")
+    rows = top._rows(Target("7", "local", tmp_path, tmp_path), [], "RUNNING", NOW * 10**7, stale_s=11.0)
+    assert [(r["rank"], r["node"], r["state"]) for r in rows] == [(0, "vm", "running"), (1, "vm", "running")]
+    assert all(r["idle_s"] > 0 for r in rows)
+
+
+@pytest.mark.parametrize(("args", "said"), [(["x", "--every", "0"], "--every 0 is out of range"),
+                                            (["nowhere-run"], "nowhere-run")])  # fmt: skip
+def test_bad_input_is_one_line(tmp_path: Path, args: list[str], said: str) -> None:
+    cmd = [sys.executable, "-m", "jobs.top", *args, "--once"]
+    result = subprocess.run(cmd, cwd=tmp_path, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
+                            capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert result.returncode == 2 and result.stderr.startswith("error: ") and said in result.stderr, result.stderr
+    assert result.stderr.count("\n") == 1
