@@ -60,8 +60,11 @@ def dump_stacks(target: Target) -> str:
                     os.kill(pid, live.DUMP_SIGNAL)
                 except ProcessLookupError:
                     continue  # that rank ended
-    where = target.logs(0)[1].parent if target.log_dir is not None else "the ranks' logs"
-    return f"asked every rank of job {target.job_id} for its stacks: in {where}/*_log.err"
+    if target.log_dir is None:
+        return f"asked every rank of job {target.job_id} for its stacks: in each rank's log"
+    out, err = target.logs(0)
+    where = out if target.executor == "slurm" else err  # on Slurm a task's stderr goes to its stdout's file
+    return f"asked every rank of job {target.job_id} for its stacks: in each rank's log, {where} for rank 0"
 
 
 def _requeue_signal(target: Target) -> str:

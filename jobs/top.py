@@ -289,14 +289,17 @@ def do_there(run: runs.RemoteRun) -> Any:
 
 
 def watch(frames: Any) -> int:
-    """Redraw each frame in place (Rich), or print them one after another where Rich is not installed."""
+    """Redraw each frame in place (Rich, on a terminal), or print them one after another: where Rich is not
+    installed, and where the output is not a terminal (a pipe, a file: as `top -b` does)."""
     try:
         from rich.console import Group
         from rich.live import Live
         from rich.table import Table
         from rich.text import Text
     except ImportError:
+        Live = None  # noqa: N806
         print("jobs.top: Rich is not installed (pip install 'slurm-ddp[top]'); printing a table each second")
+    if Live is None or not sys.stdout.isatty():
         for frame in frames:
             print(text(frame) + "\n", flush=True)
         return 0

@@ -4,6 +4,7 @@ The laptop side runs with no Slurm command on its PATH and no SLURM_CONF (tests/
 nothing here can pass by calling sbatch locally; the login node is sshd on 127.0.0.1:22022 in front of the
 two-node cluster, its runs under the test's `cluster-runs/`."""
 
+import itertools
 import json
 import re
 import subprocess
@@ -133,6 +134,18 @@ def test_a_preempted_run_submitted_over_ssh_resumes_exactly_and_logs_follow_and_
     remote = Path(re.search(r"^run directory: (.+)$", result.stdout, re.M).group(1))  # type: ignore[union-attr]
     job = json.loads((folder / "runs" / name / "remote.json").read_text())["job_id"]
     poll("training", lambda: (remote / "progress.json").exists(), timeout=120)
+    # Asked on the login node over SSH: a row per rank (each as of its last heartbeat, hang.beat_s apart).
+    rows = lambda: [r.split()[:3] for r in run(folder, "jobs.top", name, "--once").stdout.splitlines()[2:]]  # noqa: E731
+    poll("both ranks training", lambda: rows() == [["0", "node1", "training"], ["1", "node2", "training"]], 60)
+    env = sshd.laptop_env(folder.parent) | {"PYTHONPATH": str(ROOT)}
+    argv = [sys.executable, "-m", "jobs.top", name]
+    live = subprocess.Popen(argv, cwd=folder, env=env, stdout=subprocess.PIPE, text=True)
+    try:  # live, not a terminal: a table each second, streamed from the login node as data over one connection
+        assert live.stdout is not None
+        frames = [line for line in itertools.islice(live.stdout, 12) if line.startswith(f"job {job}: RUNNING")]
+        assert len(frames) >= 2, frames
+    finally:
+        live.kill()
     preempt_normal_jobs()
     release_when_requeued(job)
     followed = run(folder, "jobs.logs", name, "--follow", timeout=300)

@@ -238,7 +238,8 @@ def test_a_run_watched_hung_restarted_and_preempted_accounts_for_its_wall_time_i
     assert top.returncode == 0, top.stderr
     head, header, *rows = top.stdout.splitlines()
     assert head.startswith(f"job {job_id_of(run_dir)}: RUNNING  attempt 1  elapsed ") and "steps/s" in head, head
-    assert [r.split()[:3] for r in rows] == [["0", "node1", "training"], ["1", "node2", "training"]], top.stdout
+    assert [r.split()[:2] for r in rows] == [["0", "node1"], ["1", "node2"]], top.stdout
+    assert {r.split()[2] for r in rows} <= {"starting", "training"}, top.stdout  # each as of its beat (2 s apart)
     assert all(int(r.split()[3]) > 0 for r in rows), top.stdout  # a step each, as of its last beat (2 s apart)
     log = run_dir / "logs" / f"{job_id_of(run_dir)}_1_log.out"
     os.kill(int(re.findall(r"^dist: .* pid=(\d+)", log.read_text(), re.M)[-1]), signal.SIGSTOP)
@@ -262,6 +263,29 @@ def test_a_run_watched_hung_restarted_and_preempted_accounts_for_its_wall_time_i
     events.Reload()
     assert {f"goodput/{k}" for k in parts} <= set(events.Tags()["scalars"])
     assert events.Scalars("goodput/goodput")[-1].value == pytest.approx(parts["goodput"], abs=1e-4)
+
+
+def test_top_saves_dumps_stacks_and_requeues_a_job_on_the_cluster(tmp_path: Path, sample_root: Path) -> None:
+    """jobs.top's keys as flags on a 2-node job: a checkpoint between the run's own (training goes on), every
+    rank's stacks in its log on its node (SIGURG to the steps' tasks), and the requeue signal to the batch
+    shell as the time limit sends it: saved, requeued (Slurm's state and attempts.json say so), resumed there."""
+    result = submit("--profile", str(mini_profile(tmp_path)), f"data.root={sample_root / 'pix2pix'}", *ARGS)
+    assert result.returncode == 0, result.stderr
+    run_dir = run_dir_of(result)
+    job = job_id_of(run_dir)
+    poll("attempt 0 to train", lambda: training(run_dir, 0), timeout=120)
+    assert "at its next step boundary" in cli("jobs.top", str(run_dir), "--save-now").stdout
+    saved = lambda: [p for p in (run_dir / "checkpoints").glob("step_*.pt") if int(p.stem[5:]) % 100]  # noqa: E731
+    poll("the checkpoint asked for", saved, timeout=60)
+    assert "for its stacks" in cli("jobs.top", str(run_dir), "--dump-stacks").stdout
+    errs = [run_dir / "logs" / f"{job}_{rank}_log.out" for rank in (0, 1)]  # stderr too, on Slurm
+    poll("both ranks' stacks", lambda: all("most recent call first" in p.read_text() for p in errs), timeout=30)
+    assert "it saves and is requeued" in cli("jobs.top", str(run_dir), "--requeue-now").stdout
+    release_when_requeued(job)
+    data = summary(run_dir)
+    first, second = attempts(run_dir)
+    assert (first["stop"]["reason"], second["resumed_step"]) == ("preempted", first["stop"]["step"]), attempts(run_dir)
+    assert data["final_step"] == 240 and data["preemptions"] == 1
 
 
 # The dropout task with 100 MB of frozen weights: a save then takes long enough (serialising, writing, fsync)
