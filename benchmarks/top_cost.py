@@ -1,0 +1,72 @@
+"""Benchmark 20: what an open jobs.top costs the job it watches.
+
+The main job's shape (local profile, 2 processes, pix2pix on the sample data), run with `--wait` alone and with
+`python -m jobs.top RUN` open beside it from its first step to its end (its live view into a pipe: a table a
+second; rank 0 then reads every rank's heartbeat from the store and writes live.json each second), in
+interleaved rounds. Each run's step time is the median of its logged perf/step_time_s (rank 0's TensorBoard
+events), the first interval left out. Target: at most 1.01x. This machine's noise between runs of the same
+code is a few per cent: read the median of the per-round ratios.
+Usage: python benchmarks/top_cost.py [--rounds N] [--steps N]
+"""
+
+import argparse
+import json
+import statistics
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+from _common import ROOT, python, report
+
+
+def step_time(folder: Path, watched: bool, steps: int) -> float:
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    profile = folder / "local.yaml"
+    profile.write_text(f"executor: local\ngpus_per_node: 2\nrun_root: {folder}/runs\n")
+    cmd = [python(), "-m", "jobs.submit", "--profile", str(profile), "--wait", f"steps={steps}", "log.every=10"]
+    cmd += ["log.image_every=0", "checkpoint.every=100000"]
+    job = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    top = None
+    if watched:
+        while not (found := list(folder.glob("runs/*/progress.json"))) and job.poll() is None:
+            time.sleep(0.1)  # the first logged step: the job trains
+        if found:
+            top = subprocess.Popen([python(), "-m", "jobs.top", str(found[0].parent)], cwd=ROOT, stdout=subprocess.PIPE)
+    if job.wait() != 0:
+        raise SystemExit(f"the job failed; see {folder}/runs")
+    shown = 0
+    if top is not None:
+        top.kill()
+        out, _ = top.communicate()
+        shown = out.decode().count("\nrank ")
+        live = json.loads(next(folder.glob("runs/*/live.json")).read_text())
+        assert len(live["beats"]) == 2 and shown > 0, "jobs.top saw nothing: the benchmark measured nothing"
+    [events] = list(folder.glob("runs/*/tensorboard"))
+    accumulator = EventAccumulator(str(events), size_guidance={"scalars": 0})
+    accumulator.Reload()
+    return statistics.median(e.value for e in accumulator.Scalars("perf/step_time_s")[1:])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--steps", type=int, default=300)
+    args = parser.parse_args()
+    ratios, with_it, without = [], [], []
+    for r in range(args.rounds):
+        with tempfile.TemporaryDirectory() as a, tempfile.TemporaryDirectory() as b:
+            on, off = step_time(Path(a), True, args.steps), step_time(Path(b), False, args.steps)
+        with_it.append(on)
+        without.append(off)
+        ratios.append(on / off)
+        print(f"round {r + 1}: step {on * 1000:.2f} ms watched, {off * 1000:.2f} ms not: {on / off:.4f}", flush=True)
+    ratio = statistics.median(ratios)
+    report("step time with jobs.top open", statistics.median(with_it), statistics.median(without), "s", "<= 1.01",
+           ratio <= 1.01)  # fmt: skip
+    print(f"median of the per-round ratios: {ratio:.4f}")
+
+
+if __name__ == "__main__":
+    main()
