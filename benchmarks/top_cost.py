@@ -3,7 +3,8 @@
 The main job's shape (local profile, 2 processes, pix2pix on the sample data), run with `--wait` alone and with
 `python -m jobs.top RUN` open beside it from its first step to its end (its live view into a pipe: a table a
 second; rank 0 then reads every rank's heartbeat from the store and writes live.json each second), in
-interleaved rounds. Each run's step time is the median of its logged perf/step_time_s (rank 0's TensorBoard
+interleaved rounds. The viewer runs at nice 19: on a cluster it runs on the login node or a laptop, not beside
+the ranks, and on this 2-core machine its own CPU would otherwise be taken from them; its CPU time is printed. Each run's step time is the median of its logged perf/step_time_s (rank 0's TensorBoard
 events), the first interval left out. Target: at most 1.01x. This machine's noise between runs of the same
 code is a few per cent: read the median of the per-round ratios.
 Usage: python benchmarks/top_cost.py [--rounds N] [--steps N]
@@ -11,6 +12,7 @@ Usage: python benchmarks/top_cost.py [--rounds N] [--steps N]
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import tempfile
@@ -33,11 +35,16 @@ def step_time(folder: Path, watched: bool, steps: int) -> float:
         while not (found := list(folder.glob("runs/*/progress.json"))) and job.poll() is None:
             time.sleep(0.1)  # the first logged step: the job trains
         if found:
-            top = subprocess.Popen([python(), "-m", "jobs.top", str(found[0].parent)], cwd=ROOT, stdout=subprocess.PIPE)
+            viewer = ["nice", "-n", "19", python(), "-m", "jobs.top", str(found[0].parent)]
+            top = subprocess.Popen(viewer, cwd=ROOT, stdout=subprocess.PIPE)
+            opened = time.monotonic()
     if job.wait() != 0:
         raise SystemExit(f"the job failed; see {folder}/runs")
     shown = 0
     if top is not None:
+        ticks = sum(int(x) for x in Path(f"/proc/{top.pid}/stat").read_text().rsplit(")", 1)[1].split()[11:13])
+        cpu = ticks / os.sysconf("SC_CLK_TCK") / (time.monotonic() - opened)
+        print(f"  jobs.top used {cpu:.1%} of a core while open", flush=True)
         top.kill()
         out, _ = top.communicate()
         shown = out.decode().count("\nrank ")
