@@ -71,7 +71,12 @@ def view(
         head["restarted_in_job"] = attempts[-1]["in_job_restart"]
     if target.executor == "slurm" and job.state == "RUNNING":
         head["remaining_s"] = slurm_time_left(target.job_id)
-    rows = _rows(target, beats or [], job.state, now, stale_s=2 * float(beat_s) + 1)
+    running = job.state
+    if job.state == "RUNNING" and not beats and files and not files.command.exists():  # the trainer, silent
+        hang = config.get("hang") if isinstance(config.get("hang"), dict) else {}
+        running = "no heartbeats: hang.enabled=false" if hang.get("enabled") is False else ""
+        running = running or ("restarting" if attempts else "starting")  # between attempts, or before the first
+    rows = _rows(target, beats or [], running, now, stale_s=2 * float(beat_s) + 1)
     known = {r["rank"] for r in rows}
     rows += [{"rank": r, "state": "no heartbeat yet"} for r in range(world_size or 0) if r not in known and beats]
     rows.sort(key=lambda r: r["rank"] if isinstance(r.get("rank"), int) else -1)
@@ -124,8 +129,8 @@ def _rows(target: Target, beats: list[dict[str, Any]], state: str, now: float, s
 
 
 def _rows_from_files(target: Target, state: str, now: float) -> list[dict[str, Any]]:
-    """No live heartbeats (a -- COMMAND run, a job not running): each rank's node from its provenance record,
-    the seconds since its log last grew, and the job's state."""
+    """No live heartbeats (a -- COMMAND run, a job not running, a trainer between attempts): each rank's node from
+    its provenance record, the seconds since its log last grew, and `state` (the job's, or the view's own word)."""
     assert target.run_dir is not None
     rows = []
     for path in sorted((RunDir(target.run_dir).provenance / "ranks").glob("rank_*.json")):
@@ -138,7 +143,7 @@ def _rows_from_files(target: Target, state: str, now: float) -> list[dict[str, A
             idle = round(now - target.logs(rank)[0].stat().st_mtime, 1)
         except (OSError, UserError):
             pass
-        what = "running" if state == "RUNNING" else ("done" if state == "COMPLETED" else state.lower())
+        what = {"RUNNING": "running", "COMPLETED": "done"}.get(state, state if state.islower() else state.lower())
         rows.append({"rank": rank, "node": record.get("host", ""), "state": what, "idle_s": idle})
     return sorted(rows, key=lambda r: r["rank"])
 

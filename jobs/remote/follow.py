@@ -8,6 +8,7 @@ there (`--resume /scratch/...`) names its folder here, where the laptop's comman
 connects again and asks for the log from there (`--offset`), so nothing is shown twice or lost, and the job
 never depends on the laptop."""
 
+import codecs
 import contextlib
 import re
 import shutil
@@ -22,6 +23,7 @@ from jobs.remote import runs
 from jobs.remote.agent import FETCHED
 from jobs.remote.runs import RemoteRun
 from jobs.remote.ssh import SSH_FAILED, Connection, with_retries
+from jobs.tracking import ProgressLine
 from trainer.errors import UserError
 
 
@@ -77,6 +79,9 @@ def follow(run: RemoteRun, what: str, module: str, *args: str) -> int:
     with advice as here. The module's own exit code."""
     connection = Connection(run.login)
     shown = 0
+    # jobs.wait's (and --wait's) progress lines as one line on this terminal, as a local wait shows them.
+    screen = ProgressLine(sys.stdout) if module == "jobs.wait" and sys.stdout.isatty() else None
+    text = codecs.getincrementaldecoder("utf-8")(errors="replace")
 
     def errors(stream: IO[bytes]) -> None:
         for line in iter(stream.readline, b""):
@@ -92,7 +97,10 @@ def follow(run: RemoteRun, what: str, module: str, *args: str) -> int:
             relay.start()
             try:
                 for chunk in iter(lambda: proc.stdout.read1(1 << 16), b""):  # type: ignore[union-attr]
-                    sys.stdout.buffer.write(chunk)
+                    if screen is not None:
+                        screen.write(text.decode(chunk))
+                    else:
+                        sys.stdout.buffer.write(chunk)
                     sys.stdout.flush()
                     shown += len(chunk)
             except BaseException:  # Ctrl-C, a closed pipe (| head): ssh goes now, not when the job ends
@@ -102,7 +110,11 @@ def follow(run: RemoteRun, what: str, module: str, *args: str) -> int:
             relay.join()
             return code
 
-    return with_retries(what, attempt)
+    try:
+        return with_retries(what, attempt)
+    finally:
+        if screen is not None:
+            screen.close()
 
 
 def wait(run: RemoteRun) -> int:

@@ -243,6 +243,9 @@ def test_a_run_watched_hung_restarted_and_preempted_accounts_for_its_wall_time_i
     assert all(int(r.split()[3]) > 0 for r in rows), top.stdout  # a step each, as of its last beat (2 s apart)
     log = run_dir / "logs" / f"{job_id_of(run_dir)}_1_log.out"
     os.kill(int(re.findall(r"^dist: .* pid=(\d+)", log.read_text(), re.M)[-1]), signal.SIGSTOP)
+    # Its heartbeat stale (2 x hang.beat_s) before its hang is named (hang.floor_s, 10 s): jobs.top marks it.
+    rank_1 = lambda: cli("jobs.top", str(run_dir), "--once").stdout.splitlines()[3].split()[:3]  # noqa: E731
+    poll("jobs.top to show rank 1 hung", lambda: rank_1() == ["1", "node2", "hung"], timeout=30)
     poll("the restart in the allocation", lambda: len(attempts(run_dir)) == 2, timeout=120)
     preempt(run_dir, 1)
     poll("the summary", lambda: (run_dir / "summary.json").exists(), timeout=600)
