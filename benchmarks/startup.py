@@ -57,12 +57,15 @@ dist.destroy_process_group()
 
 
 def bare_script(dry_run: str, run_dir: Path, folder: Path, out: Path) -> str:
-    """The dry-run's batch script with its run directory moved to `folder` and srun's command replaced."""
+    """The dry-run's batch script with its run directory moved to `folder`, srun's command replaced, and without
+    the supervisor's lines (trainer/supervise/slurm.py runs srun for ours; the fallback's plain srun stays)."""
     for sub in ("code", "logs", "provenance"):
         (folder / sub).mkdir(parents=True, exist_ok=True)
     (folder / "bare.py").write_text(BARE)
     lines = []
     for line in dry_run.replace(str(run_dir), str(folder)).splitlines():
+        if "trainer.supervise.slurm" in line:
+            continue  # the supervisor around srun (it would start submitit's task); the bare script runs srun itself
         if line.startswith("srun "):
             command = line.index(" -u -m submitit.core._submit ")
             lines += [
@@ -147,6 +150,7 @@ def main() -> None:
                 ("our task entered / bare script's first line", col(ours, "task_started"), col(bare, "script_started")),
                 ("torch imported", col(ours, "torch_imported"), col(bare, "torch_imported")),
                 ("process group joined", col(ours, "process_group_joined"), col(bare, "process_group_joined")),
+                ("datasets built (torchvision, torch._dynamo)", col(ours, "datasets_built"), []),
                 ("data ready (loaders)", col(ours, "data_ready"), []),
                 ("model ready (DDP wrapped)", col(ours, "model_ready"), []),
                 ("checkpoint restored (none here)", col(ours, "checkpoint_restored"), []),

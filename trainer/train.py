@@ -224,6 +224,7 @@ def setup(config: TrainConfig, env: DistEnv, device: torch.device, watchdog: Wat
         deterministic_kernels()
     task = trainer.tasks.get(config.task)
     data = validation.datasets(task, config)
+    startup.mark("datasets_built")  # the task's decoding imported (torchvision, and with it torch._dynamo)
     loader, sampler = make_loader(data.train, config, env, device, task)
     val_loader = validation.shard_loader(data.val, config, env, device, task) if data.val else None
     batches_per_epoch = len(sampler) // config.batch_size
