@@ -6,6 +6,8 @@ import json
 import os
 import subprocess
 
+import yaml
+
 from jobs.tracking import Target, info, is_local_job
 from trainer.errors import UserError
 from trainer.run.rundir import RunDir
@@ -26,9 +28,24 @@ def _trainer(target: Target, what: str) -> None:
         raise UserError(f"{what} needs the trainer; a -- COMMAND run saves when its own code does (requeue it instead)")
 
 
+def _heartbeats_on(target: Target) -> None:
+    """Rank 0's watchdog threads read the save request: none run with hang.enabled=false."""
+    assert target.run_dir is not None
+    try:
+        hang = (yaml.safe_load(RunDir(target.run_dir).config.read_text()) or {}).get("hang") or {}
+    except (OSError, yaml.YAMLError, AttributeError):
+        hang = {}
+    if isinstance(hang, dict) and hang.get("enabled") is False:
+        raise UserError(
+            f"job {target.job_id} runs with hang.enabled=false: no thread reads the request; requeue it instead "
+            "(r, --requeue-now), or resubmit with hang.enabled=true"
+        )
+
+
 def save_now(target: Target) -> str:
     """Rank 0 takes the request at the next vote (dist.stop_check_every steps); every rank saves and trains on."""
     _trainer(_running(target), "a save now")
+    _heartbeats_on(target)
     assert target.run_dir is not None
     live.request(target.run_dir, save=True)
     return f"asked job {target.job_id} for a checkpoint at its next step boundary (it trains on)"

@@ -12,7 +12,7 @@ from typing import Any
 
 from jobs.remote import runs
 from jobs.remote.ssh import Connection
-from jobs.status import LIVE, point_progress
+from jobs.status import point_progress
 from jobs.tracking import Target, find, local_info, point_dirs, run_dir_info, slurm_infos
 from trainer.errors import UserError, one_line_errors
 from trainer.run import ledger
@@ -80,7 +80,7 @@ def row(run_dir: Path, name: str, target: Target, state: str) -> dict[str, Any]:
     record = json.loads(RunDir(run_dir).job.read_text())
     profile = record.get("profile")
     step, validation = point_progress(run_dir)
-    parts = ledger.read(run_dir, live=state in LIVE)
+    parts = ledger.read(run_dir, state)
     return {
         "name": name,
         "profile": profile.get("name", "") if isinstance(profile, dict) else record.get("executor", ""),

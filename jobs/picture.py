@@ -78,7 +78,7 @@ def load(run_dir: Path) -> Picture:
             f"the event files in {folder} hold neither train/loss, val/*, train/lr nor {IMAGE_TAG}; "
             "give a run directory of the trainer"
         )
-    parts = ledger.read(run_dir, live=not RunDir(run_dir).summary.exists())
+    parts = ledger.read(run_dir, "")  # a snapshot: up to the last recorded moment
     return Picture(run_dir.resolve().name, curves, image, image_step, parts)
 
 

@@ -23,8 +23,6 @@ from trainer.run import ledger
 from trainer.run.provenance import read_submit
 from trainer.run.rundir import RunDir
 
-LIVE = ("RUNNING", "PENDING", "REQUEUED")  # a ledger of these runs counts up to now
-
 
 def code_line(run_dir: Path) -> str:
     """The commit submitted, and whether the tree held changes beyond it (they are in the snapshot)."""
@@ -51,7 +49,7 @@ def report(target: Target) -> str:
             step, ckpt = progress(target.run_dir)
             lines += [f"last step: {step if step is not None else '-'}", f"last checkpoint: {ckpt or '-'}"]
         lines.append(f"code: {code_line(target.run_dir)}")
-        if parts := ledger.read(target.run_dir, live=job.state in LIVE):
+        if parts := ledger.read(target.run_dir, job.state):
             lines.append(f"goodput: {ledger.line(parts)}")
     if job.state in ("CANCELLED", "COMPLETED"):  # the ranks a cancel stopped, an earlier attempt's failure
         return "\n".join(lines)
@@ -88,7 +86,7 @@ def sweep_table(folder: Path, targets: list[tuple[str, Target]]) -> str:
     errors, counts, ledgers = [], Counter(i.state for i in states), []
     for (name, target), job in zip(targets, states, strict=True):
         step, val = point_progress(target.run_dir)
-        parts = ledger.read(target.run_dir, live=job.state in LIVE) if target.run_dir else None
+        parts = ledger.read(target.run_dir, job.state) if target.run_dir else None
         ledgers += [parts] if parts else []
         good = f"{parts['goodput']:.0%}" if parts else "-"
         rows.append((name, target.job_id, job.state, str(step) if step is not None else "-", good, val))

@@ -13,6 +13,7 @@ what comes back is read as data. Torch-free.
 
 import argparse
 import json
+import math
 import select
 import statistics
 import subprocess
@@ -28,9 +29,9 @@ import yaml
 from jobs import act, cancel
 from jobs.remote import follow, runs
 from jobs.remote.ssh import Connection
-from jobs.tracking import TERMINAL, Target, find, info
+from jobs.tracking import TERMINAL, JobInfo, Target, find, info
 from trainer.errors import UserError, one_line_errors
-from trainer.run import ledger
+from trainer.run import failures, ledger
 from trainer.run.rundir import RunDir
 from trainer.supervise import live
 from trainer.supervise.attempts import slurm_time_left
@@ -49,15 +50,15 @@ STATES = {  # a training rank's section (trainer.supervise.watchdog) as the view
     "frozen": "hung",
 }
 FRESH_S = 3.0  # --once waits this long for rank 0's first live.json after asking
-STRAGGLER = 1.5  # a rank whose step takes this many times the ranks' median is marked
+STRAGGLER = 1.5  # a rank whose own work per step is this many times the ranks' median is marked
+MIN_LAG_S = 0.005  # and longer than the median by this much (a few ms of data wait is no straggler)
 
 
 def view(
-    target: Target, beats: list[dict[str, Any]] | None, now: float, world_size: int | None = None
+    target: Target, job: JobInfo, beats: list[dict[str, Any]] | None, now: float, world_size: int | None = None
 ) -> dict[str, Any]:
     """What the screen shows, as plain data: the job's line and a row per rank (what a login node sends)."""
     run_dir = target.run_dir
-    job = info(target)
     files = RunDir(run_dir) if run_dir is not None else None
     attempts = _json(files.attempts) if files else None
     attempts = attempts if isinstance(attempts, list) else []
@@ -70,12 +71,14 @@ def view(
     if attempts and isinstance(attempts[-1], dict) and attempts[-1].get("in_job_restart"):
         head["restarted_in_job"] = attempts[-1]["in_job_restart"]
     if target.executor == "slurm" and job.state == "RUNNING":
-        head["remaining_s"] = slurm_time_left(target.job_id)
+        head["remaining_s"] = _time_left(target.job_id, now)
     running = job.state
     if job.state == "RUNNING" and not beats and files and not files.command.exists():  # the trainer, silent
         hang = config.get("hang") if isinstance(config.get("hang"), dict) else {}
         running = "no heartbeats: hang.enabled=false" if hang.get("enabled") is False else ""
-        running = running or ("restarting" if attempts else "starting")  # between attempts, or before the first
+        # Between attempts a failure is on record (the restart clears it); without one, rank 0 does not answer.
+        failed = run_dir is not None and bool(failures.read(run_dir))
+        running = running or ("starting" if not attempts else "restarting" if failed else "no answer from rank 0")
     rows = _rows(target, beats or [], running, now, stale_s=2 * float(beat_s) + 1)
     known = {r["rank"] for r in rows}
     rows += [{"rank": r, "state": "no heartbeat yet"} for r in range(world_size or 0) if r not in known and beats]
@@ -85,7 +88,7 @@ def view(
         head["steps_per_s"] = round(1 / zero["median_s"], 3)
         if isinstance(zero.get("step"), int) and steps:
             head["eta_s"] = round(max(steps - zero["step"], 0) * zero["median_s"])
-    if run_dir is not None and (parts := ledger.read(run_dir, live=job.state not in TERMINAL)):
+    if run_dir is not None and (parts := ledger.read(run_dir, job.state)):
         head["goodput"], head["elapsed_s"] = parts["goodput"], round(parts["wall"])  # from the submission
     return {"head": head, "rows": rows}
 
@@ -93,39 +96,51 @@ def view(
 def _rows(target: Target, beats: list[dict[str, Any]], state: str, now: float, stale_s: float) -> list[dict[str, Any]]:
     """A row per rank: from the live heartbeats where there are some, else what the run folder tells (a
     script's ranks: their node and the age of their log). A beat older than `stale_s`: a rank that stopped."""
-    rows = []
-    for beat in sorted(beats, key=lambda b: b.get("rank", 0)):
-        stats = beat.get("stats") or {}
-        hung = now - float(beat.get("written") or 0) > stale_s or beat.get("section") == "frozen"  # stopped beating
-        written = float(beat.get("written") or now)
-        progressed = float(beat.get("progressed") or beat.get("since") or written)
-        row = {
-            "rank": beat.get("rank"),
-            "node": beat.get("host", ""),
-            "state": "hung" if hung else STATES.get(str(beat.get("section")), str(beat.get("section"))),
-            "step": beat.get("step") if isinstance(beat.get("step"), int) and beat["step"] >= 0 else None,
-            "step_s": stats.get("step_s"),
-            "median_s": stats.get("step_s_median"),
-            "data": stats.get("data_share"),
-            "loss": stats.get("loss"),
-            "idle_s": round(max(written - progressed, 0.0), 1),  # as of its beat: no step since then
-            "seen_s": round(max(now - written, 0.0), 1),  # its beat's age (hang.beat_s apart; rank 0's is now)
-            "mem_mb": stats.get("host_mem_mb"),
-            "gpu": _gpu(stats),
-        }
+    rows, own = [], {}
+    # A straggler by its own work: DDP's all-reduce makes every rank's step time the slowest's. With
+    # log.stragglers, the ranks' own data and compute time per step; else their wait for data alone.
+    key = "own_s" if any(isinstance((b.get("stats") or {}).get("own_s"), int | float) for b in beats) else "data_s"
+    for beat in sorted(beats, key=lambda b: b.get("rank") if isinstance(b.get("rank"), int) else -1):
+        try:
+            row, mine = _row(beat, now, stale_s), (beat.get("stats") or {}).get(key)
+        except (AttributeError, TypeError, ValueError):
+            continue  # a damaged beat: the others still show
         rows.append(row)
+        own[row["rank"]] = mine
     if not rows and target.run_dir is not None:
         rows = _rows_from_files(target, state, now)
-    times = [r["step_s"] for r in rows if isinstance(r.get("step_s"), int | float)]
+    times = [v for v in own.values() if isinstance(v, int | float)]
     if len(times) > 1:
         typical = statistics.median(times)
         for row in rows:
-            if isinstance(row.get("step_s"), int | float) and row["step_s"] > STRAGGLER * typical:
+            value = own.get(row["rank"])
+            if isinstance(value, int | float) and value > STRAGGLER * typical and value - typical > MIN_LAG_S:
                 row["mark"] = "straggler"
     for row in rows:
         if row["state"] == "hung":
             row["mark"] = "hung"
     return rows
+
+
+def _row(beat: dict[str, Any], now: float, stale_s: float) -> dict[str, Any]:
+    stats = beat.get("stats") or {}
+    written = float(beat.get("written") or now)
+    progressed = float(beat.get("progressed") or beat.get("since") or written)
+    hung = now - written > stale_s or beat.get("section") == "frozen"  # it stopped beating, or its command froze
+    return {
+        "rank": beat.get("rank"),
+        "node": beat.get("host", ""),
+        "state": "hung" if hung else STATES.get(str(beat.get("section")), str(beat.get("section"))),
+        "step": beat.get("step") if isinstance(beat.get("step"), int) and beat["step"] >= 0 else None,
+        "step_s": stats.get("step_s"),
+        "median_s": stats.get("step_s_median"),
+        "data": stats.get("data_share"),
+        "loss": stats.get("loss"),
+        "idle_s": round(max(written - progressed, 0.0), 1),  # as of its beat: no step since then
+        "seen_s": round(max(now - written, 0.0), 1),  # its beat's age (hang.beat_s apart; rank 0's is now)
+        "mem_mb": stats.get("host_mem_mb"),
+        "gpu": _gpu(stats),
+    }
 
 
 def _rows_from_files(target: Target, state: str, now: float) -> list[dict[str, Any]]:
@@ -204,7 +219,8 @@ def text(frame: dict[str, Any]) -> str:
 def frame_of(target: Target, wait_s: float) -> dict[str, Any]:
     """Ask rank 0 for live.json and build the view from the freshest one within `wait_s`."""
     beats, world_size = None, None
-    if target.run_dir is not None and info(target).state == "RUNNING" and not RunDir(target.run_dir).command.exists():
+    job = info(target)
+    if target.run_dir is not None and job.state == "RUNNING" and not RunDir(target.run_dir).command.exists():
         asked = time.time()
         live.request(target.run_dir)
         deadline = time.monotonic() + wait_s
@@ -217,7 +233,7 @@ def frame_of(target: Target, wait_s: float) -> dict[str, Any]:
             if time.monotonic() > deadline:
                 break
             time.sleep(0.1)
-    return view(target, beats, time.time(), world_size)
+    return view(target, job, beats, time.time(), world_size)
 
 
 class Keyboard:
@@ -247,18 +263,22 @@ class Keyboard:
 
 
 KEYS = "s save now  r requeue now  c cancel  d dump stacks  q quit"
+CONFIRM_S = 10.0  # how long cancel's question waits for its y
 
 
 def acting(do: Any, keyboard: Keyboard, every_s: float) -> Any:
     """Between frames: wait up to `every_s` for a key, act on it, and yield the line to show; returns on q (the
     view ends). `do(action)` runs "save", "requeue", "dump" or "cancel" here or on the login node."""
-    confirm, note = False, ""
+    confirm, note, asked = False, "", 0.0
     while True:
         key = keyboard.read(every_s)
+        if confirm and not key and time.monotonic() < asked + CONFIRM_S:
+            yield note  # still waiting for the answer
+            continue
         if confirm:
             confirm, note = False, do("cancel") if key == "y" else "not cancelled"
         elif key == "c":
-            confirm, note = True, "cancel the job? y to confirm, any other key not to"
+            confirm, note, asked = True, "cancel the job? y to confirm, any other key not to", time.monotonic()
         elif key in ("s", "r", "d"):
             note = do({"s": "save", "r": "requeue", "d": "dump"}[key])
         elif key == "q":
@@ -272,7 +292,7 @@ def do_here(target: Target) -> Any:
             if action == "cancel":
                 return cancel.cancel(target)
             return {"save": act.save_now, "requeue": act.requeue_now, "dump": act.dump_stacks}[action](target)
-        except UserError as exc:
+        except (UserError, OSError, ValueError) as exc:  # a rank gone meanwhile, a damaged record: said, not raised
             return f"error: {exc}"
 
     return do
@@ -286,7 +306,10 @@ def do_there(run: runs.RemoteRun) -> Any:
             ("jobs.cancel", [run.run_dir]) if action == "cancel" else ("jobs.top", [run.run_dir, flags[action]])
         )
         argv = Connection(run.login).argv("run", run.cwd, module, *args)
-        done = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+        try:
+            done = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+        except subprocess.TimeoutExpired:
+            return f"error: the login node did not answer {action} within 60 s"
         said = (done.stdout + done.stderr).strip().splitlines()
         return "".join(c if c.isprintable() else "?" for c in (said[-1] if said else f"exit {done.returncode}"))
 
@@ -326,7 +349,7 @@ def local_frames(target: Target, every_s: float, between: Any = None) -> Any:
     """A frame each `every_s` until the job ends; `between` (acting) waits for a key meanwhile."""
     note = ""
     while True:
-        frame = frame_of(target, wait_s=every_s) | {"note": note}
+        frame = frame_of(target, wait_s=FRESH_S) | {"note": note}  # rank 0 answers within its second
         yield frame
         if frame["head"].get("state") in TERMINAL:
             return
@@ -340,9 +363,9 @@ def remote_frames(run: runs.RemoteRun, every_s: float, between: Any = None) -> A
     """The login node's frames over one connection: one JSON object a line, each checked before use. Between
     frames, `between` (acting) takes a key pressed meanwhile."""
     argv = Connection(run.login).argv("run", run.cwd, "jobs.top", run.run_dir, "--stream", "--every", str(every_s))
-    note = ""
+    note, shown = "", 0
     with subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE) as ssh:
-        assert ssh.stdout is not None
+        assert ssh.stdout is not None and ssh.stderr is not None
         try:
             for raw in ssh.stdout:
                 try:
@@ -353,9 +376,14 @@ def remote_frames(run: runs.RemoteRun, every_s: float, between: Any = None) -> A
                     continue
                 rows = frame.get("rows")
                 frame["rows"] = [r for r in rows if isinstance(r, dict)] if isinstance(rows, list) else []
+                shown += 1
                 yield frame | {"note": note}
                 if between is not None and (note := next(between, None)) is None:  # q
                     return
+            said = ssh.stderr.read().decode(errors="replace").strip().splitlines()  # the stream ended: why
+            if ssh.wait() != 0 and not shown:
+                line = "".join(c if c.isprintable() else "?" for c in (said[-1] if said else "no reason given"))
+                raise UserError(f"jobs.top on {run.login} failed: {line.removeprefix('error: ')}")
         finally:
             ssh.kill()
 
@@ -381,8 +409,11 @@ def main(argv: list[str] | None = None) -> int:
         if args.once or actions:
             flags = ["--once"] if args.once else [f"--{actions[0].replace('_', '-')}"]
             return follow.run_module(remote, "jobs.top", remote.run_dir, *flags)
-        with Keyboard() as keyboard:
-            return watch(remote_frames(remote, args.every, acting(do_there(remote), keyboard, 0.05)))
+        try:
+            with Keyboard() as keyboard:
+                return watch(remote_frames(remote, args.every, acting(do_there(remote), keyboard, 0.05)))
+        except KeyboardInterrupt:
+            return 0
     target = find(str(_local(args.target)))
     if actions:
         print(getattr(act, actions[0])(target))
@@ -409,7 +440,20 @@ def _local(target: str) -> str:
     return target
 
 
+_TIME_LEFT: dict[str, tuple[float, int | None]] = {}  # job -> (asked at, seconds left then): squeue each 10 s
+
+
+def _time_left(job_id: str, now: float) -> int | None:
+    asked, left = _TIME_LEFT.get(job_id, (0.0, None))
+    if now - asked > 10.0:
+        asked, left = now, slurm_time_left(job_id)
+        _TIME_LEFT[job_id] = (asked, left)
+    return None if left is None else max(int(left - (now - asked)), 0)
+
+
 def _clock(seconds: float) -> str:
+    if not math.isfinite(seconds):  # a login node's reply is data
+        return "-"
     minutes, secs = divmod(int(seconds), 60)
     return f"{minutes // 60}:{minutes % 60:02d}:{secs:02d}"
 

@@ -544,8 +544,16 @@ class ProgressLine:
 
     def __init__(self, sink: TextIO) -> None:
         self.sink, self.partial, self.shown = sink, "", ""
+        self.midline = False  # a plain line's start was written, its end not yet: pass text through to it
 
     def write(self, text: str) -> None:
+        if self.midline:
+            head, newline, text = text.partition("\n")
+            self.sink.write(head + newline)
+            if not newline:
+                return
+            self.midline = False
+            self._show(self.shown)
         *lines, self.partial = (self.partial + text).split("\n")
         for line in lines:
             if PROGRESS_LINE.match(line):
@@ -554,9 +562,14 @@ class ProgressLine:
                 self._clear()
                 self.sink.write(line + "\n")
                 self._show(self.shown)
+        if self.partial and not "step "[: len(self.partial)] == self.partial[:5]:
+            # Not the start of a progress line (a command's own \r progress bar, a prompt): shown as it comes.
+            self._clear()
+            self.sink.write(self.partial)
+            self.partial, self.midline = "", True
 
     def close(self) -> None:
-        if self.partial:
+        if self.partial or self.midline:
             self.write("\n")
         if self.shown:
             self.sink.write("\n")  # the last progress line stays, above what follows

@@ -1,6 +1,7 @@
 """The goodput ledger from attempts.json: each second of the wall time in one part (trainer/run/ledger.py)."""
 
 import json
+import os
 import time
 from pathlib import Path
 
@@ -59,18 +60,45 @@ def test_status_reads_the_summarys_ledger_else_attempts_and_none_from_a_damaged_
     (tmp_path / "attempts.json").write_text(json.dumps(TIMELINE))
     (tmp_path / "provenance").mkdir()
     (tmp_path / "provenance" / "submit.json").write_text(json.dumps({"time": 0.0}))
-    assert ledger.read(tmp_path, live=False)["wall"] == 344  # type: ignore[index]
+    assert ledger.read(tmp_path, state="COMPLETED")["wall"] == 344  # type: ignore[index]
     now = time.time()
-    assert ledger.read(tmp_path, live=True)["wall"] >= now - 0.01  # type: ignore[index]  (rounded to ms)
-    (tmp_path / "summary.json").write_text(json.dumps({"ledger": {"wall": 1.0, "goodput": 0.5}}))
-    assert ledger.read(tmp_path, live=False) == {"wall": 1.0, "goodput": 0.5}
+    assert ledger.read(tmp_path, state="RUNNING")["wall"] >= now - 0.01  # type: ignore[index]  (rounded to ms)
+    finished = ledger.ledger(0.0, TIMELINE, 344.0, ranks=4)
+    (tmp_path / "summary.json").write_text(json.dumps({"ledger": finished | {"wall": 345.0}}))
+    assert ledger.read(tmp_path, state="COMPLETED")["wall"] == 345  # type: ignore[index]
+    (tmp_path / "summary.json").write_text(json.dumps({"ledger": {"wall": 1.0}}))  # damaged: no parts
+    assert ledger.read(tmp_path, state="COMPLETED") is None
     (tmp_path / "summary.json").unlink()
     (tmp_path / "attempts.json").write_text('[{"started": "soon"}]')
-    assert ledger.read(tmp_path, live=False) is None
+    assert ledger.read(tmp_path, state="COMPLETED") is None
     (tmp_path / "attempts.json").write_text("{not json")
-    assert ledger.read(tmp_path, live=False) is None
+    assert ledger.read(tmp_path, state="COMPLETED") is None
 
 
 def test_the_status_line_names_goodput_and_the_largest_losses() -> None:
     line = ledger.line(ledger.ledger(0.0, TIMELINE, 344.0, ranks=4))
     assert line.startswith("56% of 344 s trained (queued 70 s, hung 30 s, recomputed 20 s, starting 15 s)"), line
+
+
+def test_an_attempt_that_died_unrecorded_trains_only_up_to_its_last_progress(tmp_path: Path) -> None:
+    """The last attempt recorded no stop (its ranks were killed): while the job is not running (failed, or
+    pending after a requeue) it counts as training up to its last progress, not up to now."""
+    crashed = [{k: v for k, v in TIMELINE[0].items() if k != "stop"}]
+    (tmp_path / "attempts.json").write_text(json.dumps(crashed))
+    (tmp_path / "progress.json").write_text(json.dumps({"step": 60, "time": 70.0}))
+    (tmp_path / "provenance").mkdir()
+    (tmp_path / "provenance" / "submit.json").write_text(json.dumps({"time": 0.0}))
+    failed = ledger.read(tmp_path, state="FAILED")
+    assert failed is not None and (failed["wall"], failed["training"]) == (70, 70 - 15 - 4)
+    pending = ledger.read(tmp_path, state="PENDING")
+    assert pending is not None and pending["training"] == 70 - 15 - 4 and pending["queued"] > 10
+    running = ledger.read(tmp_path, state="RUNNING")
+    assert running is not None and running["training"] > 1000  # up to now: it trains
+
+
+def test_a_resume_after_the_summary_reads_the_attempts_again(tmp_path: Path) -> None:
+    (tmp_path / "summary.json").write_text(json.dumps({"ledger": ledger.ledger(0.0, TIMELINE, 344.0, ranks=4)}))
+    os.utime(tmp_path / "summary.json", (1000.0, 1000.0))
+    (tmp_path / "attempts.json").write_text(json.dumps(TIMELINE[:1]))  # written after it: a --resume started
+    parts = ledger.read(tmp_path, state="COMPLETED")
+    assert parts is not None and parts["wall"] != 344

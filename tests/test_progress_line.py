@@ -3,7 +3,7 @@
 import io
 from pathlib import Path
 
-from jobs.tracking import tail
+from jobs.tracking import ProgressLine, tail
 from trainer.meter import Progress
 
 LOG = (
@@ -46,3 +46,18 @@ def test_the_trainers_progress_line_has_the_step_of_total_eta_pace_and_loss(caps
     progress.update(20, {"train/loss": 0.25})
     line = capsys.readouterr().out
     assert line.startswith("step 20/40 elapsed 0:00:04 eta 0:00:04 5 steps/s loss=0.25"), line
+
+
+def test_a_line_without_its_end_yet_is_shown_as_it_comes(tmp_path: Path) -> None:
+    """A command's own progress bar (carriage returns, no newline for a while) is not held back."""
+    screen = Terminal()
+    out = ProgressLine(screen)
+    out.write("step 10/40 elapsed 0:00:02 eta 0:00:06 5 steps/s loss=0.5\n")
+    out.write("epoch 1: 10%\repoch 1: 20%")
+    assert screen.getvalue().endswith("epoch 1: 10%\repoch 1: 20%")  # the bar cleared, the text as it came
+    out.write("\rrest\nafter\n")
+    shown = screen.getvalue()
+    assert "epoch 1: 20%\rrest\n\rstep 10/40" in shown  # the line's end, then the bar redrawn below it
+    assert shown.endswith("\rafter\n\rstep 10/40 elapsed 0:00:02 eta 0:00:06 5 steps/s loss=0.5")
+    out.write("ste")
+    assert not screen.getvalue().endswith("ste")  # might be a progress line: held until its end

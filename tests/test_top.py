@@ -14,15 +14,17 @@ from tests.conftest import ROOT
 NOW = 1000.0
 
 
-def beat(rank: int, step: int, written: float, section: str = "step", step_s: float = 0.1) -> dict:
-    stats = {"step_s": step_s, "step_s_median": 0.1, "data_share": 0.05, "loss": 0.25, "host_mem_mb": 800.0}
+def beat(rank: int, step: int, written: float, section: str = "step", data_s: float = 0.005) -> dict:
+    stats = {"step_s": 0.1, "step_s_median": 0.1, "data_share": 0.05, "data_s": data_s, "loss": 0.25,
+             "host_mem_mb": 800.0}  # fmt: skip
     return {"rank": rank, "host": f"node{rank + 1}", "step": step, "section": section, "since": written,
             "written": written, "progressed": written - 0.5, "stats": stats}  # fmt: skip
 
 
 def test_a_row_per_rank_with_stragglers_and_stopped_ranks_marked(tmp_path: Path) -> None:
     target = Target("7", "local", tmp_path, tmp_path)
-    beats = [beat(2, 40, NOW - 1, step_s=0.4), beat(0, 42, NOW), beat(1, 12, NOW - 30), beat(3, 41, NOW - 2)]
+    # Rank 2 waits 80 ms a step for its batch, the others 5 ms (its step time is theirs: DDP's all-reduce)
+    beats = [beat(2, 40, NOW - 1, data_s=0.08), beat(0, 42, NOW), beat(1, 12, NOW - 30), beat(3, 41, NOW - 2)]
     rows = top._rows(target, beats, "RUNNING", NOW, stale_s=11.0)
     assert [r["rank"] for r in rows] == [0, 1, 2, 3]
     assert [r["state"] for r in rows] == ["training", "hung", "training", "training"]
@@ -62,3 +64,14 @@ def test_bad_input_is_one_line(tmp_path: Path, args: list[str], said: str) -> No
                             capture_output=True, text=True, timeout=60)  # fmt: skip
     assert result.returncode == 2 and result.stderr.startswith("error: ") and said in result.stderr, result.stderr
     assert result.stderr.count("\n") == 1
+
+
+def test_with_the_straggler_timing_a_rank_is_marked_by_its_own_work() -> None:
+    """log.stragglers on: each rank's own data and compute time per step (its all-reduce wait left out)."""
+    beats = [beat(r, 40, NOW) for r in range(3)]
+    for rank, own in enumerate((0.05, 0.05, 0.09)):
+        beats[rank]["stats"]["own_s"] = own
+    rows = top._rows(Target("7", "local", None, None), beats, "RUNNING", NOW, stale_s=11.0)
+    assert [r.get("mark") for r in rows] == [None, None, "straggler"]
+    beats[1]["written"] = "garbage"  # a damaged beat: left out, the others shown
+    assert [r["rank"] for r in top._rows(Target("7", "local", None, None), beats, "RUNNING", NOW, 11.0)] == [0, 2]

@@ -68,7 +68,10 @@ class IntervalMeter:
             "step_s": step_s,
             "step_s_median": statistics.median(self.step_times),
             "data_share": self.data_s / self.step_s if self.step_s > 0 else 0.0,
+            "data_s": self.own_data_s / self.steps,  # this rank's own wait for its batch
         }
+        if self.gather:  # log.stragglers: the all-reduces timed apart, so this rank's own work is known
+            self.own["own_s"] = (self.own_data_s + self.own_compute_s) / self.steps
         values = {"train/loss": mean_over_ranks(self.loss / self.steps, env)}
         values |= {f"train/{k}": mean_over_ranks(v / self.steps, env) for k, v in self.metrics.items()}
         values |= {

@@ -30,9 +30,13 @@ from trainer.run.rundir import RunDir
 PARTS = ("queued", "starting", "training", "checkpointing", "recomputed", "hung", "restarting")
 
 
-def ledger(submitted: float, attempts: list[dict[str, Any]], end: float, ranks: int) -> dict[str, float]:
+def ledger(
+    submitted: float, attempts: list[dict[str, Any]], end: float, ranks: int, open_until: float | None = None
+) -> dict[str, float]:
     """The ledger of a run submitted at `submitted` whose attempts are `attempts`, up to `end` (its last
-    stop when it finished, now while it runs). Each interval goes to one part, so the parts sum to `wall`."""
+    stop when it finished, now while it runs). An attempt with no stop recorded trains up to `open_until` (its
+    last progress, when no rank of it runs any more), else up to `end`. Each interval goes to one part, so the
+    parts sum to `wall`."""
     parts = dict.fromkeys(PARTS, 0.0)
     cursor = submitted
     previous: dict[str, Any] | None = None
@@ -42,7 +46,7 @@ def ledger(submitted: float, attempts: list[dict[str, Any]], end: float, ranks: 
         started = min(max(attempt["started"], begin), end)
         parts["starting"] += started - begin
         stop = attempt.get("stop")
-        stopped = min(max(stop["time"] if stop else end, started), end)
+        stopped = min(max(stop["time"] if stop else (open_until or end), started), end)
         span = stopped - started
         blocked = min(float(attempt.get("checkpoint_s") or 0.0), span)
         redone = min(_recomputed_s(previous, attempt, span), span - blocked)
@@ -91,7 +95,9 @@ def total(ledgers: list[dict[str, float]]) -> dict[str, float]:
 
 def line(parts: dict[str, float]) -> str:
     """One line for jobs.status: goodput and the largest losses."""
-    lost = sorted(((parts[k], k) for k in PARTS if k != "training" and parts[k] >= 0.05), reverse=True)
+    lost = sorted(
+        ((parts.get(k, 0.0), k) for k in PARTS if k != "training" and parts.get(k, 0.0) >= 0.05), reverse=True
+    )
     where = ", ".join(f"{k} {seconds_text(v)}" for v, k in lost[:4])
     return f"{parts['goodput']:.0%} of {seconds_text(parts['wall'])} trained" + (f" ({where})" if where else "")
 
@@ -101,7 +107,11 @@ def seconds_text(seconds: float) -> str:
 
 
 def of_run(
-    run_dir: Path, attempts: list[dict[str, Any]], end: float, ranks: int | None = None
+    run_dir: Path,
+    attempts: list[dict[str, Any]],
+    end: float,
+    ranks: int | None = None,
+    open_until: float | None = None,
 ) -> dict[str, float] | None:
     """The ledger of the run in `run_dir` up to `end`; None before its first attempt. Submitted: when
     provenance/submit.json says (the sweep's for a point), else the first attempt's process start. Ranks: the
@@ -113,31 +123,43 @@ def of_run(
     if not isinstance(submitted, int | float):
         submitted = (first.get("startup") or {}).get("process_start") or first["started"]
     ranks = ranks or int(attempts[-1].get("world_size") or 1)
-    return ledger(float(min(submitted, first["started"])), attempts, end, ranks)
+    return ledger(float(min(submitted, first["started"])), attempts, end, ranks, open_until)
 
 
-def read(run_dir: Path, live: bool) -> dict[str, float] | None:
-    """A run's ledger for jobs.status and jobs.list: summary.json's when it finished; else from attempts.json,
-    up to now while the job is `live` (pending or running), up to its last recorded moment when it is not.
-    None when there is nothing to read (no attempt yet, or a record that cannot be read)."""
+def read(run_dir: Path, state: str) -> dict[str, float] | None:
+    """A run's ledger for jobs.status, jobs.list, jobs.top and jobs.picture, by its job's Slurm-style `state`:
+    summary.json's when it finished (and no --resume has started since); else from attempts.json, up to now
+    while the job is pending or running, up to its last recorded moment when it is not. An attempt with no
+    stop trains up to now only while the job is RUNNING; else up to its last progress. None when there is
+    nothing to read (no attempt yet, or a record that cannot be read)."""
     files = RunDir(run_dir)
     summary = _json(files.summary)
-    if isinstance(summary, dict) and isinstance(summary.get("ledger"), dict):
-        return summary["ledger"]
+    if isinstance(summary, dict) and isinstance(summary.get("ledger"), dict) and not _resumed_since(files):
+        parts = summary["ledger"]
+        return parts if all(isinstance(parts.get(k), int | float) for k in (*PARTS, "wall", "goodput")) else None
     attempts = _json(files.attempts)
     if not isinstance(attempts, list) or not all(isinstance(a, dict) and "started" in a for a in attempts):
         return None
-    if live:
-        end = time.time()
-    else:
+    try:
         reached = _json(files.progress)
         moments = [a["started"] for a in attempts] + [(a.get("stop") or {}).get("time") or 0 for a in attempts]
         moments += [reached.get("time") or 0] if isinstance(reached, dict) else []
-        end = max(m for m in moments if isinstance(m, int | float))
-    try:
-        return of_run(run_dir, attempts, end)
-    except (KeyError, TypeError, ValueError):  # a record from an older version, or hand-edited
+        last = max(m for m in moments if isinstance(m, int | float))
+        end = time.time() if state in LIVE else last
+        return of_run(run_dir, attempts, end, open_until=None if state == "RUNNING" else last)
+    except (KeyError, TypeError, ValueError, AttributeError):  # a record from an older version, or hand-edited
         return None
+
+
+LIVE = ("RUNNING", "PENDING", "REQUEUED", "REQUEUE_HOLD", "CONFIGURING", "COMPLETING")  # counted up to now
+
+
+def _resumed_since(files: RunDir) -> bool:
+    """attempts.json written after summary.json: a --resume of the finished run has started."""
+    try:
+        return files.attempts.stat().st_mtime > files.summary.stat().st_mtime + 1.0
+    except OSError:
+        return False
 
 
 def _json(path: Path) -> Any:

@@ -1,10 +1,11 @@
 """What jobs.top shows while a run trains: every rank's latest heartbeat, written by rank 0 only while someone
 watches (torch-free).
 
-jobs.top touches `top.request` in the run folder about once a second. Rank 0's heartbeat thread looks at that
-file's age once a second; while it is fresh (WATCHED_S), it reads every rank's heartbeat from where the ranks
-already put them (the job's store, or the heartbeat files before the group forms) and writes `live.json`
-beside it. Nobody watching: one stat a second on rank 0, nothing on the other ranks, no write. The other
+jobs.top touches `top.request` in the run folder about once a second. A thread of rank 0's watchdog (its own:
+a stalled filesystem must not hold the heartbeats) looks at that file's age once a second; while it is fresh
+(WATCHED_S), it reads every rank's heartbeat from where the ranks already put them (the job's store, or the
+heartbeat files before the group forms) and writes `live.json` beside it. Nobody watching: one stat a second
+on rank 0, nothing on the other ranks, no write. With hang.enabled=false no watchdog thread runs: no live view. The other
 ranks' rows are as fresh as their heartbeats (hang.beat_s); their figures are those of their last log
 interval (log.every), measured by the training loop at no cost of its own (no extra synchronisation).
 """
@@ -41,9 +42,10 @@ def save_asked(run_dir: Path) -> float:
 
 
 # jobs.top's dump key: each rank of the trainer writes every thread's Python stack into its log (stderr) on this
-# signal (faulthandler, in the signal handler: it works while the training thread is stuck in C). SIGURG,
-# because its default action is to ignore it: a process that did not register (a -- COMMAND, a batch shell,
-# a loader worker started before) is not killed by it.
+# signal (faulthandler, in the signal handler: it works while the training thread is stuck in C). Its loader
+# workers, forked after, inherit the handler and write theirs too (on Slurm scancel signals every process of
+# the step). SIGURG, because its default action is to ignore it: a process that did not register (a
+# -- COMMAND, a batch shell) is not killed by it.
 DUMP_SIGNAL = signal.SIGURG
 
 

@@ -235,8 +235,11 @@ class Watchdog:
     # assignment) and when its step last changed.
     stats: dict[str, float] | None = None
     progressed: float = 0.0
-    save_asked: bool = False  # rank 0: jobs.top asked for a checkpoint now (taken at the next vote)
-    _asked: float = 0.0  # the time of the last save request acted on
+    # Rank 0: jobs.top's save requests seen and taken (counters: the live thread adds, the training thread
+    # takes; a request made before this process started is an earlier attempt's, and not taken again).
+    _saves_seen: int = 0
+    _saves_taken: int = 0
+    _asked: float = field(default_factory=time.time)
     _stop: threading.Event = field(default_factory=threading.Event)
     _local_lock: threading.Lock = field(default_factory=threading.Lock)
     _threads: list[threading.Thread] = field(default_factory=list)
@@ -246,7 +249,11 @@ class Watchdog:
         self.current = ("startup", time.monotonic(), time.time(), step)
         if self.settings.enabled:
             # Two threads: a heartbeat write that blocks (a hung shared filesystem) must not stop the check.
-            for target, name in ((self._watch, "hang-watchdog"), (self._beats, "hang-heartbeat")):
+            threads = [(self._watch, "hang-watchdog"), (self._beats, "hang-heartbeat")]
+            # Rank 0's third: what jobs.top asks for, on the shared filesystem, apart from the heartbeats (a
+            # stalled filesystem must not stop the node-local beat the supervisor reads).
+            threads += [(self._live, "jobs-top")] if self.rank == 0 else []
+            for target, name in threads:
                 self._threads.append(threading.Thread(target=target, name=name, daemon=True))
                 self._threads[-1].start()
         return self
@@ -358,26 +365,29 @@ class Watchdog:
                     os._exit(HANG_EXIT)
 
     def _beats(self) -> None:
-        due = 0.0
         while True:
-            if time.monotonic() >= due:
-                due = time.monotonic() + self.settings.beat_s
-                name, _, since, step = self.current
-                beat = Beat(self.rank, self.host, step, name, since, time.time(), "", self.progressed, self.stats)
-                self._local_beat(beat)  # first: a beat to the store may wait on a rank 0 that froze
-                self._beat(beat)
-            if self.rank == 0 and live.watched(self.run_dir):  # jobs.top is open: every rank's beat, each second
-                self._share()
-                asked = live.save_asked(self.run_dir)
-                if asked > self._asked:
-                    self._asked, self.save_asked = asked, True
-            # Rank 0 wakes each second for jobs.top's request (one stat); the others only to beat.
-            if self._stop.wait(min(1.0, self.settings.beat_s) if self.rank == 0 else self.settings.beat_s):
+            name, _, since, step = self.current
+            beat = Beat(self.rank, self.host, step, name, since, time.time(), "", self.progressed, self.stats)
+            self._local_beat(beat)  # first: a beat to the store may wait on a rank 0 that froze
+            self._beat(beat)
+            if self._stop.wait(self.settings.beat_s):
                 return
+
+    def _live(self) -> None:
+        """Rank 0, each second: while jobs.top asks (one stat), every rank's beat into live.json, and a save
+        asked for counted for the training thread's next vote."""
+        while not self._stop.wait(1.0):
+            if not live.watched(self.run_dir):
+                continue
+            self._share()
+            asked = live.save_asked(self.run_dir)
+            if asked > self._asked:
+                self._asked, self._saves_seen = asked, self._saves_seen + 1
 
     def take_save(self) -> bool:
         """Whether jobs.top asked for a save since the last call (rank 0; the others never)."""
-        asked, self.save_asked = self.save_asked, False
+        seen = self._saves_seen
+        asked, self._saves_taken = seen > self._saves_taken, seen
         return asked
 
     def _share(self) -> None:
