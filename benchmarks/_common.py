@@ -4,8 +4,10 @@ import os
 import statistics
 import subprocess
 import sys
+import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -107,3 +109,33 @@ def step_times(run_dir: Path) -> dict[int, float]:
     for event in events.Scalars("train/loss"):
         times.setdefault(event.step, event.wall_time)
     return times
+
+
+def logged_step_time(folder: Path) -> float:
+    """The median of perf/step_time_s in the one run under `folder`/runs (rank 0's events), the first interval
+    left out (start-up)."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    [events] = list(folder.glob("runs/*/tensorboard"))
+    accumulator = EventAccumulator(str(events), size_guidance={"scalars": 0})
+    accumulator.Reload()
+    return statistics.median(e.value for e in accumulator.Scalars("perf/step_time_s")[1:])
+
+
+def paired_rounds(
+    rounds: int, measure: Callable[[Path, bool], float], said: tuple[str, str]
+) -> tuple[list[float], list[float], list[float]]:
+    """`rounds` interleaved pairs of measure(folder, True) and measure(folder, False), each in a fresh temporary
+    folder; each round printed with `said` (the two sides' words). The with, without and ratio lists."""
+    with_it, without, ratios = [], [], []
+    for r in range(rounds):
+        with tempfile.TemporaryDirectory() as a, tempfile.TemporaryDirectory() as b:
+            on, off = measure(Path(a), True), measure(Path(b), False)
+        with_it.append(on)
+        without.append(off)
+        ratios.append(on / off)
+        print(
+            f"round {r + 1}: step {on * 1000:.2f} ms {said[0]}, {off * 1000:.2f} ms {said[1]}: {on / off:.4f}",
+            flush=True,
+        )
+    return with_it, without, ratios

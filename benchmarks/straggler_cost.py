@@ -11,24 +11,18 @@ Usage: python benchmarks/straggler_cost.py [--rounds N] [--steps N]
 import argparse
 import statistics
 import subprocess
-import tempfile
 from pathlib import Path
 
-from _common import ROOT, python, report
+from _common import ROOT, logged_step_time, paired_rounds, python, report
 
 
 def step_time(folder: Path, on: bool, steps: int) -> float:
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-
     profile = folder / "local.yaml"
     profile.write_text(f"executor: local\ngpus_per_node: 2\nrun_root: {folder}/runs\n")
     cmd = [python(), "-m", "jobs.submit", "--profile", str(profile), "--wait", f"steps={steps}", "log.every=10"]
     cmd += ["log.image_every=0", "checkpoint.every=100000", f"log.stragglers={str(on).lower()}"]
     subprocess.run(cmd, cwd=ROOT, check=True, capture_output=True)
-    [events] = list(folder.glob("runs/*/tensorboard"))
-    accumulator = EventAccumulator(str(events), size_guidance={"scalars": 0})
-    accumulator.Reload()
-    return statistics.median(e.value for e in accumulator.Scalars("perf/step_time_s")[1:])
+    return logged_step_time(folder)
 
 
 def main() -> None:
@@ -36,14 +30,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--steps", type=int, default=300)
     args = parser.parse_args()
-    ratios, with_it, without = [], [], []
-    for r in range(args.rounds):
-        with tempfile.TemporaryDirectory() as a, tempfile.TemporaryDirectory() as b:
-            on, off = step_time(Path(a), True, args.steps), step_time(Path(b), False, args.steps)
-        with_it.append(on)
-        without.append(off)
-        ratios.append(on / off)
-        print(f"round {r + 1}: step {on * 1000:.2f} ms with the timing, {off * 1000:.2f} ms without: {on / off:.4f}")
+    measure = lambda folder, on: step_time(folder, on, args.steps)  # noqa: E731
+    with_it, without, ratios = paired_rounds(args.rounds, measure, ("with the timing", "without"))
     ratio = statistics.median(ratios)
     report(
         "step time with log.stragglers",

@@ -15,16 +15,13 @@ import json
 import os
 import statistics
 import subprocess
-import tempfile
 import time
 from pathlib import Path
 
-from _common import ROOT, python, report
+from _common import ROOT, logged_step_time, paired_rounds, python, report
 
 
 def step_time(folder: Path, watched: bool, steps: int) -> float:
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-
     profile = folder / "local.yaml"
     profile.write_text(f"executor: local\ngpus_per_node: 2\nrun_root: {folder}/runs\n")
     cmd = [python(), "-m", "jobs.submit", "--profile", str(profile), "--wait", f"steps={steps}", "log.every=10"]
@@ -50,10 +47,7 @@ def step_time(folder: Path, watched: bool, steps: int) -> float:
         shown = out.decode().count("\nrank ")
         live = json.loads(next(folder.glob("runs/*/live.json")).read_text())
         assert len(live["beats"]) == 2 and shown > 0, "jobs.top saw nothing: the benchmark measured nothing"
-    [events] = list(folder.glob("runs/*/tensorboard"))
-    accumulator = EventAccumulator(str(events), size_guidance={"scalars": 0})
-    accumulator.Reload()
-    return statistics.median(e.value for e in accumulator.Scalars("perf/step_time_s")[1:])
+    return logged_step_time(folder)
 
 
 def main() -> None:
@@ -61,14 +55,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--steps", type=int, default=300)
     args = parser.parse_args()
-    ratios, with_it, without = [], [], []
-    for r in range(args.rounds):
-        with tempfile.TemporaryDirectory() as a, tempfile.TemporaryDirectory() as b:
-            on, off = step_time(Path(a), True, args.steps), step_time(Path(b), False, args.steps)
-        with_it.append(on)
-        without.append(off)
-        ratios.append(on / off)
-        print(f"round {r + 1}: step {on * 1000:.2f} ms watched, {off * 1000:.2f} ms not: {on / off:.4f}", flush=True)
+    measure = lambda folder, watched: step_time(folder, watched, args.steps)  # noqa: E731
+    with_it, without, ratios = paired_rounds(args.rounds, measure, ("watched", "not"))
     ratio = statistics.median(ratios)
     report("step time with jobs.top open", statistics.median(with_it), statistics.median(without), "s", "<= 1.01",
            ratio <= 1.01)  # fmt: skip

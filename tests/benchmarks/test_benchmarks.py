@@ -16,6 +16,7 @@ TINY = [
     ["script_overhead.py", "--steps", "10", "--rounds", "1"],
     ["data_scale.py", "--rows", "1000", "--files", "200"],
     ["straggler_cost.py", "--rounds", "1", "--steps", "30"],
+    ["top_cost.py", "--rounds", "1", "--steps", "80"],
     ["hang_naming.py", "--only", "one-rank"],
 ]
 
