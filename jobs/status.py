@@ -96,7 +96,7 @@ def sweep_table(folder: Path, targets: list[tuple[str, Target]]) -> str:
     lines = ["  ".join(c.ljust(w) for c, w in zip(r[:5], widths, strict=True)) + "  " + r[5] for r in rows]
     header = f"sweep {folder}: {len(targets)} points; " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items()))
     total = [f"goodput, all points: {ledger.line(ledger.total(ledgers))}"] if ledgers else []
-    return "\n".join([header, *total, *[line.rstrip() for line in lines], *errors])
+    return "\n".join([header, *[line.rstrip() for line in lines], *total, *errors])  # the rows stay below the header
 
 
 def point_progress(run_dir: Path | None) -> tuple[int | None, str]:

@@ -102,3 +102,24 @@ def test_a_resume_after_the_summary_reads_the_attempts_again(tmp_path: Path) -> 
     (tmp_path / "attempts.json").write_text(json.dumps(TIMELINE[:1]))  # written after it: a --resume started
     parts = ledger.read(tmp_path, state="COMPLETED")
     assert parts is not None and parts["wall"] != 344
+
+
+def test_a_sweeps_status_has_a_goodput_column_and_sums_its_points(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    from jobs import status
+    from jobs.tracking import JobInfo, Target
+
+    points = []
+    for name, job in (("0-0", "1"), ("1-1", "2")):
+        (tmp_path / name / "provenance").mkdir(parents=True)
+        (tmp_path / name / "provenance" / "submit.json").write_text(json.dumps({"time": 0.0}))
+        (tmp_path / name / "attempts.json").write_text(json.dumps(TIMELINE))
+        points.append((name, Target(job, "local", tmp_path / name, None)))
+    monkeypatch.setattr(status, "infos", lambda targets: [JobInfo("COMPLETED", 2, "")] * len(targets))
+    monkeypatch.setattr(status, "failure_line", lambda target: None)
+    header, columns, *rows, total = status.sweep_table(tmp_path, points).splitlines()
+    assert columns.split() == ["point", "job", "state", "step", "goodput", "validation"]
+    assert [r.split()[:5] for r in rows] == [
+        ["0-0", "1", "COMPLETED", "-", "56%"],
+        ["1-1", "2", "COMPLETED", "-", "56%"],
+    ]
+    assert total.startswith("goodput, all points: 56% of 688 s trained (queued 140 s, ")
