@@ -62,7 +62,7 @@ def test_resume_with_more_steps_continues_and_reports_its_warnings(reference_cop
     assert second["warnings"][0].startswith(f"skipping checkpoint {newest}")
     # Where the attempt's start-up went, in the order reached (benchmarks/startup.py reads these).
     startup = second["startup"]
-    order = ["task_started", "torch_imported", "process_group_joined", "data_ready", "model_ready"]
+    order = ["task_started", "torch_imported", "process_group_joined", "datasets_built", "data_ready", "model_ready"]
     assert list(startup) == ["process_start", *order, "checkpoint_restored"], startup
     assert abs(startup["process_start"] - second["started"]) < 120
     assert all(0 <= startup[a] <= startup[b] for a, b in zip(order, [*order[1:], "checkpoint_restored"], strict=True))
