@@ -99,11 +99,12 @@ def run_textbook(steps: int, data: Path, out: Path) -> dict:
     device = torch.device("cuda", int(os.environ["LOCAL_RANK"])) if cuda else torch.device("cpu")
     if cuda:
         torch.cuda.set_device(device)
-    dist.init_process_group("nccl" if cuda else "gloo")
+    if world > 1:  # one process trains the bare model, as ours does: DDP with one rank only adds its own cost
+        dist.init_process_group("nccl" if cuda else "gloo")
     dataset, model = textbook_parts(data)
-    sampler = DistributedSampler(dataset, shuffle=True, seed=SEED)
+    sampler = DistributedSampler(dataset, num_replicas=world, rank=rank, shuffle=True, seed=SEED)
     loader = DataLoader(dataset, batch_size=BATCH, sampler=sampler, **loader_kw(cuda))
-    ddp = DDP(model.to(device), device_ids=[device.index] if cuda else None)
+    ddp = DDP(model.to(device), device_ids=[device.index] if cuda else None) if world > 1 else model.to(device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=LR, weight_decay=0.0)
     ends, step, epoch, start = [], 0, 0, time.perf_counter()
     while step < steps:
@@ -121,7 +122,8 @@ def run_textbook(steps: int, data: Path, out: Path) -> dict:
             if step == steps:
                 break
         epoch += 1
-    dist.destroy_process_group()
+    if world > 1:
+        dist.destroy_process_group()
     return {"windows": windows(ends, start), "sha": weights_sha256(model.state_dict())} if rank == 0 else {}
 
 

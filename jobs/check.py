@@ -96,6 +96,8 @@ def rows(facts: list[dict[str, Any]], tasks: int, gpus_each: int, expected: dict
         else:
             slowest = min(r["busbw_gb_s"] for r in reduce)
             detail = f"{reduce[0]['backend']}, {slowest:.2f} GB/s bus bandwidth (32 MB, slowest rank)"
+            if len(facts) == 1:
+                detail = f"{reduce[0]['backend']}, one task: the group formed and summed (no peer to measure)"
         out.append(Row(node, "all-reduce", not bad, detail))
         out.append(Row(node, "rank 0 listens", True, f"{mine[0]['master']} ({mine[0]['master_ip']})"))
     return out

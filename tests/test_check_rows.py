@@ -33,3 +33,15 @@ def test_a_cpu_node_and_tasks_that_disagree_are_shown_as_they_are() -> None:
     assert stack_text([{"error": "RuntimeError: CUDA driver initialization failed"}]).startswith(
         "not reported (Runtime"
     )
+
+
+def test_the_driver_version_is_read_from_either_form_of_the_kernel_modules_line() -> None:
+    from trainer.preflight import driver_version
+
+    proprietary = (
+        "NVRM version: NVIDIA UNIX x86_64 Kernel Module  550.54.15  Tue Mar  5 22:23:56 UTC 2024\nGCC version: gcc 12"
+    )
+    open_modules = "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.159.04  Release Build  (root@x)  Mon\n"
+    assert driver_version(proprietary) == "550.54.15"
+    assert driver_version(open_modules) == "580.159.04"  # the H100 lent here: "for" was read as its driver
+    assert driver_version("GCC version: gcc 12.2.0\n") == ""

@@ -79,12 +79,18 @@ def rendezvous_file(env: DistEnv, run_dir: Path) -> Path:
 
 @contextlib.contextmanager
 def process_group(
-    env: DistEnv, timeout_s: int, device: torch.device, run_dir: Path | None = None, init: str = "tcp"
+    env: DistEnv,
+    timeout_s: int,
+    device: torch.device,
+    run_dir: Path | None = None,
+    init: str = "tcp",
+    one_too: bool = False,
 ) -> Iterator[None]:
     """Join the process group for the duration of the block, and always leave it. Its timeout is every
     collective's: a peer that never answers fails the job after timeout_s (the watchdog usually first).
-    `init`: tcp (rank 0's MASTER_ADDR:MASTER_PORT) or file (rendezvous_file: no port to agree on)."""
-    if not env.distributed:
+    `init`: tcp (rank 0's MASTER_ADDR:MASTER_PORT) or file (rendezvous_file: no port to agree on). One process
+    forms no group (training needs none), unless `one_too` (jobs.check: NCCL proven on a one-GPU job too)."""
+    if not env.distributed and not one_too:
         yield
         return
     backend = "nccl" if device.type == "cuda" else "gloo"

@@ -43,6 +43,12 @@ def writable(folder: Path, rank: int) -> str:
         return exc.strerror or str(exc)
 
 
+def driver_version(text: str) -> str:
+    """The NVIDIA driver's version from /proc/driver/nvidia/version: the first dotted number of its NVRM line."""
+    found = re.search(r"^NVRM version:.*?\s(\d+\.\d+(?:\.\d+)?)\s", text + " ", re.MULTILINE)
+    return found.group(1) if found else ""
+
+
 def gpu_stack() -> dict[str, Any]:
     """The GPU models this task sees, the NVIDIA driver, and the CUDA and NCCL versions torch was built with
     (what a site's first NCCL failures come down to)."""
@@ -50,9 +56,9 @@ def gpu_stack() -> dict[str, Any]:
 
     count = torch.cuda.device_count()
     driver = ""
-    with contextlib.suppress(OSError):  # the kernel module's own line: "NVRM version: ... Kernel Module  550.54.15"
-        found = re.search(r"Kernel Module\s+(\S+)", Path("/proc/driver/nvidia/version").read_text())
-        driver = found.group(1) if found else ""
+    with contextlib.suppress(OSError):  # the kernel module's line, "NVRM version: NVIDIA UNIX x86_64 Kernel Module
+        # 550.54.15 ..." or (open modules, seen on an H100) "... Open Kernel Module for x86_64  580.159.04 ..."
+        driver = driver_version(Path("/proc/driver/nvidia/version").read_text())
     nccl = ""
     with contextlib.suppress(Exception):  # a build without NCCL (CPU, ROCm without RCCL) has none
         nccl = ".".join(map(str, torch.cuda.nccl.version()))
@@ -72,7 +78,7 @@ def all_reduce(env: Any, gpus: int) -> dict[str, Any]:
     from trainer.distributed import pick_device, process_group
 
     device = pick_device(env) if gpus else torch.device("cpu")
-    with process_group(env, 120, device):
+    with process_group(env, 120, device, one_too=True):
         tensor = torch.ones(SIZE_MB * 2**20 // 4, device=device)
         dist.all_reduce(tensor)  # a first one: connections and buffers are set up
         if device.type == "cuda":
@@ -85,7 +91,7 @@ def all_reduce(env: Any, gpus: int) -> dict[str, Any]:
         seconds = time.perf_counter() - start
         n = env.world_size
         correct = bool(tensor[0].item() == n)
-        busbw = 2 * (n - 1) / n * SIZE_MB / 1024 / seconds  # GB/s, as nccl-tests count it
+        busbw = 2 * (n - 1) / n * SIZE_MB / 1024 / seconds  # GB/s, as nccl-tests count it (0 for one task)
         return {"backend": dist.get_backend(), "seconds": seconds, "busbw_gb_s": busbw, "correct": correct}
 
 

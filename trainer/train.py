@@ -322,7 +322,7 @@ def log_interval(run: Run, meter: IntervalMeter, step: int, progress: Progress) 
         run.warn(f"{what} (log.nonfinite=stop ends the run on it)")
     if run.env.is_main:  # for jobs.status
         reached = {"step": step, "time": time.time(), "val": state.last_val, "checkpoint_s": run.checkpoints.blocked_s}
-        write_text(run.files.progress, json.dumps(reached))
+        write_text(run.files.progress, json.dumps(reached), durable=False)  # on the step's path: no fsync
     progress.update(step, values)
     if step == config.steps:  # the summary's train values: this last interval's means
         run.final |= {"loss": finite(loss), "metrics": {k: finite(values[f"train/{k}"]) for k in names}}

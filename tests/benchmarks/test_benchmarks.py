@@ -11,6 +11,8 @@ TINY = [
     ["submit_speed.py", "--repeats", "1"],
     ["checkpoint_cost.py", "--repeats", "1", "--width", "4"],
     ["trainer_overhead.py", "--steps", "20", "--rounds", "1"],
+    ["trainer_overhead.py", "--steps", "20", "--rounds", "1", "--nproc", "1", "--skip-lightning"],
+    ["comm_hook_cost.py", "--blocks", "2", "--block-steps", "3"],
     ["eval_share.py", "--steps", "4"],
     ["snapshot_cost.py", "--files", "200", "--repeats", "1"],
     ["script_overhead.py", "--steps", "10", "--rounds", "1"],
@@ -33,7 +35,7 @@ def run_benchmark(script: str, *args: str) -> subprocess.CompletedProcess[str]:
     return result
 
 
-@pytest.mark.parametrize("args", TINY, ids=[a[0] for a in TINY])
+@pytest.mark.parametrize("args", TINY, ids=[" ".join(a) for a in TINY])
 def test_benchmark_runs_and_reports_a_ratio(args: list[str]) -> None:
     result = run_benchmark(*args)
     assert "ratio" in result.stdout or "% of training" in result.stdout, result.stdout

@@ -47,6 +47,15 @@ def test_a_healthy_profile_passes_every_row_and_leaves_nothing(tmp_path: Path) -
     assert not list((tmp_path / "runs").glob("check-*"))
 
 
+def test_a_job_of_one_task_forms_its_group_and_passes_the_all_reduce(tmp_path: Path) -> None:
+    """One node, one task (a one-GPU job): the check still forms the job's process group (training would not)."""
+    result = check(tmp_path, "", "--nodes", "1", "--gpus-per-node", "1")  # the last --nodes counts
+    assert result.returncode == 0, result.stdout + result.stderr
+    table = rows(result.stdout)
+    assert len({node for node, _ in table}) == 1 and set(table.values()) == {"ok"}, result.stdout
+    assert "gloo, one task: the group formed and summed" in result.stdout
+
+
 def test_an_interpreter_without_the_dependencies_fails_the_row_that_says_so(tmp_path: Path) -> None:
     result = check(tmp_path, "python: /usr/bin/python3\n")  # Debian's own: no submitit, no torch
     assert result.returncode == 1, result.stdout + result.stderr

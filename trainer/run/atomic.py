@@ -30,8 +30,10 @@ def current_umask() -> int:
     return mask
 
 
-def write_bytes(path: Path, data: bytes) -> None:
-    """Write `data` to `path` so readers see the old file or the new one, never a torn one."""
+def write_bytes(path: Path, data: bytes, durable: bool = True) -> None:
+    """Write `data` to `path` so readers see the old file or the new one, never a torn one; `durable`: on disk
+    before this returns (two fsyncs: on a cluster's shared filesystem they can take many milliseconds, too
+    dear for a file rewritten every few steps that a crash may lose, such as progress.json)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
@@ -40,7 +42,8 @@ def write_bytes(path: Path, data: bytes) -> None:
             os.fchmod(f.fileno(), 0o666 & ~current_umask())
             f.write(data)
             f.flush()
-            os.fsync(f.fileno())
+            if durable:
+                os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException as exc:
         Path(tmp).unlink(missing_ok=True)
@@ -50,6 +53,8 @@ def write_bytes(path: Path, data: bytes) -> None:
                 "(earlier files are intact)"
             ) from None
         raise
+    if not durable:
+        return
     # The rename is durable only once the folder entry is on disk too.
     dir_fd = os.open(path.parent, os.O_RDONLY)
     try:
@@ -58,8 +63,8 @@ def write_bytes(path: Path, data: bytes) -> None:
         os.close(dir_fd)
 
 
-def write_text(path: Path, text: str) -> None:
-    write_bytes(path, text.encode())
+def write_text(path: Path, text: str, durable: bool = True) -> None:
+    write_bytes(path, text.encode(), durable)
 
 
 def read_json(path: Path, fix: str, valid: Callable[[Any], bool] = lambda _: True) -> Any:
