@@ -2,16 +2,19 @@
 checkpoint without stopping, requeue it now, write every rank's Python stacks. Cancel is jobs.cancel's.
 Each returns the line jobs.top shows; a job that is not running is refused in one line."""
 
+import contextlib
 import json
 import os
 import subprocess
+import time
+from pathlib import Path
 
 import yaml
 
 from jobs.tracking import Target, info, is_local_job
 from trainer.errors import UserError
 from trainer.run.rundir import RunDir
-from trainer.supervise import live, signals
+from trainer.supervise import live, relay, signals, stacks
 
 
 def _running(target: Target) -> Target:
@@ -64,24 +67,63 @@ def requeue_now(target: Target) -> str:
 
 
 def dump_stacks(target: Target) -> str:
-    """Every rank of the trainer writes each thread's stack into its log's standard error (faulthandler)."""
+    """Every rank's Python stacks into the run folder's stacks/<time>/ (py-spy, from outside the ranks, on their
+    nodes), or, where py-spy is missing or may not trace them, into each rank's log (faulthandler, on SIGURG)."""
     _trainer(_running(target), "dumping stacks")
     assert target.run_dir is not None
-    if target.executor == "slurm":
-        _scancel(["-s", live.DUMP_SIGNAL.name.removeprefix("SIG"), target.job_id])  # the steps' tasks, not the batch
-    else:
-        for path in sorted((RunDir(target.run_dir).provenance / "ranks").glob("rank_*.json")):
-            pid = json.loads(path.read_text()).get("pid")
-            if isinstance(pid, int):
-                try:
-                    os.kill(pid, live.DUMP_SIGNAL)
-                except ProcessLookupError:
-                    continue  # that rank ended
-    if target.log_dir is None:
-        return f"asked every rank of job {target.job_id} for its stacks: in each rank's log"
-    out, err = target.logs(0)
-    where = out if target.executor == "slurm" else err  # on Slurm a task's stderr goes to its stdout's file
-    return f"asked every rank of job {target.job_id} for its stacks: in each rank's log, {where} for rank 0"
+    run_dir, stamp = target.run_dir, time.strftime("%Y%m%d-%H%M%S")
+    records = stacks.ranks_of(run_dir, None)
+    if target.executor != "slurm":
+        how = stacks.dump_node(run_dir, stamp, None)  # the local executor's ranks run on this machine
+    elif records and isinstance(records[0].get("python"), str):
+        how = _dump_on_nodes(target, records, stamp)
+    else:  # a run started by an older version records no interpreter: the signal alone
+        _scancel(["-s", stacks.DUMP_SIGNAL.name.removeprefix("SIG"), target.job_id])  # the steps' tasks
+        how = {str(r["rank"]): "faulthandler" for r in records}
+    spied = sorted(int(rank) for rank, way in how.items() if way == "py-spy")
+    logged = sorted(int(rank) for rank, way in how.items() if way == "faulthandler")
+    parts = [f"ranks {_ranks(spied)} by py-spy in {RunDir(run_dir).stacks / stamp}"] if spied else []
+    if logged:
+        why = (
+            f"; {RunDir(run_dir).stacks / stamp}/rank_N.txt says why"
+            if (RunDir(run_dir).stacks / stamp).is_dir()
+            else ""
+        )
+        parts.append(f"ranks {_ranks(logged)} into their logs by faulthandler{why}")
+    return f"stacks of job {target.job_id}: " + ("; ".join(parts) or "no rank was running")
+
+
+def _dump_on_nodes(target: Target, records: list[dict], stamp: str) -> dict[str, str]:
+    """One step on each of the job's nodes beside its own (srun --overlap), running trainer.supervise.stacks
+    with the job's interpreter and the run's copy of the trainer; each node prints how its ranks were dumped."""
+    assert target.run_dir is not None
+    nodes = str(len({r.get("host") for r in records}))
+    step = ["srun", "--overlap", f"--jobid={target.job_id}", "-N", nodes, "--ntasks", nodes, "--ntasks-per-node=1"]
+    command = [records[0]["python"], "-m", "trainer.supervise.stacks", str(target.run_dir), stamp]
+    tool = str(Path(str(records[0].get("trainer") or RunDir(target.run_dir).path / "tool" / "trainer")).parent)
+    environ = relay.fan_out_environment(dict(os.environ)) | {"PYTHONPATH": tool}
+    try:
+        done = subprocess.run(
+            [*step, "--kill-on-bad-exit=0", *command], capture_output=True, text=True, timeout=300, env=environ
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise UserError(
+            f"srun could not reach the job's nodes ({exc}); try again, or dump with scancel -s URG"
+        ) from None
+    how: dict[str, str] = {}
+    for line in done.stdout.splitlines():
+        with contextlib.suppress(ValueError):
+            found = json.loads(line)
+            if isinstance(found, dict):
+                how |= {str(k): str(v) for k, v in found.items()}
+    if not how and done.returncode:
+        last = (done.stderr.strip().splitlines() or ["no reason given"])[-1]
+        raise UserError(f"srun refused the stack dump: {last}; try again, or dump with scancel -s URG {target.job_id}")
+    return how
+
+
+def _ranks(ranks: list[int]) -> str:
+    return ", ".join(map(str, ranks)) if len(ranks) < 8 else f"{ranks[0]}-{ranks[-1]} ({len(ranks)})"
 
 
 def _requeue_signal(target: Target) -> str:

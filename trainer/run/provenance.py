@@ -16,6 +16,7 @@ import platform
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -66,6 +67,7 @@ def record_rank(run_dir: Path, env: DistEnv) -> None:
         "job_id": env.job_id,
         "restart": env.restart_count,
         "pid": os.getpid(),
+        "python": sys.executable,  # jobs.top's stack dump runs it on the node (trainer.supervise.stacks)
         "time": time.time(),
         "cwd": os.getcwd(),  # the code snapshot, when the run has one
         "trainer": str(Path(__file__).resolve().parents[1]),  # where this process imported the trainer from
@@ -159,5 +161,7 @@ def record_start(run_dir: Path, env: DistEnv) -> None:
     record_rank(run_dir, env)
     if env.is_main:
         record_environment(run_dir)
-        collect_env(run_dir)
+        report = collect_env(run_dir)
+        if report is not None:  # reaped when it ends: not a zombie child for the rest of the run (py-spy trips on one)
+            threading.Thread(target=report.wait, name="collect-env-reaper", daemon=True).start()
         record_slurm_job(run_dir, env.slurm_job_id)

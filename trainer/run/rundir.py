@@ -104,6 +104,11 @@ class RunDir:
         return self.path / "top.request"
 
     @property
+    def stacks(self) -> Path:
+        """jobs.top's stack dumps: stacks/<time>/rank_N.txt (trainer.supervise.stacks)."""
+        return self.path / "stacks"
+
+    @property
     def live(self) -> Path:
         return self.path / "live.json"
 

@@ -14,13 +14,13 @@ import faulthandler
 import json
 import os
 import resource
-import signal
 import time
 from pathlib import Path
 from typing import Any
 
 from trainer.run.atomic import write_text
 from trainer.run.rundir import RunDir
+from trainer.supervise.stacks import DUMP_SIGNAL
 
 WATCHED_S = 5.0  # a request older than this: nobody watches any more
 
@@ -41,12 +41,11 @@ def save_asked(run_dir: Path) -> float:
     return float(asked) if isinstance(asked, int | float) else 0.0
 
 
-# jobs.top's dump key: each rank of the trainer writes every thread's Python stack into its log (stderr) on this
-# signal (faulthandler, in the signal handler: it works while the training thread is stuck in C). Its loader
-# workers, forked after, inherit the handler and write theirs too (on Slurm scancel signals every process of
-# the step). SIGURG, because its default action is to ignore it: a process that did not register (a
-# -- COMMAND, a batch shell) is not killed by it.
-DUMP_SIGNAL = signal.SIGURG
+# jobs.top's dump key, where py-spy cannot read a rank (trainer.supervise.stacks): each rank of the trainer
+# writes every thread's Python stack into its log (stderr) on this signal (faulthandler, in the signal handler: it
+# works while the training thread is stuck in C). Its loader workers, forked after, inherit the handler. SIGURG,
+# because its default action is to ignore it: a process that did not register (a -- COMMAND, a batch shell) is not
+# killed by it.
 
 
 def dump_stacks_on_signal() -> None:

@@ -1,0 +1,75 @@
+"""jobs.top's stack dump, one rank at a time (trainer.supervise.stacks): py-spy from outside where it can read the
+rank, else the signal and faulthandler's dump in the rank's log, each rank's file saying which."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import poll
+from trainer.supervise import stacks
+
+# A rank as the trainer sets one up: faulthandler on the dump signal, writing to its stderr (its log).
+RANK = """
+import faulthandler, signal, sys, time
+faulthandler.register(signal.SIGURG, all_threads=True, chain=False)
+print("ready", flush=True)
+def training_step():
+    time.sleep(120)
+training_step()
+"""
+
+
+@pytest.fixture
+def rank(tmp_path: Path):  # type: ignore[no-untyped-def]
+    log = (tmp_path / "rank_0.err").open("w")
+    proc = subprocess.Popen([sys.executable, "-c", RANK], stdout=subprocess.PIPE, stderr=log, text=True)
+    assert proc.stdout is not None and proc.stdout.readline() == "ready\n"
+    records = tmp_path / "run" / "provenance" / "ranks"
+    records.mkdir(parents=True)
+    (records / "rank_0.json").write_text(json.dumps({"rank": 0, "host": "vm", "pid": proc.pid}))
+    (records / "rank_1.json").write_text(json.dumps({"rank": 1, "host": "other", "pid": proc.pid}))
+    yield proc
+    proc.kill()
+    proc.wait()
+    log.close()
+
+
+@pytest.mark.skipif(stacks.py_spy() is None, reason="py-spy is not installed (pip install '.[stacks]')")
+def test_py_spy_reads_a_rank_from_outside_into_the_run_folder(tmp_path: Path, rank: subprocess.Popen) -> None:
+    how = stacks.dump_node(tmp_path / "run", "t1", "vm")  # this node's ranks only: rank 1 is on another
+    assert how == {"0": "py-spy"}
+    text = (tmp_path / "run" / "stacks" / "t1" / "rank_0.txt").read_text()
+    assert f"Process {rank.pid}" in text and "training_step" in text
+    assert "most recent call first" not in (tmp_path / "rank_0.err").read_text()  # the rank was not signalled
+
+
+def test_without_py_spy_the_rank_dumps_its_own_stacks_into_its_log(tmp_path: Path, rank: subprocess.Popen) -> None:
+    folder = tmp_path / "out"
+    folder.mkdir()
+    record = {"rank": 0, "pid": rank.pid}
+    assert stacks.dump_rank(record, folder, None) == "faulthandler"
+    assert "not installed" in (folder / "rank_0.txt").read_text()
+    poll("faulthandler's dump", lambda: "training_step" in (tmp_path / "rank_0.err").read_text(), timeout=30)
+
+
+def test_a_py_spy_that_may_not_trace_the_rank_falls_back_and_says_why(tmp_path: Path, rank: subprocess.Popen) -> None:
+    refusing = tmp_path / "py-spy"  # as py-spy answers where ptrace is refused
+    refusing.write_text(
+        "#!/bin/sh\necho 'Error: Permission Denied: Try running again with elevated permissions' >&2\nexit 1\n"
+    )
+    refusing.chmod(0o755)
+    folder = tmp_path / "out"
+    folder.mkdir()
+    assert stacks.dump_rank({"rank": 0, "pid": rank.pid}, folder, str(refusing)) == "faulthandler"
+    assert "py-spy: Error: Permission Denied" in (folder / "rank_0.txt").read_text()
+    poll("faulthandler's dump", lambda: "training_step" in (tmp_path / "rank_0.err").read_text(), timeout=30)
+
+
+def test_a_rank_that_ended_is_said_to_have_ended(tmp_path: Path) -> None:
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    assert stacks.dump_rank({"rank": 3, "pid": gone.pid}, tmp_path, None) == "ended"
+    assert "had ended" in (tmp_path / "rank_3.txt").read_text()

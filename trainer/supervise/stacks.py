@@ -1,0 +1,86 @@
+"""Every rank's Python stacks into the run folder, taken from outside the ranks (jobs.top's dump key).
+
+py-spy, where it is installed beside the job's interpreter or on PATH, reads a process from outside: it works
+while the training thread is stuck in C (an NCCL call, a read of a hung filesystem), shows every thread, and
+needs nothing of the rank (not --subprocesses: one child that has ended and is not yet reaped fails the whole
+dump, seen here). It needs the right to trace the rank
+(the same user where the kernel's ptrace_scope is 0, or root): where that is refused, or py-spy is missing, the
+rank gets the dump signal instead and faulthandler writes its stacks into the rank's log. Each rank's file,
+`stacks/<stamp>/rank_N.txt`, holds py-spy's dump or the one line that says where the stacks went instead.
+
+Stdlib only: on Slurm it runs on each node as a step beside the job's (`srun --overlap`, one task per node),
+with the job's interpreter and the run's own copy of the trainer (`python -m trainer.supervise.stacks RUN STAMP`).
+"""
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+DUMP_SIGNAL = signal.SIGURG  # faulthandler's, in every rank of the trainer (trainer.supervise.live)
+PY_SPY_S = 60  # one rank's dump; py-spy pauses the process while it reads it
+
+
+def py_spy() -> str | None:
+    """py-spy beside this interpreter (the job's environment), else on PATH."""
+    beside = Path(sys.executable).with_name("py-spy")
+    return str(beside) if beside.is_file() else shutil.which("py-spy")
+
+
+def ranks_of(run_dir: Path, node: str | None) -> list[dict[str, Any]]:
+    """The latest attempt's rank records (provenance/ranks), those on `node` only where one is named."""
+    records = []
+    for path in sorted((run_dir / "provenance" / "ranks").glob("rank_*.json")):
+        try:
+            record = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        if isinstance(record, dict) and isinstance(record.get("pid"), int) and isinstance(record.get("rank"), int):
+            if node is None or record.get("host") == node:
+                records.append(record)
+    return records
+
+
+def dump_rank(record: dict[str, Any], folder: Path, tool: str | None) -> str:
+    """One rank's stacks into folder/rank_N.txt: "py-spy", "faulthandler" (the signal was sent) or "ended"."""
+    pid, out = record["pid"], folder / f"rank_{record['rank']}.txt"
+    why = "py-spy is not installed beside the job's python or on PATH"
+    if tool is not None:
+        try:
+            done = subprocess.run([tool, "dump", "--pid", str(pid)], capture_output=True, text=True, timeout=PY_SPY_S)
+            if done.returncode == 0 and done.stdout.strip():
+                out.write_text(done.stdout)
+                return "py-spy"
+            why = f"py-spy: {(done.stderr.strip().splitlines() or ['exit ' + str(done.returncode)])[-1]}"
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            why = f"py-spy: {exc}"
+    try:
+        os.kill(pid, DUMP_SIGNAL)
+    except ProcessLookupError:
+        out.write_text(f"rank {record['rank']} (pid {pid}) had ended\n")
+        return "ended"
+    out.write_text(f"{why}; faulthandler wrote rank {record['rank']}'s stacks into its log instead\n")
+    return "faulthandler"
+
+
+def dump_node(run_dir: Path, stamp: str, node: str | None) -> dict[str, str]:
+    """The stacks of every rank on `node` (None: every rank recorded, the local executor's one machine), by
+    rank: how each was taken."""
+    folder = run_dir / "stacks" / stamp  # RunDir(run_dir).stacks: this module runs with the standard library alone
+    folder.mkdir(parents=True, exist_ok=True)
+    tool = py_spy()
+    return {str(r["rank"]): dump_rank(r, folder, tool) for r in ranks_of(run_dir, node)}
+
+
+def main() -> None:
+    run_dir, stamp = Path(sys.argv[1]), sys.argv[2]
+    how = dump_node(run_dir, stamp, os.environ.get("SLURMD_NODENAME") or None)
+    print(json.dumps(how), flush=True)
+
+
+if __name__ == "__main__":
+    main()
