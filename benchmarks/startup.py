@@ -1,4 +1,4 @@
-"""Benchmark 13: from RUNNING to the first step, against a bare script under the same srun, on the test cluster.
+"""Benchmark 13: from the allocation to the first step, against a bare script under the same srun, on the test cluster.
 
 Rounds alternate two jobs of the same layout (mini profile, --nodes x --tasks):
 - ours: `python -m jobs.submit` training pix2pix on the sample data, first step timed from rank 0's
@@ -10,7 +10,10 @@ Rounds alternate two jobs of the same layout (mini profile, --nodes x --tasks):
   builds ours' model (pix2pix's U-Net) with its AdamW under DDP and takes one step on a batch of ours' shape: the
   third baseline, the same model and optimizer (issue 37: ours at most 1.1x it), whose difference to ours is the
   tool's own start-up (submitit, supervision, the data pipeline, TensorBoard).
-RUNNING is seen by polling squeue every 0.1 s, the same way for both. Target: ours <= 1.3x the bare script.
+Both are timed from their batch script's first line (a setup line of the profile echoes the clock into the batch
+log): squeue's RUNNING is no common start, since ours' submit returns after the job may already be running (the
+first poll then sees RUNNING late) while the bare job's sbatch returns at once. Target: ours <= 1.3x the bare
+script.
 Usage: python benchmarks/startup.py [--rounds N] [--nodes N] [--tasks N]
 """
 
@@ -63,9 +66,11 @@ adamw.step()
 loss.item()
 stepped = time.time()
 if rank == 0:
-    stat = Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()
-    boot = next(float(line.split()[1]) for line in open("/proc/stat") if line.startswith("btime"))
-    start = boot + int(stat[19]) / os.sysconf("SC_CLK_TCK")
+    # As ours (trainer.run.failures.process_start_time): back from now by the uptime, not from /proc/stat's
+    # boot time in whole seconds (that put the bare script's start up to 1 s early).
+    ticks = int(Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()[19])
+    uptime = float(Path("/proc/uptime").read_text().split()[0])
+    start = time.time() - (uptime - ticks / os.sysconf("SC_CLK_TCK"))
     marks = {"script_started": imported_python, "torch_imported": imported, "process_group_joined": joined,
              "all_reduce_done": reduced, "optimizer_built": optimizer, "model_step_done": stepped}
     Path(sys.argv[1]).write_text(json.dumps({"process_start": start, **marks}))
@@ -101,13 +106,13 @@ def run_ours(profile: Path, layout: list[str], data: Path, name: str, runs: Path
     submit("--profile", str(profile), *layout, *common)
     run_dir = runs / name
     job_id = json.loads(RunDir(run_dir).job.read_text())["job_id"]
-    states = until_gone(job_id, "our job to end")
+    until_gone(job_id, "our job to end")
     attempt = json.loads(RunDir(run_dir).attempts.read_text())[0]
     marks = attempt["startup"]
     start = marks.pop("process_start")
-    running = states.first("RUNNING", after=0)
-    phases = {"process_start": start - running} | {k: start + v - running for k, v in marks.items()}
-    return phases | {"first_step": step_times(run_dir)[1] - running}
+    began = batch_start(RunDir(run_dir).logs / f"{job_id}_0_log.out")
+    phases = {"process_start": start - began} | {k: start + v - began for k, v in marks.items()}
+    return phases | {"first_step": step_times(run_dir)[1] - began}
 
 
 def run_bare(script: str, folder: Path, out: Path) -> dict[str, float]:
@@ -115,16 +120,26 @@ def run_bare(script: str, folder: Path, out: Path) -> dict[str, float]:
     job_id = subprocess.run(
         ["sbatch", "--parsable", str(folder / "job.sh")], capture_output=True, text=True, check=True
     ).stdout.strip()
-    states = until_gone(job_id, "the bare job to end")
+    until_gone(job_id, "the bare job to end")
     if not out.exists():
         sys.exit(f"the bare script wrote nothing; see {folder / 'logs'}")
-    running = states.first("RUNNING", after=0)
-    return {k: v - running for k, v in json.loads(out.read_text()).items()}
+    began = batch_start(folder / "logs" / f"{job_id}_0_log.out")
+    return {k: v - began for k, v in json.loads(out.read_text()).items()}
+
+
+SETUP = "setup:\n  - 'echo batch_start $(date +%s.%N)'\n"  # the batch script's first line of its own
+
+
+def batch_start(log: Path) -> float:
+    for line in log.read_text(errors="replace").splitlines():
+        if line.startswith("batch_start "):
+            return float(line.split()[1])
+    sys.exit(f"no batch_start line in {log}: the profile's setup line did not run")
 
 
 def table(rows: list[tuple[str, list[dict[str, float]], list[dict[str, float]]]]) -> None:
-    """Each phase as the median, over rounds, of seconds since RUNNING; then each phase's own share."""
-    print("| reached (rank 0) | ours: s after RUNNING | bare: s after RUNNING |")
+    """Each phase as the median, over rounds, of seconds since the batch script's first line."""
+    print("| reached (rank 0) | ours: s after the batch started | bare: s after the batch started |")
     print("|---|---|---|")
     for label, ours, bare in rows:
         cells = [f"{statistics.median(ours_or_bare):.2f}" if ours_or_bare else "" for ours_or_bare in (ours, bare)]
@@ -144,7 +159,7 @@ def main() -> None:
     try:
         data = ensure_sample_data(work / "sample") / "pix2pix"
         runs = work / "runs"
-        profile = cluster.mini_profile(work / "mini.yaml", runs)
+        profile = cluster.mini_profile(work / "mini.yaml", runs, SETUP)
         layout = ["--nodes", str(args.nodes), "--gpus-per-node", str(args.tasks)]
         dry = submit("--profile", str(profile), *layout, "--name", "dry", f"data.root={data}", "--dry-run")
         script = dry[dry.index("#!/bin/bash") :]
@@ -180,15 +195,17 @@ def main() -> None:
         ratios = [o["first_step"] / b["all_reduce_done"] for o, b in zip(ours, bare, strict=True)]
         ratio = statistics.median(ratios)
         verdict = "meets" if ratio <= 1.3 else "MISSES"
-        print(f"RUNNING to first step vs bare script: ratio {ratio:.3f} (median of rounds; {verdict} target <= 1.3)")
+        print(
+            f"batch start to first step vs bare script: ratio {ratio:.3f} (median of rounds; {verdict} target <= 1.3)"
+        )
         with_optimizer = statistics.median(
             o["first_step"] / b["optimizer_built"] for o, b in zip(ours, bare, strict=True)
         )
-        print(f"RUNNING to first step vs bare script + optimizer: ratio {with_optimizer:.3f} (median of rounds)")
+        print(f"batch start to first step vs bare script + optimizer: ratio {with_optimizer:.3f} (median of rounds)")
         same_work = statistics.median(o["first_step"] / b["model_step_done"] for o, b in zip(ours, bare, strict=True))
         verdict = "meets" if same_work <= 1.1 else "MISSES"
         print(
-            f"RUNNING to first step vs bare script with the same model, optimizer and one step: ratio {same_work:.3f} "
+            f"batch start to first step vs bare script with the same model, optimizer and one step: ratio {same_work:.3f} "
             f"(median of rounds; {verdict} issue 37's target <= 1.1)"
         )
     finally:

@@ -85,6 +85,8 @@ def run(config: dict[str, Any], job: dict[str, Any] | None = None) -> dict[str, 
     except BaseException as exc:
         if not isinstance(exc, KeyboardInterrupt | SystemExit):
             record_error(run_dir, env, exc)
+            if env.is_main:  # an attempt that failed before its first step: torch's report may say why
+                provenance.report_environment(run_dir)
         if isinstance(exc, UserError):  # bad input, a full disk: a restart in the allocation fails the same way
             relay.mark_stopped(env.attempt)
         raise

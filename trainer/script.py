@@ -93,6 +93,8 @@ def run(
     env = agree_port(resolve(os.environ), folder)
     print(env.describe(), flush=True)
     provenance.record_start(folder, env)
+    if env.is_main:  # at once: a command's steps are its own (the trainer's rank 0 waits for its first step)
+        provenance.report_environment(folder)
     attempts = Attempts(folder) if env.is_main else None
     if env.is_main:
         cause = failures.clear(folder, failures.process_start_time())

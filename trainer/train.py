@@ -39,7 +39,7 @@ from trainer.env.launcher import DistEnv
 from trainer.errors import UserError
 from trainer.meter import IntervalMeter, Progress
 from trainer.rng import deterministic_kernels, isolated
-from trainer.run import failures, ledger, startup
+from trainer.run import failures, ledger, provenance, startup
 from trainer.run.atomic import write_text
 from trainer.run.checkpoint_names import best_path
 from trainer.run.prepare import write_config
@@ -105,6 +105,7 @@ def train(
         progress = Progress(config.steps, state.step, enabled=env.is_main)
 
         tick = run.started = time.perf_counter()
+        first = state.step + 1
         while state.step < config.steps:
             watchdog.enter("data", state.step)  # the watchdog's view: where this rank is (no I/O)
             fetching = time.perf_counter()
@@ -124,6 +125,8 @@ def train(
             state.advance(run.batches_per_epoch)
             step = state.step
             tick = meter.add(loss, metrics, tick, fetching, loaded, run.comm_timer.take() if run.comm_timer else 0.0)
+            if step == first and env.is_main:  # torch's environment report: started earlier, it slowed the start
+                provenance.report_environment(Path(config.run_dir))
 
             # Every rank runs what follows at the same steps: the log's means, evaluation and saving are
             # collectives (the image grid alone is rank 0's).

@@ -155,13 +155,26 @@ def collect_env(run_dir: Path, python: str = sys.executable) -> subprocess.Popen
         return None
 
 
+_REPORTED: set[Path] = set()
+
+
+def report_environment(run_dir: Path) -> None:
+    """Rank 0, once per process and run: torch's environment report, by a child (collect_env). Started after the
+    attempt's first step, or as it fails before one: started with the ranks, its own import of torch and its
+    pip and nvidia-smi slowed every rank's start by about 1 s on the 2-core test cluster (benchmarks/RESULTS.md,
+    section 13), nice 10 or not."""
+    if run_dir in _REPORTED:
+        return
+    _REPORTED.add(run_dir)
+    report = collect_env(run_dir)
+    if report is not None:  # reaped when it ends: not a zombie child for the rest of the run (py-spy trips on one)
+        threading.Thread(target=report.wait, name="collect-env-reaper", daemon=True).start()
+
+
 def record_start(run_dir: Path, env: DistEnv) -> None:
-    """Every rank at the start of every attempt; rank 0 also the environment, torch's report and the Slurm
-    record."""
+    """Every rank at the start of every attempt; rank 0 also the environment and the Slurm record (torch's
+    report comes after the first step: report_environment)."""
     record_rank(run_dir, env)
     if env.is_main:
         record_environment(run_dir)
-        report = collect_env(run_dir)
-        if report is not None:  # reaped when it ends: not a zombie child for the rest of the run (py-spy trips on one)
-            threading.Thread(target=report.wait, name="collect-env-reaper", daemon=True).start()
         record_slurm_job(run_dir, env.slurm_job_id)
