@@ -101,3 +101,35 @@ def test_a_local_shape_beyond_the_machine_is_refused(golden: Golden) -> None:
         refuse_local_shape(8, 4, 4, 64)  # 4 tasks of 2 GPUs: the task count alone would fit
     with raises(golden, "--gpus-per-node"):
         refuse_local_shape(3, 3, 0, 2)
+
+
+class Flag:
+    raised = False
+
+
+def test_a_vote_is_read_the_step_after_it_starts_and_takes_a_save_request_only_then(group: None) -> None:
+    """The ranks' stop vote (trainer.distributed.StopVote), started every 5 steps and read at the next step, so no
+    step waits for it: a signal at step 7 stops every rank at step 11; a save asked for before step 5 at step 6."""
+    from trainer.distributed import StopVote
+
+    vote, flag, asked = StopVote(TWO_RANKS, torch.device("cpu"), every=5), Flag(), []
+
+    def save_asked() -> bool:
+        asked.append(step)
+        return step == 5
+
+    answers = {}
+    for step in range(1, 13):
+        flag.raised = step >= 7
+        answers[step] = vote.at(step, flag, save_asked)  # type: ignore[arg-type]
+    assert asked == [5]  # at step 10 the stop is this rank's vote, which saves anyway: no request taken
+    assert {s: a for s, a in answers.items() if a} == {6: "save", 11: "stop"}
+    assert vote.drain() == ""  # nothing under way after step 11 (the next vote starts at 15)
+
+
+def test_one_process_decides_at_the_vote_itself() -> None:
+    from trainer.distributed import StopVote
+
+    vote, flag = StopVote(ONE_RANK, torch.device("cpu"), every=5), Flag()
+    flag.raised = True
+    assert [vote.at(step, flag, lambda: False) for step in (4, 5)] == ["", "stop"]  # type: ignore[arg-type]

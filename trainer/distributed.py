@@ -6,7 +6,7 @@ import inspect
 import os
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -340,24 +340,61 @@ def settle_buckets(ddp: DDP) -> None:
         p.grad = None
 
 
-def stop_agreed(
-    flag: StopFlag, env: DistEnv, device: torch.device, step: int, every: int, save_asked: bool = False
-) -> str:
-    """What the ranks agree to do at this step: "stop" (the requeue signal), "save" (jobs.top asked rank 0 for
-    a checkpoint now) or "" (train on). An all-reduce(MAX) of each rank's vote, every `every` steps.
+class StopVote:
+    """What the ranks agree to do at a step: "stop" (the requeue signal), "save" (jobs.top asked rank 0 for a
+    checkpoint now) or "" (train on).
 
-    Every rank calls it at the same steps and sees the same answer, so all stop (or save) at the same step.
-    Voting every step cost about 2% of a 110 ms step here (benchmarks/trainer_overhead.py); every 5 steps it is
-    noise, and the stop comes at most 4 steps after the signal, well inside the signal's delay.
+    Every `every` steps each rank's vote goes out in an all-reduce(MAX), started at that step and read at the
+    next, once that step's work is queued: no step waits for it. (Read at once, its `.item()` drained a GPU's
+    queue every `every` steps, and on gloo it was a round trip on the step's path; voting at every step that way
+    cost about 2% of a 110 ms CPU step, benchmarks/trainer_overhead.py.) Every rank starts and reads the same
+    votes at the same steps, so all stop (or save) at the same step, at most `every` steps after the signal,
+    well inside its delay. One process decides alone, at once.
     """
-    if step % every:
-        return ""
-    mine = 2 if flag.raised else int(save_asked)
-    if env.distributed:
-        vote = torch.tensor([mine], device=device)
-        dist.all_reduce(vote, op=dist.ReduceOp.MAX)
-        mine = int(vote.item())
-    return {2: "stop", 1: "save"}.get(mine, "")
+
+    def __init__(self, env: DistEnv, device: torch.device, every: int) -> None:
+        self.env, self.device, self.every = env, device, every
+        self._pending: tuple[Any, torch.Tensor, Any] | None = None  # (gloo's work, the vote, a CUDA event)
+
+    def at(self, step: int, flag: StopFlag, save_asked: Callable[[], bool]) -> str:
+        """The answer due at `step` (the vote started at the step before), and a new vote every `every` steps;
+        `save_asked` is called only then (it takes the request)."""
+        answer = self.drain()
+        if step % self.every == 0:
+            mine = 2 if flag.raised else int(save_asked())
+            if not self.env.distributed:
+                return ANSWERS.get(mine, "")
+            self._start(mine)
+        return answer
+
+    def _start(self, mine: int) -> None:
+        vote = torch.tensor([mine], device=self.device)
+        work = dist.all_reduce(vote, op=dist.ReduceOp.MAX, async_op=True)
+        if self.device.type != "cuda":
+            self._pending = (work, vote, None)
+            return
+        assert work is not None
+        work.wait()  # NCCL: the current stream waits for it, the host does not
+        host = torch.empty(1, dtype=vote.dtype, pin_memory=True)
+        host.copy_(vote, non_blocking=True)
+        done = torch.cuda.Event()
+        done.record()
+        self._pending = (None, host, done)
+
+    def drain(self) -> str:
+        """The answer of the vote under way ("" with none), waiting for it if it is not in yet."""
+        if self._pending is None:
+            return ""
+        work, vote, done = self._pending
+        self._pending = None
+        if done is not None:
+            done.synchronize()  # the step it was started at is done on the device by now, or nearly
+        else:
+            work.wait()
+        return ANSWERS.get(int(vote.item()), "")
+
+
+ANSWERS = {2: "stop", 1: "save"}
 
 
 def decide(

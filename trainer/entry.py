@@ -64,7 +64,7 @@ def run(config: dict[str, Any], job: dict[str, Any] | None = None) -> dict[str, 
         relay.mark_stopped(env.attempt)
         raise
     # On Slurm the batch shell, not this task, gets the signal, and leaves a file. Rank 0 alone watches for it:
-    # the ranks' stop vote is a MAX (trainer.distributed.stop_agreed), and the others stay off the shared filesystem.
+    # the ranks' stop vote is a MAX (trainer.distributed.StopVote), and the others stay off the shared filesystem.
     relay.watch(relay.signal_file(env.attempt) if env.is_main else None, stop_flag.signum)
     # submitit's task ignores SIGTERM; a cancel (scancel, jobs.cancel) must stop training now, not at SIGKILL.
     signal.signal(signal.SIGTERM, signal.SIG_DFL)

@@ -23,6 +23,7 @@ from trainer.data.checks import count_bad_images
 from trainer.data.loader import batches, make_loader, shutdown, to_device
 from trainer.distributed import (
     CommTimer,
+    StopVote,
     beat_store,
     decide,
     dump_flight_recorder,
@@ -32,7 +33,6 @@ from trainer.distributed import (
     pick_devices,
     process_group,
     rendezvous_file,
-    stop_agreed,
     wrap,
 )
 from trainer.env.launcher import DistEnv
@@ -106,6 +106,7 @@ def train(
 
         tick = run.started = time.perf_counter()
         first = state.step + 1
+        vote = StopVote(env, device, config.dist.stop_check_every)
         while state.step < config.steps:
             watchdog.enter("data", state.step)  # the watchdog's view: where this rank is (no I/O)
             fetching = time.perf_counter()
@@ -135,16 +136,19 @@ def train(
             log_images_if_due(run, step, batch)
             evaluate_if_due(run, step, progress)
             saved = run.checkpoints.save_if_due(state, config.steps)
-            # A collective too, every stop_check_every steps: all ranks stop (or save) at the same step.
-            every, agreed = config.dist.stop_check_every, ""
-            if step < config.steps and step % every == 0:  # jobs.top's save request is taken at a vote only
-                agreed = stop_agreed(stop_flag, env, device, step, every, watchdog.take_save())
+            # A collective too, started every stop_check_every steps and read a step later: all ranks stop (or
+            # save) at the same step. jobs.top's save request is taken when a vote starts.
+            if step < config.steps:
+                agreed = vote.at(step, stop_flag, watchdog.take_save)
+            else:  # trained: the vote under way is read on every rank and set aside
+                agreed = vote.drain() and ""
             if agreed == "save" and not saved:  # asked for with jobs.top: a checkpoint now, and train on
                 run.checkpoints.save(state)
                 if env.is_main:
                     print(f"saved at step {step}, as jobs.top asked", flush=True)
             if agreed == "stop":
                 watchdog.enter("requeue")
+                vote.drain()  # one started at this very step (stop_check_every=1): every rank reads it
                 if not saved:
                     run.checkpoints.save(state)
                 run.checkpoints.wait()  # the checkpoint is on disk before anyone leaves

@@ -12,7 +12,7 @@ Who owns what (README.md beside this file has the table):
 - watch: rank 0's node-local heartbeat, and the hang no rank can name (every rank frozen at once).
 - watchdog, in each training process: hangs, by section budgets and heartbeats in the job's store.
 - signals, flag, relay: the requeue signal's one spelling, the flag its handler sets, its way from the batch
-  shell to the tasks. The ranks' vote to stop on it is a collective: trainer.distributed.stop_agreed.
+  shell to the tasks. The ranks' vote to stop on it is a collective: trainer.distributed.StopVote.
 - attempts: attempts.json, each attempt's start and stop, and rank 0's requeue.
 The few-line API a user's own script calls stays trainer.requeue.
 """
