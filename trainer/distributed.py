@@ -368,7 +368,7 @@ class StopVote:
         return answer
 
     def _start(self, mine: int) -> None:
-        vote = torch.tensor([mine], device=self.device)
+        vote = torch.full((1,), mine, dtype=torch.int64, device=self.device)  # a fill: torch.tensor(list) syncs
         work = dist.all_reduce(vote, op=dist.ReduceOp.MAX, async_op=True)
         if self.device.type != "cuda":
             self._pending = (work, vote, None)

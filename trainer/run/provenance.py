@@ -132,7 +132,7 @@ LAUNCHER_PREFIXES = ("SLURM_", "SUBMITIT_", "TORCHELASTIC_", "MASTER_")
 RANK_NAMES = {"RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK"}
 # torch's own report, written aside and renamed by the child itself: it outlives a rank 0 that ends first.
 COLLECT_ENV = (
-    "import os, sys\nfrom torch.utils import collect_env\ntext = collect_env.get_pretty_env_info()\n"
+    "import os, sys\nos.nice(10)\nfrom torch.utils import collect_env\ntext = collect_env.get_pretty_env_info()\n"
     "with open(sys.argv[1] + '.part', 'w') as f:\n    f.write(text + '\\n')\nos.replace(sys.argv[1] + '.part', sys.argv[1])\n"
 )
 
@@ -148,7 +148,7 @@ def collect_env(run_dir: Path, python: str = sys.executable) -> subprocess.Popen
         env = {k: v for k, v in os.environ.items() if not k.startswith(LAUNCHER_PREFIXES) and k not in RANK_NAMES}
         return subprocess.Popen(
             [python, "-c", COLLECT_ENV, str(target)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-            start_new_session=True, preexec_fn=lambda: os.nice(10), env=env,
+            start_new_session=True, env=env,  # no preexec_fn: rank 0 forks it mid-training (threads, CUDA)
         )  # fmt: skip
     except OSError as exc:
         print(f"warning: torch.utils.collect_env: {exc}", file=sys.stderr)
