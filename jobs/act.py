@@ -5,12 +5,13 @@ Each returns the line jobs.top shows; a job that is not running is refused in on
 import contextlib
 import json
 import os
+import re
 import subprocess
 import time
-from pathlib import Path
 
 import yaml
 
+from jobs.snapshot import tool_environment
 from jobs.tracking import Target, info, is_local_job
 from trainer.errors import UserError
 from trainer.run.rundir import RunDir
@@ -90,6 +91,9 @@ def dump_stacks(target: Target) -> str:
             else ""
         )
         parts.append(f"ranks {_ranks(logged)} into their logs by faulthandler{why}")
+    missed = sorted(int(r) for r, way in how.items() if way not in ("py-spy", "faulthandler"))
+    if missed:  # ended, or neither traced nor signalled (another user's): each rank's file says which
+        parts.append(f"ranks {_ranks(missed)} not dumped")
     return f"stacks of job {target.job_id}: " + ("; ".join(parts) or "no rank was running")
 
 
@@ -97,11 +101,19 @@ def _dump_on_nodes(target: Target, records: list[dict], stamp: str) -> dict[str,
     """One step on each of the job's nodes beside its own (srun --overlap), running trainer.supervise.stacks
     with the job's interpreter and the run's copy of the trainer; each node prints how its ranks were dumped."""
     assert target.run_dir is not None
-    nodes = str(len({r.get("host") for r in records}))
-    step = ["srun", "--overlap", f"--jobid={target.job_id}", "-N", nodes, "--ntasks", nodes, "--ntasks-per-node=1"]
-    command = [records[0]["python"], "-m", "trainer.supervise.stacks", str(target.run_dir), stamp]
-    tool = str(Path(str(records[0].get("trainer") or RunDir(target.run_dir).path / "tool" / "trainer")).parent)
-    environ = relay.fan_out_environment(dict(os.environ)) | {"PYTHONPATH": tool}
+    # The records are the run folder's, so data: node names as Slurm spells them, an absolute interpreter path.
+    hosts = sorted({str(r.get("host")) for r in records if NODE_NAME.fullmatch(str(r.get("host")))})
+    python = str(records[0].get("python"))
+    if not hosts or not python.startswith("/"):
+        raise UserError(f"the rank records in {RunDir(target.run_dir).provenance / 'ranks'} name no node or no "
+                        f"interpreter; dump with scancel -s URG {target.job_id}")  # fmt: skip
+    n = str(len(hosts))
+    step = ["srun", "--overlap", f"--jobid={target.job_id}", "-N", n, "--ntasks", n, "--ntasks-per-node=1"]
+    step.append(f"--nodelist={','.join(hosts)}")
+    command = [python, "-m", "trainer.supervise.stacks", str(target.run_dir), stamp]
+    tool = RunDir(target.run_dir).path / "tool"  # the run's own copy of the trainer; else the installed one
+    # PYTHONSAFEPATH: srun runs it in this folder, which may hold a trainer.py of the user's.
+    environ = relay.fan_out_environment(dict(os.environ)) | tool_environment(tool if tool.is_dir() else None)
     try:
         done = subprocess.run(
             [*step, "--kill-on-bad-exit=0", *command], capture_output=True, text=True, timeout=300, env=environ
@@ -115,11 +127,14 @@ def _dump_on_nodes(target: Target, records: list[dict], stamp: str) -> dict[str,
         with contextlib.suppress(ValueError):
             found = json.loads(line)
             if isinstance(found, dict):
-                how |= {str(k): str(v) for k, v in found.items()}
+                how |= {str(k): str(v) for k, v in found.items() if str(k).isdigit()}  # data
     if not how and done.returncode:
         last = (done.stderr.strip().splitlines() or ["no reason given"])[-1]
         raise UserError(f"srun refused the stack dump: {last}; try again, or dump with scancel -s URG {target.job_id}")
     return how
+
+
+NODE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 
 
 def _ranks(ranks: list[int]) -> str:

@@ -3,7 +3,7 @@ loss, seconds since progress, memory; above them the job's state, attempt, time 
 
 Live, it redraws about once a second (with Rich, where installed: `pip install 'slurm-ddp[top]'`), and keys act
 on the run: s saves now (a checkpoint at the next step boundary; training goes on), r requeues now, c cancels
-(after a y), d writes every rank's Python stacks into its log, q leaves. `--once` prints the table a single
+(after a y), d writes every rank's Python stacks into the run folder (py-spy; else into each rank's log), q leaves. `--once` prints the table a single
 time, a line per rank with the rank first, for scripts and tests; --save-now, --requeue-now and --dump-stacks
 do what the keys do. While it runs,
 rank 0 writes every rank's heartbeat to live.json once a second (trainer.supervise.live); nothing else in the
@@ -396,7 +396,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--every", type=float, default=1.0, help="seconds between redraws (default 1)")
     parser.add_argument("--save-now", action="store_true", help="ask for a checkpoint now; the run trains on")
     parser.add_argument("--requeue-now", action="store_true", help="send the requeue signal: save and requeue")
-    parser.add_argument("--dump-stacks", action="store_true", help="each rank writes its Python stacks to its log")
+    parser.add_argument(
+        "--dump-stacks",
+        action="store_true",
+        help="every rank's Python stacks into the run folder's stacks/ (py-spy), else into its log",
+    )
     parser.add_argument("--stream", action="store_true", help=argparse.SUPPRESS)  # frames as JSON lines, for SSH
     args = parser.parse_args(argv)
     actions = [f for f in ("save_now", "requeue_now", "dump_stacks") if getattr(args, f)]

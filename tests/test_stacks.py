@@ -73,3 +73,30 @@ def test_a_rank_that_ended_is_said_to_have_ended(tmp_path: Path) -> None:
     gone.wait()
     assert stacks.dump_rank({"rank": 3, "pid": gone.pid}, tmp_path, None) == "ended"
     assert "had ended" in (tmp_path / "rank_3.txt").read_text()
+
+
+def test_only_the_latest_attempts_records_with_real_pids_are_read(tmp_path: Path) -> None:
+    """A resume with fewer ranks leaves older records; a pid of 0 or -1 would signal a whole process group."""
+    folder = tmp_path / "provenance" / "ranks"
+    folder.mkdir(parents=True)
+    records = [
+        {"rank": 0, "pid": 1234, "job_id": "7", "restart": 1, "time": 20.0, "host": "n1"},
+        {"rank": 1, "pid": 1235, "job_id": "7", "restart": 1, "time": 20.5, "host": "n1"},
+        {"rank": 2, "pid": 999, "job_id": "7", "restart": 0, "time": 10.0, "host": "n1"},  # the earlier attempt's
+        {"rank": 3, "pid": -1, "job_id": "7", "restart": 1, "time": 20.5, "host": "n1"},
+        {"rank": 4, "pid": True, "job_id": "7", "restart": 1, "time": 20.5, "host": "n1"},
+    ]
+    for record in records:
+        (folder / f"rank_{record['rank']}.json").write_text(json.dumps(record))
+    assert [r["rank"] for r in stacks.ranks_of(tmp_path, None)] == [0, 1]
+
+
+def test_a_rank_that_may_be_neither_traced_nor_signalled_is_said_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def refuse(pid: int, signum: int) -> None:
+        raise PermissionError(1, "Operation not permitted")
+
+    monkeypatch.setattr(stacks.os, "kill", refuse)
+    assert stacks.dump_rank({"rank": 5, "pid": 4321}, tmp_path, None) == "refused"
+    assert "the dump signal was refused too" in (tmp_path / "rank_5.txt").read_text()

@@ -280,7 +280,12 @@ def test_top_saves_dumps_stacks_and_requeues_a_job_on_the_cluster(tmp_path: Path
     assert "at its next step boundary" in cli("jobs.top", str(run_dir), "--save-now").stdout
     saved = lambda: [p for p in (run_dir / "checkpoints").glob("step_*.pt") if int(p.stem[5:]) % 100]  # noqa: E731
     poll("the checkpoint asked for", saved, timeout=60)
-    dumped = cli("jobs.top", str(run_dir), "--dump-stacks").stdout
+    own = tmp_path / "my_project"  # jobs.top from a user's folder with a trainer.py of its own (srun runs there)
+    own.mkdir()
+    (own / "trainer.py").write_text("raise SystemExit('the user trainer.py was imported')\n")
+    dumped = subprocess.run(
+        [sys.executable, "-m", "jobs.top", str(run_dir), "--dump-stacks"], cwd=own, capture_output=True, text=True
+    ).stdout
     assert "ranks 0, 1 by py-spy in " in dumped, dumped  # a step on each node, py-spy beside the job's python
     (folder,) = (run_dir / "stacks").iterdir()
     assert all("train (trainer/train.py" in (folder / f"rank_{r}.txt").read_text() for r in (0, 1))

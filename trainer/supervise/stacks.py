@@ -32,17 +32,23 @@ def py_spy() -> str | None:
 
 
 def ranks_of(run_dir: Path, node: str | None) -> list[dict[str, Any]]:
-    """The latest attempt's rank records (provenance/ranks), those on `node` only where one is named."""
+    """The latest attempt's rank records (provenance/ranks: a resume with fewer ranks leaves older ones), those
+    on `node` only where one is named. Read as data: a pid must be a real process's (not 0 or -1, which
+    os.kill takes for a whole group)."""
     records = []
     for path in sorted((run_dir / "provenance" / "ranks").glob("rank_*.json")):
         try:
             record = json.loads(path.read_text())
         except (OSError, ValueError):
             continue
-        if isinstance(record, dict) and isinstance(record.get("pid"), int) and isinstance(record.get("rank"), int):
-            if node is None or record.get("host") == node:
+        if isinstance(record, dict) and type(record.get("pid")) is int and record["pid"] > 1:
+            if type(record.get("rank")) is int and (node is None or record.get("host") == node):
                 records.append(record)
-    return records
+    if not records:
+        return []
+    newest = max(records, key=lambda r: r.get("time") if isinstance(r.get("time"), int | float) else 0)
+    attempt = (newest.get("job_id"), newest.get("restart"))
+    return [r for r in records if (r.get("job_id"), r.get("restart")) == attempt]
 
 
 def dump_rank(record: dict[str, Any], folder: Path, tool: str | None) -> str:
@@ -63,6 +69,9 @@ def dump_rank(record: dict[str, Any], folder: Path, tool: str | None) -> str:
     except ProcessLookupError:
         out.write_text(f"rank {record['rank']} (pid {pid}) had ended\n")
         return "ended"
+    except OSError as exc:  # another user's process: neither traced nor signalled
+        out.write_text(f"{why}; the dump signal was refused too ({exc})\n")
+        return "refused"
     out.write_text(f"{why}; faulthandler wrote rank {record['rank']}'s stacks into its log instead\n")
     return "faulthandler"
 
