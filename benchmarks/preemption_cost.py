@@ -74,7 +74,7 @@ def main() -> None:
             cluster.wait_for(f"attempt {attempt} to train", lambda a=attempt: training(run_dir, a))
             cluster.preempt_normal_jobs()
             cluster.release_when_requeued(job_id)
-        cluster.wait_for("the run to finish", lambda: RunDir(run_dir).summary.exists(), timeout=600)
+        cluster.wait_for("the run to finish", lambda: RunDir(run_dir).finished(), timeout=600)
     finally:
         states.stop()
     report(run_dir, states)

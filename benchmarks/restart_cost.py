@@ -56,7 +56,7 @@ def run_once(folder: Path, data: Path, extra: str, steps: int, release: bool = T
     killed = time.time()
     if "requeue_on_failure" in extra and release:
         cluster.release_when_requeued(job_id)
-    cluster.wait_for("the run to finish", RunDir(run_dir).summary.exists, timeout=900)
+    cluster.wait_for("the run to finish", RunDir(run_dir).finished, timeout=900)
     return first_step_after(run_dir, killed) - killed, json.loads(RunDir(run_dir).summary.read_text())[
         "steps_recomputed"
     ]

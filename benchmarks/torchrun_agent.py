@@ -81,11 +81,11 @@ def measure(run_dir: Path, job_id: str, find_pid: Callable[[], int | None]) -> d
     cluster.wait_for("checkpoint 20", checkpoint.exists, timeout=300)
     started = start_time(job_id)
     killed = kill_rank_3(find_pid)
-    ended = lambda: RunDir(run_dir).summary.exists() or not cluster.squeue_state(job_id)  # noqa: E731
+    ended = lambda: RunDir(run_dir).finished() or not cluster.squeue_state(job_id)  # noqa: E731
     cluster.wait_for("the run to end", ended, timeout=600)
     times = step_times(run_dir)
     after = [t for t in times if t > killed]
-    if not RunDir(run_dir).summary.exists():  # it did not come back from the kill: say why, as error.txt does
+    if not RunDir(run_dir).finished():  # it did not come back from the kill: say why, as error.txt does
         error = RunDir(run_dir).error.read_text().strip() if RunDir(run_dir).error.exists() else "no error.txt"
         return {"start": times[0] - started, "restart": float("nan"), "weights": f"none (failed: {error[:160]})"}
     summary = json.loads(RunDir(run_dir).summary.read_text())

@@ -256,6 +256,6 @@ def target_outcome(target: Target, results: Callable[[], Any] | None = None) -> 
         if run_dir is not None and (line := full_disk_line(run_dir)):  # no rank could record anything
             return line
         return f"job {target.job_id} failed ({problem}); see {log}"
-    if run_dir is None or not RunDir(run_dir).summary.exists():
+    if run_dir is None or not RunDir(run_dir).finished():
         return f"job {target.job_id} ended without a summary; see {log}"
     return None

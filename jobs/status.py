@@ -107,7 +107,7 @@ def point_progress(run_dir: Path | None) -> tuple[int | None, str]:
         (RunDir(run_dir).summary, "final_step", "val_metrics"),
         (RunDir(run_dir).progress, "step", "val"),
     ):
-        if path.is_file():
+        if path.is_file() if path != RunDir(run_dir).summary else RunDir(run_dir).finished():
             try:
                 record = json.loads(path.read_text())
             except (OSError, ValueError):

@@ -542,8 +542,8 @@ def check_resume(run_dir: Path, old: TrainConfig, new: TrainConfig) -> str:
                 f"model; drop {key}=..., or start a new run without --resume"
             )
     refuse_if_running(run_dir)
-    summary = RunDir(run_dir).summary
-    final_step = json.loads(summary.read_text()).get("final_step", 0) if summary.exists() else 0
+    files = RunDir(run_dir)
+    final_step = json.loads(files.summary.read_text()).get("final_step", 0) if files.finished() else 0
     if final_step >= new.steps:
         return f"{run_dir} already finished at step {final_step} (steps={new.steps}); to train on, pass steps=N above {final_step}"
     return ""

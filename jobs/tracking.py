@@ -258,7 +258,7 @@ def local_info(target: Target) -> JobInfo:
     else:
         # Every rank's exit decides, as srun's would: rank 0's summary.json says nothing of rank 1's crash.
         codes = record.get("codes")
-        done = target.run_dir is not None and RunDir(target.run_dir).summary.exists()
+        done = target.run_dir is not None and RunDir(target.run_dir).finished()
         state = "COMPLETED" if done and (codes is None or all(c == 0 for c in codes)) else "FAILED"
     return JobInfo(state, 0, "localhost")
 
@@ -324,7 +324,7 @@ def run_dir_info(target: Target) -> JobInfo | None:
         return None
     files = RunDir(target.run_dir)
     note = "from the run directory: Slurm no longer knows the job, and its accounting (if any) does not either"
-    if files.summary.exists():
+    if files.finished():
         return JobInfo("COMPLETED", 0, "", note)
     if files.error.exists():
         return JobInfo("FAILED", 0, "", note)
@@ -335,7 +335,7 @@ def progress(run_dir: Path) -> tuple[int | None, Path | None]:
     """The last step reached and the newest checkpoint of a run that has its checksum (a torn one has none)."""
     step, files = None, RunDir(run_dir)
     for path, key in ((files.summary, "final_step"), (files.progress, "step")):
-        if path.exists():
+        if files.finished() if path == files.summary else path.exists():
             after = (
                 f"jobs.status then reads {files.progress.name}"
                 if path == files.summary

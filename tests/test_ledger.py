@@ -1,14 +1,17 @@
 """The goodput ledger from attempts.json: each second of the wall time in one part (trainer/run/ledger.py)."""
 
 import json
-import os
 import time
 from pathlib import Path
 
 import pytest
 
+from jobs.tracking import progress
 from trainer.run import ledger
 from trainer.run.ledger import PARTS
+from trainer.run.rundir import RunDir
+from trainer.supervise import attempts as attempts_module
+from trainer.supervise.attempts import Attempts
 
 # Submitted at 0. Attempt 1: its process at 10, its first step at 15, 4 s blocked on saves, preempted at 100 at
 # step 90 (saved there). Requeued: attempt 2's process at 160, first step at 166, a failure at 200 (last
@@ -96,12 +99,40 @@ def test_an_attempt_that_died_unrecorded_trains_only_up_to_its_last_progress(tmp
     assert running is not None and running["training"] > 1000  # up to now: it trains
 
 
-def test_a_resume_after_the_summary_reads_the_attempts_again(tmp_path: Path) -> None:
-    (tmp_path / "summary.json").write_text(json.dumps({"ledger": ledger.ledger(0.0, TIMELINE, 344.0, ranks=4)}))
-    os.utime(tmp_path / "summary.json", (1000.0, 1000.0))
-    (tmp_path / "attempts.json").write_text(json.dumps(TIMELINE[:1]))  # written after it: a --resume started
-    parts = ledger.read(tmp_path, state="COMPLETED")
-    assert parts is not None and parts["wall"] != 344
+def test_summary_json_carries_the_ledger_as_the_run_goes_and_says_finished_only_at_the_end(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Rank 0's Attempts writes summary.json with `"finished": false` and the ledger so far at each attempt's
+    start and stop, and from the loop at most once a LIVE_SUMMARY_S; only the finished run's says true. The
+    readers take the live one for what it is: not a finished run, not its last step."""
+    (tmp_path / "provenance").mkdir()
+    (tmp_path / "provenance" / "submit.json").write_text(json.dumps({"time": time.time() - 30}))
+    files, record = RunDir(tmp_path), Attempts(tmp_path)
+    record.start(0, 0)
+    live = json.loads(files.summary.read_text())
+    assert live["finished"] is False and set(PARTS) <= set(live["ledger"]) and live["ledger"]["queued"] >= 29
+    assert not files.finished() and live["restarts"] == 0
+    (tmp_path / "progress.json").write_text(json.dumps({"step": 10, "time": time.time()}))
+    assert progress(tmp_path)[0] == 10  # progress.json's step, not the live summary's (it has no final_step)
+    assert ledger.read(tmp_path, state="RUNNING")["wall"] >= live["ledger"]["wall"]  # type: ignore[index]
+
+    record.items[-1]["started"] -= 10  # ten seconds of training so far
+    record.summarise_every(10, blocked_s=0.5)  # under a minute since the last: not rewritten
+    assert json.loads(files.summary.read_text())["as_of"] == live["as_of"]
+    monkeypatch.setattr(attempts_module, "LIVE_SUMMARY_S", 0.0)
+    record.summarise_every(10, blocked_s=0.5)
+    again = json.loads(files.summary.read_text())
+    assert again["step"] == 10 and again["ledger"]["checkpointing"] == 0.5 and again["ledger"]["training"] >= 9
+    assert sum(again["ledger"][k] for k in PARTS) == pytest.approx(again["ledger"]["wall"], abs=0.01)
+
+    record.stop("preempted", 10)
+    stopped = json.loads(files.summary.read_text())
+    assert stopped["finished"] is False and stopped["preemptions"] == 1 and not files.finished()
+    files.summary.write_text(json.dumps({"finished": True, "final_step": 12, "ledger": stopped["ledger"]}))
+    assert files.finished() and progress(tmp_path)[0] == 12
+    assert ledger.read(tmp_path, state="COMPLETED") == stopped["ledger"]
+    files.summary.write_text(json.dumps({"final_step": 12}))  # an older version's: no key, finished
+    assert files.finished()
 
 
 def test_a_sweeps_status_has_a_goodput_column_and_sums_its_points(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]

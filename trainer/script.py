@@ -135,7 +135,7 @@ def run(
         raise SystemExit(1)
     if attempts is not None:
         attempts.stop("finished", None)
-        summary = {"command": command, "exit_code": 0, "world_size": env.world_size}
+        summary = {"finished": True, "command": command, "exit_code": 0, "world_size": env.world_size}
         summary |= {"wall_time_s": round(attempts.wall_time_s(), 3), "last_attempt_s": round(time.time() - started, 3)}
         # The command's own start-up (imports, its process group) counts as training: the tool cannot see it.
         parts = ledger.of_run(folder, attempts.items, attempts.items[-1]["stop"]["time"], env.world_size)

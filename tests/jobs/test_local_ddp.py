@@ -12,6 +12,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 
 from tests import ranks
 from tests.conftest import REFERENCE, ROOT, poll, run_dirs, submit
+from trainer.run.rundir import RunDir
 
 SMALL = ["steps=24", "log.every=4", "log.image_every=12", "checkpoint.every=8", "batch_size=4"]
 
@@ -96,7 +97,7 @@ def test_killed_run_resumes_to_the_same_weights(reference_run: Path, sample_root
     checkpoint = interrupted / "checkpoints" / "step_00000016.pt.sha256"
     poll("checkpoint 16", lambda: checkpoint.exists() or any(p.exitcode is not None for p in started.processes))
     started.kill()  # both ranks, SIGKILL: as a lost node or the OOM killer ends them
-    assert not (interrupted / "summary.json").exists(), "the run finished before it was killed"
+    assert not RunDir(interrupted).finished(), "the run finished before it was killed"
 
     resumed = ranks.train(interrupted, *args)  # the same folder again: what a requeued job does
     assert "resumed from" in resumed.log(0)
@@ -165,7 +166,7 @@ def test_logs_follow_streams_rank_0_until_the_job_ends(local_profile: Path, samp
         result = subprocess.run([*cmd, f"data.root={sample_root / 'pix2pix'}"], cwd=ROOT, stdout=f, timeout=120)
     assert result.returncode == 0, out.read_text()
     [run_dir] = run_dirs(local_profile.parent / "runs")
-    assert not (run_dir / "summary.json").exists(), "the job ended before jobs.logs started: make it longer"
+    assert not RunDir(run_dir).finished(), "the job ended before jobs.logs started: make it longer"
     follow = subprocess.run(
         [sys.executable, "-m", "jobs.logs", str(run_dir), "--follow"],
         cwd=ROOT,

@@ -461,10 +461,11 @@ def test_a_command_that_cannot_start_names_its_rank(tmp_path: Path) -> None:
 
 
 def test_a_rank_failing_after_rank_0_finished_fails_the_job(tmp_path: Path) -> None:
-    """Rank 0 is done (summary.json written) when rank 1 fails: every rank's exit decides, in --wait and status."""
+    """Rank 0 is done (summary.json says finished) when rank 1 fails: every rank's exit decides, in --wait and status."""
     (tmp_path / "late.py").write_text(
-        "import os, sys, time\nif os.environ['RANK'] == '1':\n"
-        "    while not os.path.exists(os.path.join(os.environ['RUN_DIR'], 'summary.json')):\n"
+        "import os, sys, time\nfrom pathlib import Path\nif os.environ['RANK'] == '1':\n"
+        "    summary = Path(os.environ['RUN_DIR'], 'summary.json')\n"
+        "    while not summary.exists() or '\"finished\": true' not in summary.read_text():\n"
         "        time.sleep(0.05)\n    sys.exit(5)\n"
     )
     result = submit_in(tmp_path, "--wait", "--", "python", "late.py")

@@ -15,6 +15,7 @@ from tests import ranks
 from tests.conftest import ROOT, poll, run_dirs, submit, write_profile
 from tests.messages import Golden
 from tests.test_bad_input import assert_refused
+from trainer.run.rundir import RunDir
 
 EXAMPLE = re.search(
     r"<!-- user-task-example -->\n```python\n(.*?)```", (ROOT / "README.md").read_text(), re.DOTALL
@@ -160,7 +161,7 @@ def killed_after_checkpoint(run_dir: Path, step: int, *args: str) -> None:
     poll(f"checkpoint {step}", lambda: ready.exists() or any(p.exitcode is not None for p in started.processes))
     assert all(p.exitcode is None for p in started.processes), "a rank ended before the checkpoint"
     started.kill()
-    assert not (run_dir / "summary.json").exists(), "the run finished before it was killed"
+    assert not RunDir(run_dir).finished(), "the run finished before it was killed"
 
 
 def test_a_dropout_task_with_random_augmentations_resumes_exactly_whatever_the_settings(tmp_path: Path) -> None:

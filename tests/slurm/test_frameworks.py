@@ -13,6 +13,7 @@ from tests.conftest import submit
 from tests.slurm.cluster import preempt_normal_jobs, release_when_requeued
 from tests.slurm.test_requeue import job_id_of, mini_profile
 from tests.slurm.test_slurm import poll, run_dir_of
+from trainer.run.rundir import RunDir
 
 pytestmark = pytest.mark.slurm
 
@@ -38,7 +39,7 @@ def test_each_frameworks_script_is_preempted_on_two_nodes_and_resumes(slurm_clus
     preempt_normal_jobs()
     release_when_requeued(*(job_id_of(run_dir) for run_dir in runs.values()))
     for name, run_dir in runs.items():
-        poll(f"{name}'s summary", lambda r=run_dir: (r / "summary.json").exists(), timeout=300)
+        poll(f"{name}'s summary", lambda r=run_dir: RunDir(r).finished(), timeout=300)
         starts = frameworks.starts(run_dir)
         assert len(starts) == 2 and starts[0] == 0 and starts[1] > 0, (name, starts)
         assert frameworks.worlds(run_dir, 2) == [{2}, {2}], name

@@ -22,6 +22,7 @@ from tests.slurm.cluster import preempt_normal_jobs, release_when_requeued, sque
 from tests.slurm.conftest import ARGS
 from tests.slurm.test_slurm import cli, poll, run_dir_of
 from trainer.run import ledger
+from trainer.run.rundir import RunDir
 
 
 def job_id_of(run_dir: Path) -> str:
@@ -36,7 +37,7 @@ def attempts(run_dir: Path) -> list[dict]:
 def training(run_dir: Path, attempt: int) -> bool:
     """Attempt number `attempt` (0-based) has started and logged a step past where it resumed."""
     items = attempts(run_dir)
-    if len(items) <= attempt or (run_dir / "summary.json").exists():
+    if len(items) <= attempt or RunDir(run_dir).finished():
         return False
     progress = run_dir / "progress.json"
     return progress.exists() and json.loads(progress.read_text())["step"] > items[attempt]["resumed_step"]
@@ -49,7 +50,7 @@ def preempt(run_dir: Path, attempt: int) -> None:
 
 
 def summary(run_dir: Path, timeout: float = 240) -> dict:
-    poll("the summary", lambda: (run_dir / "summary.json").exists(), timeout=timeout)
+    poll("the summary", lambda: RunDir(run_dir).finished(), timeout=timeout)
     return json.loads((run_dir / "summary.json").read_text())
 
 
@@ -221,8 +222,8 @@ def test_a_run_watched_hung_restarted_and_preempted_accounts_for_its_wall_time_i
 ) -> None:
     """2 nodes x 1 task, watched with jobs.top --once while it trains (a row per rank): rank 1 stopped after
     step 25 (the hang named, the tasks started again in the allocation from step 20), then the job preempted
-    and requeued. summary.json's ledger has every part, they add up to
-    its wall time, the wall time is the clock's from submit to the summary, and each event shows in its part;
+    and requeued. summary.json has the ledger as the run goes (said unfinished), and at the end every part, they
+    add up to its wall time, the wall time is the clock's from submit to the summary, and each event shows in its part;
     jobs.status, jobs.list and TensorBoard show the goodput."""
     profile = mini_profile(tmp_path, "restarts_in_job: 1\n")
     args = [a if a != "checkpoint.every=100" else "checkpoint.every=20" for a in ARGS]
@@ -247,8 +248,14 @@ def test_a_run_watched_hung_restarted_and_preempted_accounts_for_its_wall_time_i
     rank_1 = lambda: cli("jobs.top", str(run_dir), "--once").stdout.splitlines()[3].split()[:3]  # noqa: E731
     poll("jobs.top to show rank 1 hung", lambda: rank_1() == ["1", "node2", "hung"], timeout=30)
     poll("the restart in the allocation", lambda: len(attempts(run_dir)) == 2, timeout=120)
+    # summary.json as the run goes: the second attempt's start wrote the ledger so far, the run not finished.
+    live = lambda: json.loads((run_dir / "summary.json").read_text())  # noqa: E731
+    poll("summary.json's ledger of the restart", lambda: live()["in_job_restarts"] == 1, timeout=30)
+    assert live()["finished"] is False and not RunDir(run_dir).finished(), live()
+    assert live()["ledger"]["hung"] >= 5 and live()["ledger"]["restarting"] > 0, live()
+    assert "COMPLETED" not in cli("jobs.status", str(run_dir)).stdout
     preempt(run_dir, 1)
-    poll("the summary", lambda: (run_dir / "summary.json").exists(), timeout=600)
+    poll("the summary", lambda: RunDir(run_dir).finished(), timeout=600)
     ended = time.time()
     parts = json.loads((run_dir / "summary.json").read_text())["ledger"]
     assert set(parts) == {*ledger.PARTS, "wall", "goodput", "gpu_hours"}
@@ -467,8 +474,8 @@ def test_a_lost_node_is_recorded_as_a_node_failure(tmp_path: Path, sample_root: 
         elif squeue_state(job) == "PENDING":
             seen.append(cli("jobs.status", str(run_dir)).stdout)
             release_when_requeued(job, seen_pending=True)
-        finished = (run_dir / "summary.json").exists()
-        assert finished or squeue_state(job) != "" or (run_dir / "summary.json").exists(), attempts(run_dir)
+        finished = RunDir(run_dir).finished()
+        assert finished or squeue_state(job) != "" or RunDir(run_dir).finished(), attempts(run_dir)
         return finished
 
     poll("the run to finish after node2 came back", done, timeout=300)

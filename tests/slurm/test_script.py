@@ -17,6 +17,7 @@ from tests.jobs.test_user_project import slurm_ddp
 from tests.slurm.cluster import preempt_normal_jobs, release_when_requeued, squeue_state
 from tests.slurm.test_requeue import job_id_of, mini_profile
 from tests.slurm.test_slurm import cli, poll, run_dir_of
+from trainer.run.rundir import RunDir
 
 pytestmark = pytest.mark.slurm
 
@@ -45,7 +46,7 @@ def test_a_preempted_script_saves_is_requeued_and_resumes(slurm_cluster: None, t
     poll("both ranks to start", lambda: starts.exists() and len(starts.read_text().split()) == 2)
     preempt_normal_jobs()
     release_when_requeued(job_id_of(run_dir))
-    poll("the summary", lambda: (run_dir / "summary.json").exists(), timeout=240)
+    poll("the summary", lambda: RunDir(run_dir).finished(), timeout=240)
     resumed = [int(s.split(":")[1]) for s in starts.read_text().split()[2:]]
     assert len(resumed) == 2 and all(step > 0 for step in resumed), starts.read_text()
     attempts = json.loads((run_dir / "attempts.json").read_text())
@@ -91,7 +92,7 @@ def test_a_scripts_tasks_take_the_signal_from_a_copy_on_their_node(slurm_cluster
     assert all(float(n.read_text()) - left < 2.0 for n in notes), [float(n.read_text()) - left for n in notes]
     poll("the node-local copy gone with the attempt", lambda: not node_file.exists(), timeout=120)
     release_when_requeued(job_id)
-    poll("the summary", lambda: (run_dir / "summary.json").exists(), timeout=240)
+    poll("the summary", lambda: RunDir(run_dir).finished(), timeout=240)
 
 
 def test_a_failing_script_fails_the_job_naming_its_rank(slurm_cluster: None, tmp_path: Path) -> None:
@@ -147,7 +148,7 @@ def finish_releasing(run_dir: Path, timeout: float = 300) -> None:
     def done() -> bool:
         if squeue_state(job) == "PENDING":
             release_when_requeued(job, seen_pending=True)
-        return (run_dir / "summary.json").exists()
+        return RunDir(run_dir).finished()
 
     poll("the summary", done, timeout=timeout)
 

@@ -21,6 +21,7 @@ from tests.slurm import cluster
 from tests.test_hostlist import CASES, REFUSED
 from trainer.env.hostlist import expand_hostlist
 from trainer.env.launcher import port_from_job_id
+from trainer.run.rundir import RunDir
 
 
 def cli(module: str, *args: str) -> subprocess.CompletedProcess[str]:
@@ -109,7 +110,7 @@ def test_sweep_is_one_array_job(mini: Path, tmp_path: Path, sample_root: Path) -
     assert result.returncode == 0, result.stdout + result.stderr
     array_id = re.search(r"submitted array job (\d+)", result.stdout).group(1)  # type: ignore[union-attr]
     sweep_dir = run_dir_of(result)
-    points = sorted(p.name for p in sweep_dir.iterdir() if (p / "summary.json").exists())
+    points = sorted(p.name for p in sweep_dir.iterdir() if RunDir(p).finished())
     assert points == ["0-0", "1-1", "2-2"]
     seeds = {json.loads((sweep_dir / p / "summary.json").read_text())["weights_sha256"] for p in points}
     assert len(seeds) == 3
@@ -237,7 +238,7 @@ def test_a_taken_master_port_does_not_fail_the_job(tmp_path: Path, sample_root: 
         holder.listen()
         subprocess.run(["scontrol", "update", f"jobid={job}", "StartTime=now"], check=True)
         poll("the job to end", lambda: cluster.squeue_state(job) == "", timeout=120)
-    assert (run_dir / "summary.json").exists(), (run_dir / "logs" / f"{job}_0_log.out").read_text()
+    assert RunDir(run_dir).finished(), (run_dir / "logs" / f"{job}_0_log.out").read_text()
     log = (run_dir / "logs" / f"{job}_0_log.out").read_text()
     assert f"dist: port {port_from_job_id(job)} is taken on node1: rank 0 listens on " in log, log
 

@@ -128,13 +128,14 @@ def of_run(
 
 def read(run_dir: Path, state: str) -> dict[str, float] | None:
     """A run's ledger for jobs.status, jobs.list, jobs.top and jobs.picture, by its job's Slurm-style `state`:
-    summary.json's when it finished (and no --resume has started since); else from attempts.json, up to now
+    summary.json's when the run finished; else from attempts.json (summary.json's as the run goes may be a
+    minute old), up to now
     while the job is pending or running, up to its last recorded moment when it is not. An attempt with no
     stop trains up to now only while the job is RUNNING; else up to its last progress. None when there is
     nothing to read (no attempt yet, or a record that cannot be read)."""
     files = RunDir(run_dir)
-    summary = _json(files.summary)
-    if isinstance(summary, dict) and isinstance(summary.get("ledger"), dict) and not _resumed_since(files):
+    summary = _json(files.summary) if files.finished() else None
+    if isinstance(summary, dict) and isinstance(summary.get("ledger"), dict):
         parts = summary["ledger"]
         return parts if all(isinstance(parts.get(k), int | float) for k in (*PARTS, "wall", "goodput")) else None
     attempts = _json(files.attempts)
@@ -152,14 +153,6 @@ def read(run_dir: Path, state: str) -> dict[str, float] | None:
 
 
 LIVE = ("RUNNING", "PENDING", "REQUEUED", "REQUEUE_HOLD", "CONFIGURING", "COMPLETING")  # counted up to now
-
-
-def _resumed_since(files: RunDir) -> bool:
-    """attempts.json written after summary.json: a --resume of the finished run has started."""
-    try:
-        return files.attempts.stat().st_mtime > files.summary.stat().st_mtime + 1.0
-    except OSError:
-        return False
 
 
 def _json(path: Path) -> Any:

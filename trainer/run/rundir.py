@@ -3,6 +3,7 @@
 Torch-free: the submitter and the status commands read run directories too.
 """
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -38,8 +39,20 @@ class RunDir:
 
     @property
     def summary(self) -> Path:
-        """Written once the run reached its steps."""
+        """The run's summary: as it goes (`"finished": false`, the goodput ledger so far), then once it reached
+        its steps (`"finished": true`, its results). `finished()` tells the two apart."""
         return self.path / "summary.json"
+
+    def finished(self) -> bool:
+        """The run reached its steps (a script: its command ended with 0): summary.json is there and does not
+        say `"finished": false`. One that cannot be read counts as there: its reader says how to mend it."""
+        try:
+            summary = json.loads(self.summary.read_text())
+        except FileNotFoundError:
+            return False
+        except (OSError, ValueError):
+            return self.summary.exists()
+        return not (isinstance(summary, dict) and summary.get("finished") is False)
 
     @property
     def error(self) -> Path:

@@ -12,13 +12,14 @@ from typing import Any
 from submitit.local.local import LOCAL_REQUEUE_RETURN_CODE  # the local controller restarts tasks exiting with it
 
 from trainer.env.launcher import DistEnv
-from trainer.run import failures
+from trainer.run import failures, ledger
 from trainer.run.atomic import read_json, write_text
 from trainer.run.rundir import RunDir
 from trainer.supervise.relay import earlier_attempt, mark_stopped
 from trainer.supervise.signals import JobSettings
 
 TIMEOUT_SLACK_S = 30  # Slurm checks time limits periodically: the signal can come a little late
+LIVE_SUMMARY_S = 60.0  # summary.json's ledger as the run goes: rewritten at most this often between attempts' edges
 
 
 def parse_time_left(text: str) -> int | None:
@@ -53,8 +54,10 @@ class Attempts:
     """The history of a run's attempts (`attempts.json`, written by rank 0 alone)."""
 
     def __init__(self, run_dir: Path) -> None:
+        self.run_dir = run_dir
         self.path = RunDir(run_dir).attempts
         self.progress_path = RunDir(run_dir).progress
+        self.summarised = 0.0  # when summary.json last got the ledger (monotonic)
         self.items: list[dict[str, Any]] = (
             read_json(
                 self.path,
@@ -68,6 +71,25 @@ class Attempts:
 
     def _write(self) -> None:
         write_text(self.path, json.dumps(self.items, indent=1) + "\n")
+        self.summarise()
+
+    def summarise(self, step: int | None = None) -> None:
+        """summary.json as the run goes: `"finished": false`, the attempts' counts and the goodput ledger up to
+        now (an unfinished attempt training until now). At every attempt's start and stop, and from the
+        training loop at most once a LIVE_SUMMARY_S. The finished run's summary (trainer.train, trainer.script)
+        replaces it with `"finished": true`: only that one says the run is done (RunDir.finished)."""
+        now = time.time()
+        parts = ledger.of_run(self.run_dir, self.items, now, int(self.items[-1].get("world_size") or 1))
+        live = {"finished": False, "as_of": round(now, 3)} | ({"step": step} if step is not None else {})
+        write_text(RunDir(self.run_dir).summary, json.dumps(live | self.totals() | {"ledger": parts}, indent=2) + "\n")
+        self.summarised = time.monotonic()
+
+    def summarise_every(self, step: int, blocked_s: float) -> None:
+        """summary.json's ledger from the training loop (rank 0, at a log interval), at most once a
+        LIVE_SUMMARY_S: an atomic write of a small file, off most steps' path."""
+        if time.monotonic() - self.summarised >= LIVE_SUMMARY_S:
+            self.blocked_on_checkpoints(blocked_s)
+            self.summarise(step)
 
     def start(
         self,
