@@ -92,3 +92,16 @@ def test_trainer_stops_on_a_broken_attempts_history(golden: Golden, tmp_path: Pa
     refused(result, golden, str(run / "attempts.json"))
     assert (run / "error.txt").read_text().count("\n") == 1
     assert (run / "attempts.json").read_text() == ""  # kept for the user to look at
+
+
+@pytest.mark.parametrize("kind", BROKEN)
+def test_a_torn_progress_json_does_not_stop_the_next_attempt(kind: str, tmp_path: Path) -> None:
+    """progress.json is written without fsync: after a node's crash it may be empty or torn. The next attempt
+    starts, and records the crashed one as stopped where it started (no later progress known)."""
+    first = Attempts(tmp_path)
+    first.start(10, 0)
+    (tmp_path / "progress.json").write_text(BROKEN[kind])
+    second = Attempts(tmp_path)
+    second.start(10, 1)
+    stop = second.items[0]["stop"]
+    assert (stop["reason"], stop["step"], stop["time"]) == ("failure", 10, first.items[0]["started"])

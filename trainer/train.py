@@ -330,8 +330,8 @@ def log_interval(run: Run, meter: IntervalMeter, step: int, progress: Progress) 
     if run.env.is_main:  # for jobs.status
         reached = {"step": step, "time": time.time(), "val": state.last_val, "checkpoint_s": run.checkpoints.blocked_s}
         write_text(run.files.progress, json.dumps(reached), durable=False)  # on the step's path: no fsync
-        if run.attempts is not None:
-            run.attempts.summarise_every(step, run.checkpoints.blocked_s)  # the ledger so far, once a minute
+        if run.attempts is not None and (parts := run.attempts.summarise_every(step, run.checkpoints.blocked_s)):
+            run.logger.scalars({f"goodput/{k}": v for k, v in parts.items()}, step)  # the ledger, once a minute
     progress.update(step, values)
     if step == config.steps:  # the summary's train values: this last interval's means
         run.final |= {"loss": finite(loss), "metrics": {k: finite(values[f"train/{k}"]) for k in names}}

@@ -73,7 +73,7 @@ class Attempts:
         write_text(self.path, json.dumps(self.items, indent=1) + "\n")
         self.summarise()
 
-    def summarise(self, step: int | None = None) -> None:
+    def summarise(self, step: int | None = None) -> dict[str, float] | None:
         """summary.json as the run goes: `"finished": false`, the attempts' counts and the goodput ledger up to
         now (an unfinished attempt training until now). At every attempt's start and stop, and from the
         training loop at most once a LIVE_SUMMARY_S. The finished run's summary (trainer.train, trainer.script)
@@ -83,13 +83,15 @@ class Attempts:
         live = {"finished": False, "as_of": round(now, 3)} | ({"step": step} if step is not None else {})
         write_text(RunDir(self.run_dir).summary, json.dumps(live | self.totals() | {"ledger": parts}, indent=2) + "\n")
         self.summarised = time.monotonic()
+        return parts
 
-    def summarise_every(self, step: int, blocked_s: float) -> None:
+    def summarise_every(self, step: int, blocked_s: float) -> dict[str, float] | None:
         """summary.json's ledger from the training loop (rank 0, at a log interval), at most once a
-        LIVE_SUMMARY_S: an atomic write of a small file, off most steps' path."""
-        if time.monotonic() - self.summarised >= LIVE_SUMMARY_S:
-            self.blocked_on_checkpoints(blocked_s)
-            self.summarise(step)
+        LIVE_SUMMARY_S: an atomic write of a small file, off most steps' path. The ledger when written."""
+        if time.monotonic() - self.summarised < LIVE_SUMMARY_S:
+            return None
+        self.blocked_on_checkpoints(blocked_s)
+        return self.summarise(step)
 
     def start(
         self,
@@ -108,15 +110,7 @@ class Attempts:
             previous = self.items[-1]
             stop = previous.get("stop")
             if stop is None:  # it ended without saving: killed, node failure, crash, or requeued from outside
-                reached = (
-                    read_json(
-                        self.progress_path,
-                        f"move it aside and resubmit with --resume {self.path.parent}",
-                        lambda r: isinstance(r, dict),
-                    )
-                    if self.progress_path.exists()
-                    else {}
-                )
+                reached = last_progress(self.progress_path)
                 if env and env.in_job_restart and previous.get("slurm_restart_count", 0) == restart_count:
                     why = {"reason": "failure"}  # the batch script (or controller) starts again only after one
                 else:
@@ -173,6 +167,17 @@ class Attempts:
             "time_lost_s": round(sum(c["time_lost_s"] for c in costs), 3),
             "steps_recomputed": sum(int(c["steps_recomputed"] or 0) for c in costs),
         }
+
+
+def last_progress(path: Path) -> dict[str, Any]:
+    """progress.json's step, time and checkpoint_s; {} when there is none or it cannot be read. It is written
+    without fsync (on the step's path), so a node's crash can leave it empty or torn: a hint for the history,
+    never a reason to refuse the restart (the checkpoints say where the run resumes)."""
+    try:
+        reached = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return {k: v for k, v in reached.items() if isinstance(v, int | float)} if isinstance(reached, dict) else {}
 
 
 def unrecorded_stop(env: DistEnv, restart_count: int) -> dict[str, str]:
