@@ -1,4 +1,4 @@
-"""jobs.top's stack dump, one rank at a time (trainer.supervise.stacks): py-spy from outside where it can read the
+"""jobs.top's stack dump, a node's ranks at once (trainer.supervise.stacks): py-spy from outside where it can read the
 rank, else the signal and faulthandler's dump in the rank's log, each rank's file saying which."""
 
 import json
@@ -100,3 +100,31 @@ def test_a_rank_that_may_be_neither_traced_nor_signalled_is_said_so(
     monkeypatch.setattr(stacks.os, "kill", refuse)
     assert stacks.dump_rank({"rank": 5, "pid": 4321}, tmp_path, None) == "refused"
     assert "the dump signal was refused too" in (tmp_path / "rank_5.txt").read_text()
+
+
+def test_a_nodes_ranks_are_read_at_once(
+    tmp_path: Path, rank: subprocess.Popen, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Eight ranks py-spy cannot read must not take eight times its timeout: a node's ranks are read together.
+    The fake py-spy answers only once every rank's py-spy has started; one after another, each times out."""
+    seen = tmp_path / "seen"
+    seen.mkdir()
+    waiting = tmp_path / "py-spy"
+    waiting.write_text(
+        f"#!/bin/sh\ntouch {seen}/$3\nfor i in $(seq 100); do\n"
+        f'  [ "$(ls {seen} | wc -l)" -ge 3 ] && {{ echo "Thread 1: training_step"; exit 0; }}\n'
+        "  sleep 0.1\ndone\nexit 1\n"
+    )
+    waiting.chmod(0o755)
+    records = tmp_path / "run" / "provenance" / "ranks"
+    others = [subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"]) for _ in range(2)]
+    try:
+        for r, proc in enumerate(others, start=1):
+            (records / f"rank_{r}.json").write_text(json.dumps({"rank": r, "host": "vm", "pid": proc.pid}))
+        monkeypatch.setattr(stacks, "py_spy", lambda: str(waiting))
+        monkeypatch.setattr(stacks, "PY_SPY_S", 8)
+        assert stacks.dump_node(tmp_path / "run", "t2", "vm") == {"0": "py-spy", "1": "py-spy", "2": "py-spy"}
+    finally:
+        for proc in others:
+            proc.kill()
+            proc.wait()

@@ -18,6 +18,7 @@ import shutil
 import signal
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -81,8 +82,12 @@ def dump_node(run_dir: Path, stamp: str, node: str | None) -> dict[str, str]:
     rank: how each was taken."""
     folder = run_dir / "stacks" / stamp  # RunDir(run_dir).stacks: this module runs with the standard library alone
     folder.mkdir(parents=True, exist_ok=True)
-    tool = py_spy()
-    return {str(r["rank"]): dump_rank(r, folder, tool) for r in ranks_of(run_dir, node)}
+    tool, records = py_spy(), ranks_of(run_dir, node)
+    # A node's ranks all at once: one after another, eight ranks py-spy cannot read would take 8 x PY_SPY_S,
+    # past the step's own limit (jobs.act), and the ranks' stacks would be minutes apart.
+    with ThreadPoolExecutor(max_workers=max(len(records), 1)) as pool:
+        how = list(pool.map(lambda r: dump_rank(r, folder, tool), records))
+    return {str(r["rank"]): h for r, h in zip(records, how, strict=True)}
 
 
 def main() -> None:
