@@ -97,16 +97,20 @@ def main() -> None:
     if args.worker:
         worker(Path(args.worker), args.blocks, args.block_steps)
         return
-    out = Path(tempfile.mkdtemp(prefix="bench-hook-"))
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(args.nproc), "--master-port=29691"]
-    cmd += [__file__, "--worker", str(out), "--blocks", str(args.blocks), "--block-steps", str(args.block_steps)]
+    # torchrun --standalone: its own rendezvous on a free port (a fixed one collides with a second run)
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(args.nproc)]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
     if args.device == "cpu":
         env["CUDA_VISIBLE_DEVICES"] = ""
-    done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
-    if done.returncode:
-        sys.exit(f"{done.stdout[-3000:]}{done.stderr[-3000:]}\nthe benchmark's ranks failed (exit {done.returncode})")
-    result = json.loads((out / "result.json").read_text())
+    with tempfile.TemporaryDirectory(prefix="bench-hook-") as folder:
+        out = Path(folder)
+        cmd += [__file__, "--worker", str(out), "--blocks", str(args.blocks), "--block-steps", str(args.block_steps)]
+        done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
+        if done.returncode:
+            sys.exit(
+                f"{done.stdout[-3000:]}{done.stderr[-3000:]}\nthe benchmark's ranks failed (exit {done.returncode})"
+            )
+        result = json.loads((out / "result.json").read_text())
     hooked, plain = zip(*result["pairs"], strict=True)
     ratio = statistics.median(h / p for h, p in result["pairs"])
     backend = "gloo" if args.device == "cpu" else "nccl"
