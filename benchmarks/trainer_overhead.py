@@ -58,16 +58,7 @@ def run_ours(steps: int, data: Path, out: Path, settings: list[str]) -> dict:
         return {}
     events = EventAccumulator(str(RunDir(out / "ours").tensorboard))
     events.Reload()
-    scalars = events.Scalars("perf/step_time_s")
-    # Rank 0's one-time environment report (a child started after the first step, section 13) shares the CPU
-    # with the first windows: how many ended before it did, for the steady-state figure.
-    report = RunDir(out / "ours").provenance / "collect_env.txt"
-    deadline = time.monotonic() + 120
-    while not report.exists() and time.monotonic() < deadline:
-        time.sleep(0.2)
-    ended = report.stat().st_mtime if report.exists() else float("inf")
-    during = sum(1 for e in scalars if e.wall_time <= ended)
-    return {"windows": [e.value for e in scalars], "sha": summary["weights_sha256"], "during_report": during}
+    return {"windows": [e.value for e in events.Scalars("perf/step_time_s")], "sha": summary["weights_sha256"]}
 
 
 def textbook_parts(data: Path):  # type: ignore[no-untyped-def]
@@ -217,11 +208,9 @@ def main() -> None:
     variants = ["textbook", "ours"] + ([] if args.skip_lightning else ["lightning"])
     windows_of: dict[str, list[float]] = {v: [] for v in variants}
     per_round: dict[str, list[float]] = {v: [] for v in variants}
-    steady_of: dict[str, list[float]] = {v: [] for v in variants}
     hashes: dict[str, str] = {}
     port = 29611
     for round_ in range(args.rounds):
-        results: dict[str, dict] = {}
         for variant in variants if round_ % 2 == 0 else variants[::-1]:  # alternate the order: machine noise
             port += 1
             folder = out / f"{variant}{round_}"
@@ -240,14 +229,11 @@ def main() -> None:
                 sys.exit(
                     "\n".join([*tail, f"the {variant} variant failed (exit {done.returncode}); its output is above"])
                 )
-            result = results[variant] = json.loads((folder / f"{variant}.json").read_text())
+            result = json.loads((folder / f"{variant}.json").read_text())
             windows_of[variant] += result["windows"][1:]  # the first window is warm-up
             per_round[variant].append(statistics.median(result["windows"][1:]))
             if "sha" in result:
                 hashes[variant] = result["sha"]
-        skip = max(1, results["ours"]["during_report"])  # the same leading windows left out of every variant
-        for variant, result in results.items():
-            steady_of[variant] += result["windows"][skip:]
     median = {v: statistics.median(w) for v, w in windows_of.items()}
     base, ours = median["textbook"], median["ours"]
     backend = "gloo" if args.device == "cpu" else f"nccl on {gpu_name()}"
@@ -264,13 +250,6 @@ def main() -> None:
     for variant in variants[1:]:
         paired = statistics.median(o / b for o, b in zip(per_round[variant], per_round["textbook"], strict=True))
         print(f"{variant}: median of the per-round ratios to the textbook loop {paired:.3f}")
-    if all(steady_of.values()):
-        steady = {v: statistics.median(w) for v, w in steady_of.items()}
-        print(
-            f"steady state (the windows after rank 0's one-time environment report ended, left out of every "
-            f"variant): textbook {steady['textbook'] * 1000:.2f} ms/step, ours {steady['ours'] * 1000:.2f} ms/step "
-            f"-> ratio {steady['ours'] / steady['textbook']:.3f}"
-        )
     same = hashes["ours"] == hashes["textbook"]
     print(f"weights after {args.steps} steps: ours {'==' if same else '!='} textbook loop")
 
