@@ -257,5 +257,5 @@ def target_outcome(target: Target, results: Callable[[], Any] | None = None) -> 
             return line
         return f"job {target.job_id} failed ({problem}); see {log}"
     if run_dir is None or not RunDir(run_dir).finished():
-        return f"job {target.job_id} ended without a summary; see {log}"
+        return f"job {target.job_id} ended without a finished summary; see {log}"
     return None

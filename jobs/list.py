@@ -113,12 +113,13 @@ def local_rows(root: Path) -> tuple[list[dict[str, Any]], dict[Group, list[tuple
 
 
 def remote_rows(found: list[tuple[str, runs.RemoteRun]]) -> list[dict[str, Any]]:
-    """The rows of one login node's runs, from one jobs.list there (run in the first run's snapshot that is
-    still there); an unreachable node gives `?` rows. Its reply is data: cells are text, shaped as asked."""
+    """The rows of one login node's runs, from one jobs.list there (run in the newest run's snapshot that is
+    still there: an older snapshot's code may not read a newer run's files); an unreachable node gives `?` rows. Its reply is data: cells are text, shaped as asked."""
     first = found[0][1]
     args = ["--json", *[run.run_dir for _, run in found]]
     reply: Any = None
-    for cwd in dict.fromkeys(run.cwd for _, run in found):
+    newest = sorted(found, key=lambda f: int(f[1].job_id) if f[1].job_id.isdigit() else 0, reverse=True)
+    for cwd in dict.fromkeys(run.cwd for _, run in newest):  # Slurm's job ids grow: the newest run's first
         try:
             reply = json.loads(Connection(first.login).call("run", cwd, "jobs.list", *args, timeout=120))
             break

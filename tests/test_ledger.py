@@ -131,8 +131,25 @@ def test_summary_json_carries_the_ledger_as_the_run_goes_and_says_finished_only_
     files.summary.write_text(json.dumps({"finished": True, "final_step": 12, "ledger": stopped["ledger"]}))
     assert files.finished() and progress(tmp_path)[0] == 12
     assert ledger.read(tmp_path, state="COMPLETED") == stopped["ledger"]
+    after = Attempts(tmp_path)  # a requeue after the end (a preemption during finish): nothing to train
+    after.start(12, 1, live=False)
+    assert files.finished() and json.loads(files.summary.read_text())["final_step"] == 12  # kept, not replaced
     files.summary.write_text(json.dumps({"final_step": 12}))  # an older version's: no key, finished
     assert files.finished()
+
+
+def test_a_live_summary_that_cannot_be_written_does_not_stop_training(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Rank 0 alone writes it, mid-training: an error there would leave its peers waiting. It is said instead."""
+    record = Attempts(tmp_path)
+    record.start(0, 0)
+    assert json.loads((tmp_path / "summary.json").read_text())["step"] == 0  # where the attempt resumed
+    (tmp_path / "summary.json").unlink()
+    (tmp_path / "summary.json").mkdir()  # cannot be replaced
+    record.summarised = -1e9
+    assert record.summarise_every(10, blocked_s=0.0) is None
+    assert "summary.json's ledger not written" in capsys.readouterr().err
 
 
 def test_a_sweeps_status_has_a_goodput_column_and_sums_its_points(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]

@@ -59,3 +59,31 @@ def test_one_damaged_run_is_one_row_and_hides_no_other(tmp_path: Path) -> None:
     assert "damaged" in rows["bad-remote"] and "remote.json is damaged" in rows["bad-remote"]
     assert "damaged" in rows["hostile"] and "-o ProxyCommand is not passed on" in rows["hostile"]
     assert not touched.exists()
+
+
+def test_a_login_nodes_runs_are_listed_by_the_newest_runs_code(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """One jobs.list on the login node answers for all its runs, in a run's code snapshot: the newest job's (an
+    older snapshot's code may not read a newer run's files), else the next where that one is gone."""
+    from jobs import list as listing_module
+    from jobs.remote.runs import RemoteRun
+    from jobs.remote.ssh import Login
+    from trainer.errors import UserError
+
+    login = Login("alice@cluster", "/scratch/runs")
+    found = [(n, RemoteRun(login, f"/scratch/runs/{n}", job, "site", f"/scratch/runs/{n}/code")) for n, job in
+             (("a", "98"), ("b", "1203"), ("c", "990"))]  # fmt: skip
+    tried: list[str] = []
+
+    class Connection:
+        def __init__(self, login: Login) -> None:
+            pass
+
+        def call(self, verb: str, cwd: str, *args: str, timeout: float) -> str:
+            tried.append(cwd)
+            if cwd.endswith("/b/code"):
+                raise UserError(f"{cwd} does not exist on the cluster")
+            return json.dumps([{"state": "RUNNING"}] * 3)
+
+    monkeypatch.setattr(listing_module, "Connection", Connection)
+    rows = listing_module.remote_rows(found)
+    assert tried == ["/scratch/runs/b/code", "/scratch/runs/c/code"] and len(rows) == 3

@@ -289,7 +289,8 @@ def resume(run: Run, cause: failures.Failure | None = None) -> None:
         return
     write_config(run.files.path, run.config)  # only now: a --resume whose new settings failed left the old one
     run.logger = TensorBoardLogger(run.files.tensorboard)
-    cost = run.attempts.start(state.step, env.restart_count, run.warn.said, startup.seconds(), env, cause)
+    live = state.step < run.config.steps  # else a finished summary.json stays as it is (a requeue after the end)
+    cost = run.attempts.start(state.step, env.restart_count, run.warn.said, startup.seconds(), env, cause, live)
     if len(run.attempts.items) > 1:
         restarts = {f"restarts/{k}": v for k, v in run.attempts.totals().items()}
         run.logger.scalars(restarts | {"restarts/last_time_lost_s": cost["time_lost_s"]}, state.step)

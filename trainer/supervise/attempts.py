@@ -12,6 +12,7 @@ from typing import Any
 from submitit.local.local import LOCAL_REQUEUE_RETURN_CODE  # the local controller restarts tasks exiting with it
 
 from trainer.env.launcher import DistEnv
+from trainer.errors import UserError
 from trainer.run import failures, ledger
 from trainer.run.atomic import read_json, write_text
 from trainer.run.rundir import RunDir
@@ -58,6 +59,7 @@ class Attempts:
         self.path = RunDir(run_dir).attempts
         self.progress_path = RunDir(run_dir).progress
         self.summarised = 0.0  # when summary.json last got the ledger (monotonic)
+        self.live = True  # this attempt trains: summary.json is its to rewrite (start's `live`)
         self.items: list[dict[str, Any]] = (
             read_json(
                 self.path,
@@ -77,9 +79,14 @@ class Attempts:
         """summary.json as the run goes: `"finished": false`, the attempts' counts and the goodput ledger up to
         now (an unfinished attempt training until now). At every attempt's start and stop, and from the
         training loop at most once a LIVE_SUMMARY_S. The finished run's summary (trainer.train, trainer.script)
-        replaces it with `"finished": true`: only that one says the run is done (RunDir.finished)."""
-        now = time.time()
-        parts = ledger.of_run(self.run_dir, self.items, now, int(self.items[-1].get("world_size") or 1))
+        replaces it with `"finished": true`: only that one says the run is done (RunDir.finished). Not by an
+        attempt that has nothing to train (start's `live`): the finished summary stays. `step`: the loop's, else
+        where this attempt stopped or resumed."""
+        if not self.live:
+            return None
+        now, last = time.time(), self.items[-1]
+        step = step if step is not None else (last.get("stop") or {}).get("step", last.get("resumed_step"))
+        parts = ledger.of_run(self.run_dir, self.items, now, int(last.get("world_size") or 1))
         live = {"finished": False, "as_of": round(now, 3)} | ({"step": step} if step is not None else {})
         write_text(RunDir(self.run_dir).summary, json.dumps(live | self.totals() | {"ledger": parts}, indent=2) + "\n")
         self.summarised = time.monotonic()
@@ -91,7 +98,12 @@ class Attempts:
         if time.monotonic() - self.summarised < LIVE_SUMMARY_S:
             return None
         self.blocked_on_checkpoints(blocked_s)
-        return self.summarise(step)
+        try:
+            return self.summarise(step)
+        except (OSError, UserError) as exc:  # rank 0 alone: a failure here would leave its peers waiting
+            self.summarised = time.monotonic()  # said once a LIVE_SUMMARY_S at most
+            print(f"warning: summary.json's ledger not written ({exc}); training goes on", file=sys.stderr)
+            return None
 
     def start(
         self,
@@ -101,10 +113,12 @@ class Attempts:
         startup: dict[str, float] | None = None,
         env: DistEnv | None = None,
         cause: failures.Failure | None = None,
+        live: bool = True,
     ) -> dict[str, float]:
         """Record this attempt, its warnings and where its start-up went (trainer.run.startup); returns what the
         previous attempt cost (time lost, steps recomputed). `env` tells why a previous attempt that recorded
-        no stop ended (unrecorded_stop)."""
+        no stop ended (unrecorded_stop). `live`: it has steps to train (summary.json as the run goes is its)."""
+        self.live = live
         cost = {"time_lost_s": 0.0, "steps_recomputed": 0.0}
         if self.items:
             previous = self.items[-1]
