@@ -103,11 +103,10 @@ def point_progress(run_dir: Path | None) -> tuple[int | None, str]:
     """A point's last step and last validation metrics, from summary.json or progress.json."""
     if run_dir is None:
         return None, ""
-    for path, step_key, val_key in (
-        (RunDir(run_dir).summary, "final_step", "val_metrics"),
-        (RunDir(run_dir).progress, "step", "val"),
-    ):
-        if path.is_file() if path != RunDir(run_dir).summary else RunDir(run_dir).finished():
+    files = RunDir(run_dir)
+    finished = [(files.summary, "final_step", "val_metrics")] if files.finished() else []  # not the live one
+    for path, step_key, val_key in [*finished, (files.progress, "step", "val")]:
+        if path.is_file():
             try:
                 record = json.loads(path.read_text())
             except (OSError, ValueError):

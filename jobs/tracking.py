@@ -334,8 +334,9 @@ def run_dir_info(target: Target) -> JobInfo | None:
 def progress(run_dir: Path) -> tuple[int | None, Path | None]:
     """The last step reached and the newest checkpoint of a run that has its checksum (a torn one has none)."""
     step, files = None, RunDir(run_dir)
-    for path, key in ((files.summary, "final_step"), (files.progress, "step")):
-        if files.finished() if path == files.summary else path.exists():
+    finished = [(files.summary, "final_step")] if files.finished() else []  # the live one has no final step
+    for path, key in [*finished, (files.progress, "step")]:
+        if path.exists():
             after = (
                 f"jobs.status then reads {files.progress.name}"
                 if path == files.summary
