@@ -162,9 +162,10 @@ def with_restart_args(command: list[str], words: list[str], run_dir: str, cwd: s
 
 def _clear_other_attempts(exits: Path, attempt_key: str) -> None:
     """Remove the exit words of earlier attempts; this attempt's may be there already (a command that ended
-    before rank 0 got here), so those stay."""
+    before rank 0 got here), so those stay, and so do words being written (write_text's hidden temporary file:
+    removing one made a fast peer's rename fail, seen once in CI)."""
     for path in exits.glob("*rank_*"):
-        if not path.name.startswith(f"{attempt_key}_rank_"):
+        if not path.name.startswith((f"{attempt_key}_rank_", ".")):
             path.unlink(missing_ok=True)
 
 
