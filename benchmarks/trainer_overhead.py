@@ -7,7 +7,10 @@ the next's, its logging and the GPU work that the logging waits for included), t
 final weights equal the textbook loop's. Targets: ours within 2% of the textbook loop, and less overhead
 than Lightning. On a GPU each variant synchronises the device at the end of each window, as ours does when it
 reads the loss. Usage: python benchmarks/trainer_overhead.py [--steps N] [--rounds N] [--skip-lightning]
-[--ours KEY=VALUE ...] [--device cpu|cuda] [--nproc N]
+[--ours KEY=VALUE ...] [--device cpu|cuda] [--nproc N] [--width W] [--image-size S]
+
+A small --width and --image-size make the step launch-bound (dispatch-bound on CPU): the loop's own per-step
+cost, which a GPU's short steps expose, then shows on a CPU too.
 """
 
 import argparse
@@ -31,7 +34,7 @@ def windows(step_ends: list[float], start: float) -> list[float]:
     return [sum(times[i : i + WINDOW]) / WINDOW for i in range(0, len(times) - WINDOW + 1, WINDOW)]
 
 
-def run_ours(steps: int, data: Path, out: Path, settings: list[str]) -> dict:
+def run_ours(steps: int, data: Path, out: Path, settings: list[str], shape: tuple[int, int]) -> dict:
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     from trainer.config import build_config
@@ -50,6 +53,8 @@ def run_ours(steps: int, data: Path, out: Path, settings: list[str]) -> dict:
             f"log.every={WINDOW}",
             "log.image_every=0",
             f"checkpoint.every={steps}",
+            f"pix2pix.width={shape[0]}",
+            f"data.image_size={shape[1]}",
             *settings,
         ]
     )
@@ -61,7 +66,7 @@ def run_ours(steps: int, data: Path, out: Path, settings: list[str]) -> dict:
     return {"windows": [e.value for e in events.Scalars("perf/step_time_s")], "sha": summary["weights_sha256"]}
 
 
-def textbook_parts(data: Path):  # type: ignore[no-untyped-def]
+def textbook_parts(data: Path, shape: tuple[int, int]):  # type: ignore[no-untyped-def]
     import torch
 
     from trainer.tasks._pix2pix_nn import PairsDataset, UNet
@@ -71,8 +76,8 @@ def textbook_parts(data: Path):  # type: ignore[no-untyped-def]
     import numpy
 
     sources, targets = (numpy.array([p.encode() for p in side]) for side in read_pairs(data, "pairs.csv"))
-    dataset = PairsDataset(str(data), sources, targets, 64)
-    return dataset, UNet(16, 3)
+    dataset = PairsDataset(str(data), sources, targets, shape[1])
+    return dataset, UNet(shape[0], 3)
 
 
 def loader_kw(cuda: bool) -> dict:
@@ -84,7 +89,7 @@ def loader_kw(cuda: bool) -> dict:
     return {"num_workers": workers, "pin_memory": cuda, "drop_last": True, **more}
 
 
-def run_textbook(steps: int, data: Path, out: Path) -> dict:
+def run_textbook(steps: int, data: Path, out: Path, shape: tuple[int, int]) -> dict:
     import torch
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel as DDP
@@ -101,7 +106,7 @@ def run_textbook(steps: int, data: Path, out: Path) -> dict:
         torch.cuda.set_device(device)
     if world > 1:  # one process trains the bare model, as ours does: DDP with one rank only adds its own cost
         dist.init_process_group("nccl" if cuda else "gloo")
-    dataset, model = textbook_parts(data)
+    dataset, model = textbook_parts(data, shape)
     sampler = DistributedSampler(dataset, num_replicas=world, rank=rank, shuffle=True, seed=SEED)
     loader = DataLoader(dataset, batch_size=BATCH, sampler=sampler, **loader_kw(cuda))
     ddp = DDP(model.to(device), device_ids=[device.index] if cuda else None) if world > 1 else model.to(device)
@@ -127,14 +132,14 @@ def run_textbook(steps: int, data: Path, out: Path) -> dict:
     return {"windows": windows(ends, start), "sha": weights_sha256(model.state_dict())} if rank == 0 else {}
 
 
-def run_lightning(steps: int, data: Path, out: Path) -> dict:
+def run_lightning(steps: int, data: Path, out: Path, shape: tuple[int, int]) -> dict:
     import lightning as L
     import torch
     from torch.utils.data import DataLoader
 
     from trainer.tasks._pix2pix_nn import to_unit
 
-    dataset, model = textbook_parts(data)
+    dataset, model = textbook_parts(data, shape)
     ends: list[float] = []
 
     class Module(L.LightningModule):
@@ -178,8 +183,11 @@ def run_lightning(steps: int, data: Path, out: Path) -> dict:
 VARIANTS = {"textbook": run_textbook, "lightning": run_lightning}
 
 
-def worker(variant: str, steps: int, data: Path, out: Path, settings: list[str]) -> None:
-    result = run_ours(steps, data, out, settings) if variant == "ours" else VARIANTS[variant](steps, data, out)
+def worker(variant: str, steps: int, data: Path, out: Path, settings: list[str], shape: tuple[int, int]) -> None:
+    if variant == "ours":
+        result = run_ours(steps, data, out, settings, shape)
+    else:
+        result = VARIANTS[variant](steps, data, out, shape)
     if result:
         (out / f"{variant}.json").write_text(json.dumps(result))
 
@@ -194,11 +202,13 @@ def main() -> None:
     )
     parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu", help="cuda: NCCL, one process per GPU")
     parser.add_argument("--nproc", type=int, default=2, help="processes (on cuda, at most one per GPU)")
+    parser.add_argument("--width", type=int, default=16, help="the U-Net's base channels (pix2pix.width)")
+    parser.add_argument("--image-size", type=int, default=64, help="the images' side (data.image_size)")
     parser.add_argument("--worker", nargs=3, metavar=("VARIANT", "DATA", "OUT"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
         variant, data, out = args.worker
-        worker(variant, args.steps, Path(data), Path(out), args.ours)
+        worker(variant, args.steps, Path(data), Path(out), args.ours, (args.width, args.image_size))
         return
     sys.path.insert(0, str(ROOT))
     from trainer.data.sample import ensure_sample_data
@@ -218,6 +228,7 @@ def main() -> None:
             cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(args.nproc)]
             cmd += ["--master-port", str(port)]
             cmd += [__file__, "--steps", str(args.steps), "--worker", variant, str(data), str(folder)]
+            cmd += ["--width", str(args.width), "--image-size", str(args.image_size)]
             cmd += [f"--ours={setting}" for setting in args.ours]
             env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
             if args.device == "cpu":
@@ -237,7 +248,7 @@ def main() -> None:
     median = {v: statistics.median(w) for v, w in windows_of.items()}
     base, ours = median["textbook"], median["ours"]
     backend = "gloo" if args.device == "cpu" else f"nccl on {gpu_name()}"
-    shape = f"{args.nproc} processes, {backend}, batch {BATCH}"
+    shape = f"{args.nproc} processes, {backend}, batch {BATCH}, U-Net width {args.width} at {args.image_size} px"
     print(f"{args.rounds} interleaved round(s) of {args.steps} steps per variant; {shape}")
     print(f"textbook DDP loop: {base * 1000:.2f} ms/step (median of {WINDOW}-step means after warm-up)")
     verdict = "meets" if ours / base <= 1.02 else "MISSES"

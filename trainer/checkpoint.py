@@ -7,6 +7,7 @@ import pickle
 import sys
 import threading
 import time
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -169,11 +170,16 @@ def _broadcast_latest(
     path, size = header
     if not size:
         return None
-    buffer = torch.frombuffer(bytearray(found[2]), dtype=torch.uint8) if found else torch.empty(size, dtype=torch.uint8)
-    dist.broadcast(buffer, src=0, group=group)
-    if found:
+    if found:  # the file's bytes as they are, not a copy: a sender only reads them (so the warning is moot)
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", "The given buffer is not writable", UserWarning)
+            dist.broadcast(torch.frombuffer(found[2], dtype=torch.uint8), src=0, group=group)
         return found[0], found[1]
-    state, problem = _load(buffer.numpy().tobytes(), map_location)
+    buffer = torch.empty(size, dtype=torch.uint8)
+    dist.broadcast(buffer, src=0, group=group)
+    data = buffer.numpy().tobytes()  # torch.load reads bytes without copying them again (io.BytesIO shares them)
+    del buffer  # so a rank holds the file once while the state loads, as rank 0 does
+    state, problem = _load(data, map_location)
     if state is None:  # rank 0 loaded these very bytes: a transfer gone wrong
         raise RuntimeError(f"the checkpoint {path} received from rank 0 does not load: {problem}")
     return state, Path(path)
