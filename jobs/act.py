@@ -9,11 +9,10 @@ import re
 import subprocess
 import time
 
-import yaml
-
 from jobs.snapshot import tool_environment
-from jobs.tracking import Target, info, is_local_job
+from jobs.tracking import Target, info, is_local_job, run_settings
 from trainer.errors import UserError
+from trainer.run.atomic import json_or_none
 from trainer.run.rundir import RunDir
 from trainer.supervise import live, relay, signals, stacks
 
@@ -35,10 +34,7 @@ def _trainer(target: Target, what: str) -> None:
 def _heartbeats_on(target: Target) -> None:
     """Rank 0's watchdog threads read the save request: none run with hang.enabled=false."""
     assert target.run_dir is not None
-    try:
-        hang = (yaml.safe_load(RunDir(target.run_dir).config.read_text()) or {}).get("hang") or {}
-    except (OSError, yaml.YAMLError, AttributeError):
-        hang = {}
+    hang = run_settings(RunDir(target.run_dir)).get("hang") or {}
     if isinstance(hang, dict) and hang.get("enabled") is False:
         raise UserError(
             f"job {target.job_id} runs with hang.enabled=false: no thread reads the request; requeue it instead "
@@ -142,10 +138,8 @@ def _ranks(ranks: list[int]) -> str:
 
 
 def _requeue_signal(target: Target) -> str:
-    try:
-        profile = json.loads(RunDir(target.run_dir).job.read_text()).get("profile") if target.run_dir else None
-    except (OSError, ValueError):
-        profile = None
+    job = json_or_none(RunDir(target.run_dir).job) if target.run_dir else None
+    profile = job.get("profile") if isinstance(job, dict) else None
     name = profile.get("signal") if isinstance(profile, dict) else None
     return signals.normalise(name) if isinstance(name, str) else signals.DEFAULT
 

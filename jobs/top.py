@@ -24,14 +24,13 @@ import tty
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from jobs import act, cancel
 from jobs.remote import follow, runs
 from jobs.remote.ssh import Connection
-from jobs.tracking import TERMINAL, JobInfo, Target, find, info
+from jobs.tracking import TERMINAL, JobInfo, Target, find, info, run_settings
 from trainer.errors import UserError, one_line_errors
 from trainer.run import failures, ledger
+from trainer.run.atomic import json_or_none
 from trainer.run.rundir import RunDir
 from trainer.supervise import live
 from trainer.supervise.attempts import slurm_time_left
@@ -60,9 +59,9 @@ def view(
     """What the screen shows, as plain data: the job's line and a row per rank (what a login node sends)."""
     run_dir = target.run_dir
     files = RunDir(run_dir) if run_dir is not None else None
-    attempts = _json(files.attempts) if files else None
+    attempts = json_or_none(files.attempts) if files else None
     attempts = attempts if isinstance(attempts, list) else []
-    config = _config(files.config) if files else {}
+    config = run_settings(files) if files else {}
     steps = config.get("steps") if isinstance(config.get("steps"), int) else None
     beat_s = (config.get("hang") or {}).get("beat_s", 5.0) if isinstance(config.get("hang"), dict | None) else 5.0
     head: dict[str, Any] = {"job": target.job_id, "state": job.state, "attempt": len(attempts) or None}
@@ -149,7 +148,7 @@ def _rows_from_files(target: Target, state: str, now: float) -> list[dict[str, A
     assert target.run_dir is not None
     rows = []
     for path in sorted((RunDir(target.run_dir).provenance / "ranks").glob("rank_*.json")):
-        record = _json(path)
+        record = json_or_none(path)
         if not isinstance(record, dict) or not isinstance(record.get("rank"), int):
             continue
         rank = record["rank"]
@@ -460,22 +459,6 @@ def _clock(seconds: float) -> str:
         return "-"
     minutes, secs = divmod(int(seconds), 60)
     return f"{minutes // 60}:{minutes % 60:02d}:{secs:02d}"
-
-
-def _json(path: Path) -> Any:
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-
-
-def _config(path: Path) -> dict[str, Any]:
-    """The run's config.yaml (its steps, its heartbeat interval); {} when there is none or it cannot be read."""
-    try:
-        config = yaml.safe_load(path.read_text())
-    except (OSError, yaml.YAMLError):
-        return {}
-    return config if isinstance(config, dict) else {}
 
 
 if __name__ == "__main__":

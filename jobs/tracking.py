@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 import submitit
+import yaml
 
 from jobs.local_controller import exit_codes_path
 from trainer.env.hostlist import expand_hostlist
@@ -350,6 +351,15 @@ def progress(run_dir: Path) -> tuple[int | None, Path | None]:
             break
     checkpoints = [path for _, path in list_checkpoints(files.checkpoints) if has_checksum(path)]
     return step, checkpoints[0] if checkpoints else None
+
+
+def run_settings(files: RunDir) -> dict[str, Any]:
+    """The run's config.yaml as a mapping, for views that do without it: {} when it is missing or unreadable."""
+    try:
+        config = yaml.safe_load(files.config.read_text())
+    except (OSError, yaml.YAMLError):
+        return {}
+    return config if isinstance(config, dict) else {}
 
 
 def is_script(summary: dict[str, Any]) -> bool:

@@ -2,6 +2,7 @@
 
 import ast
 import re
+import subprocess
 import sys
 from importlib import metadata
 from pathlib import Path
@@ -104,3 +105,12 @@ def test_a_module_this_copy_lacks_is_never_taken_from_an_installed_copy(tmp_path
         [sys.executable, "-c", script], cwd=tmp_path, capture_output=True, text=True, env={"PYTHONPATH": str(ROOT)}
     )
     assert done.stdout == "missing: jobs.only_there\n", done.stdout + done.stderr
+
+
+def test_what_runs_with_a_nodes_own_python3_needs_only_the_standard_library() -> None:
+    """The Slurm batch step's supervisor runs outside any container with the node's python3 (no torch, no
+    pyyaml there), and trainer.requeue is meant to be copied into a user's project: neither may import more."""
+    code = "import sys; sys.path.insert(0, sys.argv[1]); import trainer.supervise.slurm, trainer.requeue"
+    code += "; print(sorted({m.split('.')[0] for m in sys.modules} - set(sys.stdlib_module_names) - {'trainer', '__main__'}))"
+    done = subprocess.run([sys.executable, "-I", "-S", "-c", code, str(ROOT)], capture_output=True, text=True)
+    assert done.returncode == 0 and done.stdout.strip() == "[]", done.stdout + done.stderr[-2000:]

@@ -75,3 +75,25 @@ def test_with_the_straggler_timing_a_rank_is_marked_by_its_own_work() -> None:
     assert [r.get("mark") for r in rows] == [None, None, "straggler"]
     beats[1]["written"] = "garbage"  # a damaged beat: left out, the others shown
     assert [r["rank"] for r in top._rows(Target("7", "local", None, None), beats, "RUNNING", NOW, 11.0)] == [0, 2]
+
+
+@pytest.mark.parametrize(
+    ("config", "refused"),
+    [("hang:\n  enabled: false\n", True), ("hang:\n  enabled: true\n", False), ("{broken", False), (None, False)],
+)
+def test_a_save_now_is_refused_where_no_watchdog_thread_reads_it(
+    tmp_path: Path, config: str | None, refused: bool
+) -> None:
+    """Rank 0's watchdog threads take jobs.top's save request: with hang.enabled=false there are none, and the
+    request would wait forever. A config.yaml that is missing or unreadable does not refuse it."""
+    from jobs import act
+    from trainer.errors import UserError
+
+    if config is not None:
+        (tmp_path / "config.yaml").write_text(config)
+    target = Target("7", "local", tmp_path, tmp_path)
+    if refused:
+        with pytest.raises(UserError, match=r"runs with hang.enabled=false: .*requeue it instead"):
+            act._heartbeats_on(target)
+    else:
+        act._heartbeats_on(target)

@@ -67,6 +67,15 @@ def write_text(path: Path, text: str, durable: bool = True) -> None:
     write_bytes(path, text.encode(), durable)
 
 
+def json_or_none(path: Path) -> Any:
+    """A run file read as a hint: its JSON, or None when it is missing, torn or not JSON (its caller does
+    without, or checks the shape). read_json, below, is for a file whose damage the user must hear of."""
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
 def read_json(path: Path, fix: str, valid: Callable[[Any], bool] = lambda _: True) -> Any:
     """A JSON file of a run; an empty, broken or misshapen one is a UserError naming it and ending with `fix`."""
     try:

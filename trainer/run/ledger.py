@@ -19,11 +19,11 @@ wall time less the queue). An attempt's start counts from its first process's st
 allocation: the batch script's own fraction of a second before srun counts as queued.
 """
 
-import json
 import time
 from pathlib import Path
 from typing import Any
 
+from trainer.run.atomic import json_or_none
 from trainer.run.provenance import read_submit
 from trainer.run.rundir import RunDir
 
@@ -134,15 +134,15 @@ def read(run_dir: Path, state: str) -> dict[str, float] | None:
     stop trains up to now only while the job is RUNNING; else up to its last progress. None when there is
     nothing to read (no attempt yet, or a record that cannot be read)."""
     files = RunDir(run_dir)
-    summary = _json(files.summary) if files.finished() else None
+    summary = json_or_none(files.summary) if files.finished() else None
     if isinstance(summary, dict) and isinstance(summary.get("ledger"), dict):
         parts = summary["ledger"]
         return parts if all(isinstance(parts.get(k), int | float) for k in (*PARTS, "wall", "goodput")) else None
-    attempts = _json(files.attempts)
+    attempts = json_or_none(files.attempts)
     if not isinstance(attempts, list) or not all(isinstance(a, dict) and "started" in a for a in attempts):
         return None
     try:
-        reached = _json(files.progress)
+        reached = json_or_none(files.progress)
         moments = [a["started"] for a in attempts] + [(a.get("stop") or {}).get("time") or 0 for a in attempts]
         moments += [reached.get("time") or 0] if isinstance(reached, dict) else []
         last = max(m for m in moments if isinstance(m, int | float))
@@ -153,10 +153,3 @@ def read(run_dir: Path, state: str) -> dict[str, float] | None:
 
 
 LIVE = ("RUNNING", "PENDING", "REQUEUED", "REQUEUE_HOLD", "CONFIGURING", "COMPLETING")  # counted up to now
-
-
-def _json(path: Path) -> Any:
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None

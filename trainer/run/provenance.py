@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from trainer.env.launcher import DistEnv
-from trainer.run.atomic import write_text
+from trainer.run.atomic import json_or_none, write_text
 from trainer.run.rundir import RunDir
 
 
@@ -49,10 +49,7 @@ def read_submit(run_dir: Path) -> dict[str, Any]:
     for folder in (run_dir, run_dir.parent):
         path = RunDir(folder).provenance / "submit.json"
         if path.is_file():
-            try:
-                value = json.loads(path.read_text())
-            except (OSError, ValueError):
-                return {}
+            value = json_or_none(path)
             return value if isinstance(value, dict) else {}
     return {}
 

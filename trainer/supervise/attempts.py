@@ -14,7 +14,7 @@ from submitit.local.local import LOCAL_REQUEUE_RETURN_CODE  # the local controll
 from trainer.env.launcher import DistEnv
 from trainer.errors import UserError
 from trainer.run import failures, ledger
-from trainer.run.atomic import read_json, write_text
+from trainer.run.atomic import json_or_none, read_json, write_text
 from trainer.run.rundir import RunDir
 from trainer.supervise.relay import earlier_attempt, mark_stopped
 from trainer.supervise.signals import JobSettings
@@ -187,10 +187,7 @@ def last_progress(path: Path) -> dict[str, Any]:
     """progress.json's step, time and checkpoint_s; {} when there is none or it cannot be read. It is written
     without fsync (on the step's path), so a node's crash can leave it empty or torn: a hint for the history,
     never a reason to refuse the restart (the checkpoints say where the run resumes)."""
-    try:
-        reached = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return {}
+    reached = json_or_none(path)
     return {k: v for k, v in reached.items() if isinstance(v, int | float)} if isinstance(reached, dict) else {}
 
 

@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from trainer.run.atomic import write_text
+from trainer.run.atomic import json_or_none, write_text
 from trainer.run.rundir import RunDir
 from trainer.supervise.stacks import DUMP_SIGNAL
 
@@ -66,10 +66,7 @@ def share(run_dir: Path, beats: list[dict[str, Any]], attempt: str, world_size: 
 
 
 def read(run_dir: Path) -> dict[str, Any] | None:
-    try:
-        record = json.loads(RunDir(run_dir).live.read_text())
-    except (OSError, ValueError):
-        return None
+    record = json_or_none(RunDir(run_dir).live)
     return record if isinstance(record, dict) and isinstance(record.get("beats"), list) else None
 
 

@@ -22,6 +22,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from trainer.run.atomic import json_or_none
+
 DUMP_SIGNAL = signal.SIGURG  # faulthandler's, in every rank of the trainer (trainer.supervise.live)
 PY_SPY_S = 60  # one rank's dump; py-spy pauses the process while it reads it
 
@@ -38,10 +40,7 @@ def ranks_of(run_dir: Path, node: str | None) -> list[dict[str, Any]]:
     os.kill takes for a whole group)."""
     records = []
     for path in sorted((run_dir / "provenance" / "ranks").glob("rank_*.json")):
-        try:
-            record = json.loads(path.read_text())
-        except (OSError, ValueError):
-            continue
+        record = json_or_none(path)
         if isinstance(record, dict) and type(record.get("pid")) is int and record["pid"] > 1:
             if type(record.get("rank")) is int and (node is None or record.get("host") == node):
                 records.append(record)
