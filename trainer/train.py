@@ -55,6 +55,10 @@ from trainer.supervise.watchdog import Watchdog
 from trainer.tblog import NullLogger, TensorBoardLogger
 
 AMP_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
+# progress.json (rank 0) and each rank's host and GPU memory figures (jobs.top's) are renewed at most this often:
+# a short step's log interval can be tens of milliseconds, and a file renamed into place on a shared
+# filesystem at that rate costs the step its metadata round trips (and the filesystem a rename per interval).
+SHARE_EVERY_S = 1.0
 
 
 def train(
@@ -208,6 +212,8 @@ class Run:
     image_batch: Any = None  # fixed validation samples: the same images compared across steps
     eval_s: float = 0.0  # this attempt's time in evaluation, for summary.json: it must not dominate
     started: float = 0.0  # when this attempt's first step began
+    shared_at: float = -math.inf  # when progress.json and the resource figures were last renewed (SHARE_EVERY_S)
+    resources: dict[str, float] = field(default_factory=dict)  # this rank's memory figures, as of shared_at
 
 
 @dataclass
@@ -311,7 +317,10 @@ def log_interval(run: Run, meter: IntervalMeter, step: int, progress: Progress) 
     or stopped at (the same on every rank: the means are)."""
     config, state, first, names = run.config, run.state, step - meter.steps + 1, list(meter.metrics)
     means = meter.means(run.env)
-    run.watchdog.stats = meter.own | resource_figures(run.device)  # jobs.top's row of this rank
+    now = time.monotonic()
+    if share := (step == config.steps or now - run.shared_at >= SHARE_EVERY_S):  # each rank by its own clock
+        run.shared_at, run.resources = now, resource_figures(run.device)
+    run.watchdog.stats = meter.own | run.resources  # jobs.top's row of this rank
     values = {k: v for k, v in means.items() if k.startswith("train/")} | {
         "train/lr": run.scheduler.get_last_lr()[0],
         "train/epoch": state.epoch + state.batch_in_epoch / run.batches_per_epoch,
@@ -328,7 +337,7 @@ def log_interval(run: Run, meter: IntervalMeter, step: int, progress: Progress) 
         if config.log.nonfinite == "stop":
             raise UserError(f"{what}; lower optim.lr or set optim.grad_clip (log.nonfinite=warn trains on)")
         run.warn(f"{what} (log.nonfinite=stop ends the run on it)")
-    if run.env.is_main:  # for jobs.status
+    if run.env.is_main and share:  # for jobs.status
         reached = {"step": step, "time": time.time(), "val": state.last_val, "checkpoint_s": run.checkpoints.blocked_s}
         write_text(run.files.progress, json.dumps(reached), durable=False)  # on the step's path: no fsync
         if run.attempts is not None and (parts := run.attempts.summarise_every(step, run.checkpoints.blocked_s)):
