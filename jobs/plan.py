@@ -136,6 +136,22 @@ def with_interpreter(command: list[str], python: str) -> list[str]:
     return [python, *command[1:]] if command[:1] in (["python"], ["python3"]) else command
 
 
+def script_file(command: list[str]) -> str | None:
+    """The file a `python [options] FILE.py ...` command runs; None for `-m`, `-c`, standard input, another
+    program, or a file name that is not plainly one (a placeholder, no .py): those are not checked."""
+    if not command or not Path(command[0]).name.startswith("python"):
+        return None
+    words = iter(command[1:])
+    for word in words:
+        if word in ("-W", "-X", "--check-hash-based-pycs"):  # python's options that take the next word
+            next(words, None)
+        elif word == "-" or (word.startswith("-") and not word.startswith("--") and {"c", "m"} & set(word[1:])):
+            return None  # -c CODE, -m MODULE (alone or in a cluster such as -um), standard input
+        elif not word.startswith("-"):
+            return word if word.endswith(".py") and "{" not in word else None
+    return None
+
+
 def script_name(command: list[str]) -> str:
     """A run directory's middle part for a command: its script's or module's name."""
     words = command[1:] if Path(command[0]).name.startswith("python") else command

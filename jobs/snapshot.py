@@ -25,7 +25,8 @@ from trainer.run.prepare import CACHEDIR_SIGNATURE, CACHEDIR_TAG
 
 PACKAGES = ("trainer", "jobs")  # the tool's own code, which every task imports (from tool/, see tool_environment)
 # Where frameworks write their outputs inside a project: runs and logs, never code.
-OUTPUT_DIRS = {"lightning_logs", "wandb", "mlruns"}
+# What frameworks write inside a project: Lightning, W&B, MLflow, TensorBoard's SummaryWriter (runs/), Hydra.
+OUTPUT_DIRS = {"lightning_logs", "wandb", "mlruns", "runs", "outputs", "multirun"}
 SKIP_DIRS = {"__pycache__", "node_modules", "site-packages"} | OUTPUT_DIRS
 
 MAX_FILES = 100_000

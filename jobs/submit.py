@@ -23,6 +23,7 @@ from jobs.plan import (
     make_plan,
     sbatch_script,
     script_commands,
+    script_file,
     script_name,
     sweep_points,
     visible_gpus,
@@ -459,6 +460,7 @@ def prepare_script(
         folder = run_root / args.name if args.name else new_run_dir(run_root, script_name(command))
         run_dirs = [folder] if len(commands) == 1 else [folder / point_name(i, p) for i, p in enumerate(points)]
         snapshot, code_dir = code_for(args, profile, folder, run_root)
+        check_script(command, Path(cwd), snapshot if not args.dry_run else None)
         cwd = str(code_dir) if code_dir is not None else cwd  # the snapshot mirrors the folder submitted from
     gpus = visible_gpus(os.environ.get("CUDA_VISIBLE_DEVICES")) if profile.executor == "local" else ()
     plan = make_plan(profile, [], RunDir(folder).logs, has_local_gpus(), sys.executable, gpus, code_dir, run_dirs)
@@ -470,6 +472,22 @@ def prepare_script(
     wait = args.wait or profile.executor == "debug"
     note = code_note(args, folder, code_dir, snapshot) if args.resume else ""
     return Request(plan, folder, wait, args.dry_run, bool(args.resume), snapshot=snapshot, code_note=note)
+
+
+def check_script(command: list[str], folder: Path, snapshot: Snapshot | None) -> None:
+    """A `python FILE.py` command whose file is not there (or not in the snapshot the tasks run in) would fail
+    on every task once the job starts, after its wait in the queue: refused now."""
+    script = script_file(command)
+    if script is None:
+        return
+    if not (folder / script).is_file():  # an absolute path stays as it is
+        raise UserError(f"{script} not found in {folder}; check its name, or submit from the folder that holds it")
+    relative = os.path.normpath(script)
+    if snapshot is not None and not os.path.isabs(script) and relative not in {name for _, name in snapshot.files}:
+        raise UserError(
+            f"{script} is left out of the code snapshot the tasks run in (git-ignored, outside this folder or in "
+            f"snapshot_exclude); add it to git or to the profile's snapshot_include: ['{relative}']"
+        )
 
 
 _claims: list[Any] = []  # the open lock files of this process's --resume (see claim_resume)
@@ -657,8 +675,8 @@ def main(argv: list[str] | None = None) -> int:
     if (code := over_ssh(argv)) is not None:
         return code
     request = prepare(argv)
-    if request.snapshot is not None and (note := ignored_note(request.snapshot.workspace, request.snapshot.ignored)):
-        print(note, file=sys.stderr)
+    # Said once the job is queued (or the script printed): a refusal stays the one line it is.
+    note = ignored_note(request.snapshot.workspace, request.snapshot.ignored) if request.snapshot else ""
     if request.code_note and not request.finished:
         print(request.code_note, flush=True)
     if request.finished:
@@ -666,6 +684,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if request.dry_run:
         script = sbatch_script(request.plan)
+        if note:
+            print(note, file=sys.stderr)
         if request.profile is not None and request.profile.login and not request.profile.remote_root.startswith("/"):
             # Made absolute here, under this folder; the login node expands it in its own environment.
             remote_root = request.profile.remote_root
@@ -679,6 +699,8 @@ def main(argv: list[str] | None = None) -> int:
         jobs = create_and_submit(request)
     finally:
         release_claims()  # job.json names the job now: a later --resume sees it running
+    if note:
+        print(note, file=sys.stderr)
     plan = request.plan
     kind = "array job" if len(jobs) > 1 else "job"
     job_id = jobs[0].job_id.split("_")[0] if len(jobs) > 1 else jobs[0].job_id

@@ -59,7 +59,7 @@ def test_bad_one_off_settings_are_one_line(
 
 
 def test_gpus_per_task_asks_slurm_for_each_tasks_own_gpus(tmp_path: Path) -> None:
-    script = dry_run(tmp_path, "--", "python", "t.py", text=SLURM + "gpus_per_node: 8\ngpus_per_task: 2\n")
+    script = dry_run(tmp_path, "--", "python", "-m", "t", text=SLURM + "gpus_per_node: 8\ngpus_per_task: 2\n")
     assert "#SBATCH --ntasks-per-node=4\n" in script and "#SBATCH --gpus-per-task=2\n" in script
     assert "--gpus-per-node" not in script and "export SLURM_DDP_GPUS_PER_TASK=2\n" in script
 

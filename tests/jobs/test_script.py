@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from jobs.plan import script_file
 from tests.conftest import ROOT, poll
 from tests.messages import Golden, case_id
 from tests.test_bad_input import assert_refused
@@ -260,11 +261,38 @@ def test_sweep_placeholders(tmp_path: Path) -> None:
         (["--"], "--"),
         (["--", "python", "train.py", "--lr", "{lr}"], "{lr}"),
         (["--sweep", "lr=1,2", "--", "python", "train.py", "--lr={lr}", "--bs={bs}"], "{bs}"),
+        (["--", "python", "-u", "trian.py", "--lr", "1"], "trian.py"),  # a typo: every task would fail on it
     ],
     ids=case_id,
 )
 def test_bad_script_submissions_are_one_line(golden: Golden, tmp_path: Path, args: list[str], named: str) -> None:
     assert_refused(submit_in(tmp_path, *args), golden, named, tmp_path / "runs")
+
+
+def test_a_script_left_out_of_the_snapshot_is_refused(golden: Golden, tmp_path: Path) -> None:
+    """The tasks run in the run's code snapshot: a git-ignored script is not there, though it is here."""
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    (tmp_path / ".gitignore").write_text("scratch.py\nruns/\np.yaml\n")
+    (tmp_path / "scratch.py").write_text("print('only here')\n")
+    assert_refused(submit_in(tmp_path, "--", "python", "scratch.py"), golden, "scratch.py", tmp_path / "runs")
+
+
+@pytest.mark.parametrize(
+    ("command", "file"),
+    [
+        (["python", "train.py", "--x", "1"], "train.py"),
+        (["/opt/py/bin/python3.12", "-u", "-X", "dev", "-W", "ignore", "sub/train.py"], "sub/train.py"),
+        (["python", "-m", "train"], None),  # a module: it may be installed where the tasks run
+        (["python", "-um", "train"], None),
+        (["python", "-c", "import train"], None),
+        (["python", "train_{lr}.py"], None),  # a sweep's placeholder
+        (["python", "run_me"], None),  # not plainly a file name
+        (["bash", "train.sh"], None),
+        (["torchrun", "--nproc-per-node", "2", "train.py"], None),
+    ],
+)
+def test_the_file_a_python_command_runs_is_read_from_its_words(command: list[str], file: str | None) -> None:
+    assert script_file(command) == file
 
 
 def test_debug_runs_the_script_in_process(tmp_path: Path) -> None:
@@ -349,8 +377,10 @@ def test_git_ignored_files_left_out_are_named_and_can_be_included(tmp_path: Path
     note = f"note: 2 git-ignored file(s) under {repo} are not in the code snapshot "
     note += "(data/shakespeare/meta.pkl, data/shakespeare/train.bin); "
     note += "a script reading them by relative path will not find them: add snapshot_include: ['data/shakespeare/*']"
-    failed = submit_in(repo, "--wait", "--", "python", "train.py", profile=local)
+    failed = submit_in(repo, "--wait", "--name", "first", "--", "python", "train.py", profile=local)
     assert failed.returncode == 1 and note in failed.stderr, failed.stderr
+    taken = submit_in(repo, "--name", "first", "--", "python", "train.py", profile=local)  # refused at the mkdir
+    assert taken.returncode == 2 and len(taken.stderr.splitlines()) == 1 and "note:" not in taken.stderr, taken.stderr
     dry = submit_in(repo, "--dry-run", "--", "python", "train.py", profile=f"executor: slurm\nrun_root: {tmp_path}/r\n")
     assert dry.returncode == 0 and note in dry.stderr, dry.stderr
     result = submit_in(repo, "--wait", "--", "python", "train.py", profile=local + "snapshot_include: [data/*]\n")

@@ -184,9 +184,11 @@ def test_outputs_stay_out_of_the_snapshot_and_out_of_the_ignored_note(tmp_path: 
 
     folder = tmp_path / "repo"
     folder.mkdir()
-    (folder / ".gitignore").write_text("old_runs/\ndata/\n")
+    (folder / ".gitignore").write_text("old_runs/\ndata/\noutputs/\n")
     (folder / "train.py").write_text("")
-    for name in ["runs/r1/checkpoints/step_1.pt", "old_runs/r0/summary.json", "lightning_logs/version_0/x.ckpt"]:
+    outputs = ["runs/r1/checkpoints/step_1.pt", "old_runs/r0/summary.json", "lightning_logs/version_0/x.ckpt"]
+    outputs += ["outputs/2026-11-27/10-00-00/last.ckpt", "src/runs/Nov27_10-00-00_host/events.out"]  # Hydra's, TB's
+    for name in outputs:
         (folder / name).parent.mkdir(parents=True)
         (folder / name).write_bytes(b"\0" * 4096)
     (folder / "data").mkdir()
@@ -197,5 +199,5 @@ def test_outputs_stay_out_of_the_snapshot_and_out_of_the_ignored_note(tmp_path: 
     snapshot = plan_snapshot(folder, [], [], 1)
     names = {name for _, name in snapshot.files}
     assert names == {".gitignore", "train.py"}, names
-    assert snapshot.outputs == ["lightning_logs/", "runs/"]
+    assert snapshot.outputs == ["lightning_logs/", "runs/", "src/runs/"]  # outputs/ is git-ignored: never listed
     assert ignored_files(folder, [], []) == ["data/train.csv"]  # the only thing worth a note
