@@ -1,7 +1,8 @@
 """`slurm-ddp COMMAND ...`: the installed command, the same as `python -m jobs.COMMAND ...`, from any folder.
 
 `python -m jobs.submit` cannot start in a folder that holds a `jobs.py` of yours (Python imports yours as
-`jobs` before any code of this tool runs); an installed command imports the tool from where it is installed.
+`jobs` before any code of this tool runs), nor `python -m trainer --help-settings` beside a `trainer.py` of
+yours (it runs yours); an installed command imports the tool from where it is installed.
 """
 
 import importlib
@@ -13,10 +14,12 @@ COMMANDS = {
     "logs": "a task's output [--rank N] [--follow]",
     "cancel": "stop every task of a run",
     "wait": "follow a run until it ends; exit with its outcome",
+    "top": "a running job's ranks, live; save, requeue or dump its stacks",
     "list": "the runs under ./runs, newest first",
     "fetch": "bring a cluster run's records and TensorBoard events here",
     "check": "a one-minute preflight job with a profile's settings",
     "picture": "the curves and the newest image grid of a run, as a PNG",
+    "settings": "every trainer setting, its default and meaning [task=NAME] (python -m trainer --help-settings)",
 }
 
 
@@ -36,9 +39,13 @@ def main(argv: list[str] | None = None) -> int:
             f"error: unknown command {name!r}; choose one of {', '.join(COMMANDS)} (slurm-ddp --help)", file=sys.stderr
         )
         return 2
-    module = importlib.import_module(f"jobs.{name}")
     sys.argv = [f"slurm-ddp {name}", *rest]
-    return int(module.main(rest) or 0)
+    if name == "settings":
+        from trainer.__main__ import HELP_FLAG
+        from trainer.__main__ import main as trainer
+
+        return int(trainer([*rest, HELP_FLAG]) or 0)
+    return int(importlib.import_module(f"jobs.{name}").main(rest) or 0)
 
 
 if __name__ == "__main__":

@@ -229,3 +229,17 @@ def test_every_module_of_the_project_imports() -> None:
     )
     result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
+
+
+def test_every_command_of_jobs_is_one_of_slurm_ddps_and_settings_works_beside_your_trainer_py(tmp_path: Path) -> None:
+    """The installed command is how a project with its own jobs.py or trainer.py reaches ours: it must have
+    them all (it once lacked top), and the settings table (python -m trainer beside a trainer.py runs yours)."""
+    from jobs import cli
+
+    commands = {p.stem for p in (ROOT / "jobs").glob("*.py") if "\ndef main(" in p.read_text()} - {"cli"}
+    assert commands <= set(cli.COMMANDS), commands - set(cli.COMMANDS)
+    (tmp_path / "trainer.py").write_text("raise SystemExit('the user trainer.py ran')\n")
+    slurm_ddp = Path(sys.executable).parent / "slurm-ddp"
+    done = subprocess.run([str(slurm_ddp), "settings", "task=classify"], cwd=tmp_path, capture_output=True, text=True)
+    assert done.returncode == 0 and done.stdout.startswith("| key | default | description |"), done.stderr
+    assert "| `classify.model` |" in done.stdout, done.stdout  # the task's own table
