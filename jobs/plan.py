@@ -173,6 +173,20 @@ def interface_variables(profile: Profile) -> dict[str, str]:
     return {"NCCL_SOCKET_IFNAME": name, "GLOO_SOCKET_IFNAME": name, IFNAME_VAR: name} if name else {}
 
 
+SETUP_FAILED = "error: the profile's setup line %d failed (exit %d): %s; fix that line of the profile's setup:\\n"
+
+
+def guarded_setup(lines: list[str]) -> list[str]:
+    """The profile's setup lines, each ending the job when it fails, naming it: a `module load` or `source
+    .../activate` that failed would otherwise leave the job running with another interpreter, or none. Each
+    line runs in the batch shell itself (a brace group, not a subshell: its exports and activations stay)."""
+    out = []
+    for number, line in enumerate(lines, 1):
+        said = f"printf {shlex.quote(SETUP_FAILED)} {number} $? {shlex.quote(line)} >&2"
+        out.append(f"{{ {line}\n}} || {{ {said}; exit 1; }}")
+    return out
+
+
 def slurm_parameters(profile: Profile) -> dict[str, Any]:
     """submitit SlurmExecutor parameters for one job of this profile."""
     exports = [f"export {k}={shlex.quote(shell_value(v))}" for k, v in profile.env.items()]
@@ -189,7 +203,7 @@ def slurm_parameters(profile: Profile) -> dict[str, Any]:
         "cpus_per_task": profile.cpus_per_task,
         "signal_delay_s": profile.signal_delay_s,
         "stderr_to_stdout": True,
-        "setup": [*profile.setup, *exports],
+        "setup": [*guarded_setup(profile.setup), *exports],
         # srun stops every task when one fails, and since Slurm 22.05 does not inherit --cpus-per-task.
         "srun_args": ["--kill-on-bad-exit=1", f"--cpus-per-task={profile.cpus_per_task}", *profile.srun_args],
         # the container (pyxis), its working folder the code snapshot the batch script runs in (chdir)

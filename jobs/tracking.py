@@ -432,6 +432,7 @@ def failure_line(target: Target) -> str | None:
 
 # What the batch log says when a task could not start at all, and what to change (no rank wrote a record).
 START_FAILURES = (
+    (re.compile(r"error: (the profile's setup line \d+ failed .*?; fix that line of the profile's setup:)"), "{0}"),
     (
         re.compile(r"unrecognized option '--container-(?:image|mounts)"),
         "srun does not know --container-image: this cluster has no pyxis; ask the site for pyxis/enroot, or set "

@@ -255,3 +255,19 @@ def test_a_script_that_takes_the_signal_and_carries_on_is_still_requeued(
         # quiet (with one minute attempts got almost no time, seen in CI); 90 s of steps outlast the first.
         run_dir = plain_run(tmp_path, grace + "max_num_timeout: 30\n", ["--time", "2"], steps=300, text=STUBBORN)
     assert_resumed_and_completed(run_dir, stop, said, timeout=900)
+
+
+def test_a_setup_line_that_fails_ends_the_job_naming_it_and_one_that_works_reaches_the_tasks(
+    slurm_cluster: None, tmp_path: Path
+) -> None:
+    """A `source .../activate` or `module load` that fails would leave the job running with another interpreter:
+    the job ends there, and --wait (so jobs.wait) names the line. Lines that work keep their effect (exports)."""
+    (tmp_path / "show.py").write_text("import os\nprint('FROM_SETUP', os.environ.get('FROM_SETUP'))\n")
+    good = mini_profile(tmp_path, "setup:\n  - export FROM_SETUP=yes  # a comment ends at the line's end\n")
+    result = submit("--profile", str(good), "--gpus-per-node", "1", "--wait", "--", "python", "show.py", cwd=tmp_path)
+    assert result.returncode == 0 and "FROM_SETUP yes" in result.stdout, result.stdout + result.stderr
+    bad = mini_profile(tmp_path, "setup:\n  - export FROM_SETUP=yes\n  - source /nonexistent/venv/bin/activate\n")
+    result = submit("--profile", str(bad), "--gpus-per-node", "1", "--wait", "--", "python", "show.py", cwd=tmp_path)
+    said = "the profile's setup line 2 failed (exit 1): source /nonexistent/venv/bin/activate; fix that line"
+    assert result.returncode == 1 and said in result.stderr, result.stdout + result.stderr
+    assert "FROM_SETUP" not in result.stdout  # no task started
