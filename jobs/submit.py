@@ -396,13 +396,29 @@ def code_note(args: argparse.Namespace, folder: Path, code_dir: Path | None, sna
     )
 
 
-def supersede(code_dir: Path) -> None:
-    """Set a run's snapshot (code/ and tool/) aside under superseded/DATE-TIME/, for a --current-code resume."""
+def supersede(code_dir: Path) -> Path:
+    """Set a run's snapshot (code/ and tool/) aside under superseded/DATE-TIME/, for a --current-code resume;
+    returns where its code/ went."""
     aside = code_dir.parent / "superseded" / time.strftime("%Y%m%d-%H%M%S")
     aside.mkdir(parents=True)
     for folder in (code_dir, tool_dir(code_dir)):
         if folder.exists():
             folder.rename(aside / folder.name)
+    return aside / code_dir.name
+
+
+def carry_outputs(old: Path, new: Path, snapshot: Snapshot) -> None:
+    """What the run wrote into its old code/ (a script's relative checkpoints, logs, TensorBoard's runs/) is
+    moved into the new one, where the resumed command looks for it: every file the new snapshot does not hold,
+    but Python files (a module deleted from the project since must not come back)."""
+    fresh = {name for _, name in snapshot.files}
+    for root, dirs, files in os.walk(old):  # a link to a folder is moved as the link, never walked into
+        here = Path(root)
+        for entry in [*files, *(d for d in dirs if (here / d).is_symlink())]:
+            name = (here / entry).relative_to(old).as_posix()
+            if name not in fresh and not entry.endswith(".py"):
+                (new / name).parent.mkdir(parents=True, exist_ok=True)
+                (here / entry).rename(new / name)
 
 
 def valid_record(value: Any) -> bool:
@@ -573,8 +589,9 @@ def create_and_submit(request: Request) -> list:  # type: ignore[type-arg]
     if request.resuming:
         # config.yaml stays as it is: the job's rank 0 replaces it once it has loaded the checkpoint.
         if request.snapshot is not None and plan.code_dir is not None:  # --current-code
-            supersede(plan.code_dir)
+            old = supersede(plan.code_dir)
             copy_snapshot(request.snapshot, plan.code_dir)
+            carry_outputs(old, plan.code_dir, request.snapshot)
         jobs = launch.submit(plan)
         write_job_record(plan.run_dirs[0], jobs[0], plan, request.profile)
         return jobs

@@ -665,3 +665,39 @@ def test_a_shell_form_command_gets_its_variables_and_the_tasks_interpreter(tmp_p
     assert result.returncode == 0, result.stdout + result.stderr
     run_dir = run_dir_of(result.stdout)
     assert [(run_dir / f"w.{r}").read_text() for r in (0, 1)] == ["2", "2"]
+
+
+# Keeps its own checkpoint by a path relative to where it runs (the run's code/), as many scripts do; fails
+# once it has saved, the first time.
+RELATIVE_CHECKPOINT = """
+import os, pathlib
+ckpt = pathlib.Path("checkpoints/last.txt")
+step = int(ckpt.read_text()) if ckpt.exists() else 0
+pathlib.Path("runs/tb").mkdir(parents=True, exist_ok=True)
+pathlib.Path("runs/tb/events.out").write_text(f"event at {step}\\n")
+if step == 0:
+    ckpt.parent.mkdir(exist_ok=True)
+    ckpt.write_text("5")
+    raise SystemExit(1)
+pathlib.Path(os.environ["RUN_DIR"], "resumed_at").write_text(str(step))
+"""
+
+
+def test_a_current_code_resume_keeps_what_the_script_wrote_beside_its_code(tmp_path: Path) -> None:
+    """--current-code replaces code/: a script's relative checkpoint (and TensorBoard's runs/) written there
+    moves into the new code/, where the resumed command looks; a module deleted since does not come back."""
+    (tmp_path / "train.py").write_text(RELATIVE_CHECKPOINT)
+    (tmp_path / "old_helper.py").write_text("")
+    local = f"executor: local\ngpus_per_node: 1\nrun_root: {tmp_path / 'runs'}\n"
+    failed = submit_in(tmp_path, "--wait", "--", "python", "train.py", profile=local)
+    assert failed.returncode == 1, failed.stdout + failed.stderr
+    run_dir = run_dir_of(failed.stdout)
+    assert (run_dir / "code" / "checkpoints" / "last.txt").read_text() == "5"
+    (tmp_path / "old_helper.py").unlink()
+    resumed = submit_in(tmp_path, "--resume", str(run_dir), "--current-code", "--wait", profile=local)
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    assert (run_dir / "resumed_at").read_text() == "5"
+    assert (run_dir / "code" / "runs" / "tb" / "events.out").read_text() == "event at 5\n"
+    assert not (run_dir / "code" / "old_helper.py").exists()
+    [aside] = (run_dir / "superseded").iterdir()
+    assert (aside / "code" / "old_helper.py").exists() and not (aside / "code" / "checkpoints" / "last.txt").exists()
