@@ -21,7 +21,6 @@ import sys
 import termios
 import time
 import tty
-from pathlib import Path
 from typing import Any
 
 from jobs import act, cancel
@@ -417,7 +416,7 @@ def main(argv: list[str] | None = None) -> int:
                 return watch(remote_frames(remote, args.every, acting(do_there(remote), keyboard, 0.05)))
         except KeyboardInterrupt:
             return 0
-    target = find(str(_local(args.target)))
+    target = find(args.target)
     if actions:
         print(getattr(act, actions[0])(target))
         return 0
@@ -433,14 +432,6 @@ def main(argv: list[str] | None = None) -> int:
             return watch(local_frames(target, args.every, acting(do_here(target), keyboard, args.every)))
     except KeyboardInterrupt:
         return 0
-
-
-def _local(target: str) -> str:
-    """A run's name under ./runs is its folder there."""
-    path = Path(target)
-    if not path.exists() and (Path(runs.LOCAL_ROOT) / target).is_dir():
-        return str(Path(runs.LOCAL_ROOT) / target)
-    return target
 
 
 _TIME_LEFT: dict[str, tuple[float, int | None]] = {}  # job -> (asked at, seconds left then): squeue each 10 s

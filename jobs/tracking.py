@@ -18,6 +18,7 @@ import submitit
 import yaml
 
 from jobs.local_controller import exit_codes_path
+from jobs.remote.runs import LOCAL_ROOT
 from trainer.env.hostlist import expand_hostlist
 from trainer.errors import UserError
 from trainer.run import failures
@@ -92,9 +93,17 @@ def scontrol_text(*args: str) -> str:
     return _slurm("scontrol", *args).stdout
 
 
+def by_name(target: str) -> str:
+    """A run's name (`--name`, or the folder jobs.submit printed) is its folder under ./runs when there is no
+    such folder here: `jobs.wait NAME` as `jobs.top NAME`."""
+    named = Path(LOCAL_ROOT) / target
+    return str(named) if not Path(target).exists() and "/" not in target and named.is_dir() else target
+
+
 def find_all(target: str) -> list[tuple[str, Target]]:
     """The jobs behind a run directory or job id (one, named ""), or behind a sweep's folder (one per point,
     named after the point's folder)."""
+    target = by_name(target)
     path = Path(target)
     if path.is_dir() and not RunDir(path).job.exists():
         points = point_dirs(path)
@@ -104,7 +113,8 @@ def find_all(target: str) -> list[tuple[str, Target]]:
 
 
 def find(target: str) -> Target:
-    """A run directory (holding job.json) or a job id."""
+    """A run directory (holding job.json), its name under ./runs, or a job id."""
+    target = by_name(target)
     path = Path(target)
     if path.is_dir():
         record_file = RunDir(path).job
@@ -122,7 +132,9 @@ def find(target: str) -> Target:
         )
         return Target(str(record["job_id"]), record["executor"], path.resolve(), Path(record["log"]).parent)
     if not target.replace("_", "").isdigit():
-        raise UserError(f"{target!r} is neither a run directory nor a job id; pass one of them")
+        raise UserError(
+            f"{target!r} is neither a run directory, a run's name under ./runs nor a job id; pass one of them"
+        )
     if (log_dir := local_controller_folder(target)) is not None:  # a local job's id: never sent to Slurm
         run_dir = (
             log_dir.parent

@@ -10,6 +10,7 @@ import pytest
 from jobs import top
 from jobs.tracking import Target
 from tests.conftest import ROOT
+from trainer.errors import UserError
 
 NOW = 1000.0
 
@@ -97,3 +98,17 @@ def test_a_save_now_is_refused_where_no_watchdog_thread_reads_it(
             act._heartbeats_on(target)
     else:
         act._heartbeats_on(target)
+
+
+def test_every_command_finds_a_run_by_its_name_under_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """jobs.wait NAME, jobs.status NAME, ... as jobs.top NAME: the folder of that name under ./runs."""
+    from jobs.tracking import find, find_all
+
+    run_dir = tmp_path / "runs" / "px-pre"
+    run_dir.mkdir(parents=True)
+    (run_dir / "job.json").write_text(json.dumps({"job_id": "42", "executor": "slurm", "log": str(run_dir / "l")}))
+    monkeypatch.chdir(tmp_path)
+    assert find("px-pre").run_dir == run_dir.resolve() and find_all("px-pre")[0][1].job_id == "42"
+    (tmp_path / "px-pre").mkdir()  # a folder of that name here comes first
+    with pytest.raises(UserError, match="holds no job.json"):
+        find("px-pre")
