@@ -8,6 +8,8 @@ from pathlib import Path
 
 from jobs.remote import follow
 from jobs.tracking import (
+    TERMINAL,
+    JobInfo,
     Target,
     failed_tasks,
     failure_line,
@@ -20,6 +22,7 @@ from jobs.tracking import (
 )
 from trainer.errors import one_line_errors
 from trainer.run import ledger
+from trainer.run.atomic import json_or_none
 from trainer.run.provenance import read_submit
 from trainer.run.rundir import RunDir
 
@@ -35,12 +38,25 @@ def code_line(run_dir: Path) -> str:
     return f"{str(git['commit'])[:12]} on {git.get('branch') or '?'} ({state}; {where})"
 
 
+def restarts_line(target: Target, job: JobInfo) -> str:
+    """The run's restarts as its attempts.json counts them, as summary.json does (every start after the first:
+    Slurm's requeues, restarts in the allocation, --resume), with why the starts before ended; one more while a
+    stopped run waits to start again. Slurm's own count (this job id's requeues) where the run keeps none."""
+    attempts = json_or_none(RunDir(target.run_dir).attempts) if target.run_dir else None
+    if not isinstance(attempts, list) or not attempts or not all(isinstance(a, dict) for a in attempts):
+        return f"restarts: {job.restarts}"
+    stops = [(a.get("stop") or {}).get("reason") for a in attempts]
+    count = len(attempts) - 1 + (stops[-1] is not None and stops[-1] != "finished" and job.state not in TERMINAL)
+    why = Counter(str(reason or "unrecorded") for reason in stops[:count])
+    return f"restarts: {count}" + (f" ({', '.join(f'{n} {r}' for r, n in why.most_common())})" if count else "")
+
+
 def report(target: Target) -> str:
     job = info(target)
     state = f"{job.state} ({job.note})" if job.note else job.state
     if job.reason and job.state in ("PENDING", "REQUEUED", "REQUEUE_HOLD", "SUSPENDED"):
         state += f" (Slurm's reason: {job.reason})"
-    lines = [f"job {target.job_id}: {state}", f"restarts: {job.restarts}", f"nodes: {job.nodes or '-'}"]
+    lines = [f"job {target.job_id}: {state}", restarts_line(target, job), f"nodes: {job.nodes or '-'}"]
     if job.restarts and target.executor == "slurm" and job.state not in ("COMPLETED", "CANCELLED"):
         lines += [line] if (line := requeue_line(target.job_id)) else []  # why it went back: the lost node
     if target.run_dir is not None:

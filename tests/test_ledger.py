@@ -171,3 +171,27 @@ def test_a_sweeps_status_has_a_goodput_column_and_sums_its_points(tmp_path: Path
         ["1-1", "2", "COMPLETED", "-", "56%"],
     ]
     assert total.startswith("goodput, all points: 56% of 688 s trained (queued 140 s, ")
+
+
+@pytest.mark.parametrize(
+    ("reasons", "state", "said"),
+    [
+        (["preempted", "timeout", "finished"], "COMPLETED", "restarts: 2 (1 preempted, 1 timeout)"),
+        (["preempted", None], "RUNNING", "restarts: 1 (1 preempted)"),
+        (["preempted", "preempted"], "PENDING", "restarts: 2 (2 preempted)"),  # requeued: it starts again
+        (["failure"], "FAILED", "restarts: 0"),
+    ],
+)
+def test_status_counts_restarts_as_the_runs_attempts_do(
+    tmp_path: Path, reasons: list[str | None], state: str, said: str
+) -> None:
+    """jobs.status and summary.json give one count (Slurm's requeue count of one job id is not the run's: it
+    misses restarts in the allocation and --resume's new jobs, and a local job has none)."""
+    from jobs.status import restarts_line
+    from jobs.tracking import JobInfo, Target
+
+    attempts = [{"started": float(i)} | ({"stop": {"reason": r}} if r else {}) for i, r in enumerate(reasons)]
+    (tmp_path / "attempts.json").write_text(json.dumps(attempts))
+    assert restarts_line(Target("7", "slurm", tmp_path, None), JobInfo(state, 5, "")) == said
+    (tmp_path / "attempts.json").write_text("{torn")
+    assert restarts_line(Target("7", "slurm", tmp_path, None), JobInfo(state, 5, "")) == "restarts: 5"
