@@ -60,7 +60,13 @@ def requeue_now(target: Target) -> str:
         _scancel(["-b", "-s", name, target.job_id])  # to the batch shell, as sbatch's --signal=B: does
     else:
         os.kill(int(target.job_id), signals.number(name))  # the local controller takes it as a preemption
-    return f"sent SIG{name} to job {target.job_id}: it saves and is requeued"
+    script = target.run_dir is not None and RunDir(target.run_dir).command.exists()
+    then = (
+        "your command gets it (it saves if it handles it) and the job is requeued"
+        if script
+        else "it saves and is requeued"
+    )
+    return f"sent SIG{name} to job {target.job_id}: {then}"
 
 
 def dump_stacks(target: Target) -> str:

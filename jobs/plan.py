@@ -155,6 +155,8 @@ def script_file(command: list[str]) -> str | None:
 def script_name(command: list[str]) -> str:
     """A run directory's middle part for a command: its script's or module's name."""
     words = command[1:] if Path(command[0]).name.startswith("python") else command
+    if words[:1] == ["-c"]:  # inline code: no file to name it after
+        return "python"
     if words[:1] == ["-m"] and len(words) > 1:
         return words[1].rsplit(".", 1)[-1]
     return Path(words[0]).stem if words else "script"

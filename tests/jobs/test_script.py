@@ -701,3 +701,13 @@ def test_a_current_code_resume_keeps_what_the_script_wrote_beside_its_code(tmp_p
     assert not (run_dir / "code" / "old_helper.py").exists()
     [aside] = (run_dir / "superseded").iterdir()
     assert (aside / "code" / "old_helper.py").exists() and not (aside / "code" / "checkpoints" / "last.txt").exists()
+
+
+@pytest.mark.parametrize(
+    ("command", "name"),
+    [(["python", "train.py"], "train"), (["python", "-m", "pkg.train"], "train"), (["python", "-c", "x=1"], "python")],
+)
+def test_a_runs_folder_is_named_after_its_script(command: list[str], name: str) -> None:
+    from jobs.plan import script_name
+
+    assert script_name(command) == name  # `python -c` once named runs "...--c-..."
