@@ -182,10 +182,10 @@ def guarded_setup(lines: list[str]) -> list[str]:
     """The profile's setup lines, each ending the job when it fails, naming it: a `module load` or `source
     .../activate` that failed would otherwise leave the job running with another interpreter, or none. Each
     line runs in the batch shell itself (a brace group, not a subshell: its exports and activations stay)."""
-    out = []
-    for number, line in enumerate(lines, 1):
-        said = f"printf {shlex.quote(SETUP_FAILED)} {number} $? {shlex.quote(line)} >&2"
-        out.append(f"{{ {line}\n}} || {{ {said}; exit 1; }}")
+    if not lines:
+        return []
+    out = [f'slurm_ddp_setup_failed() {{ printf {shlex.quote(SETUP_FAILED)} "$1" "$2" "$3" >&2; exit 1; }}']
+    out += [f"{{ {line}\n}} || slurm_ddp_setup_failed {n} $? {shlex.quote(line)}" for n, line in enumerate(lines, 1)]
     return out
 
 

@@ -321,6 +321,7 @@ def test_debug_runs_the_script_in_process(tmp_path: Path) -> None:
 def test_dry_run_prints_the_batch_script_and_the_interpreter(tmp_path: Path, python: str, expected: str) -> None:
     """`python` after -- is the profile's interpreter on Slurm (default: the submitter's), as the tasks run."""
     profile = f"executor: slurm\nrun_root: {tmp_path / 'runs'}\n" + (f"python: {python}\n" if python else "")
+    (tmp_path / "train.py").write_text("")
     result = submit_in(tmp_path, "--dry-run", "--nodes", "2", "--", "python", "train.py", profile=profile)
     assert result.returncode == 0, result.stderr
     assert "#SBATCH --nodes=2" in result.stdout
