@@ -41,6 +41,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     sys.argv = [f"slurm-ddp {name}", *rest]
     if name == "settings":
+        if {"-h", "--help"} & set(rest):
+            print(f"usage: slurm-ddp settings [task=NAME]   {COMMANDS[name]}")
+            return 0
         from trainer.__main__ import HELP_FLAG
         from trainer.__main__ import main as trainer
 

@@ -3,6 +3,7 @@
 import itertools
 import re
 import shlex
+import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -179,14 +180,47 @@ SETUP_FAILED = "error: the profile's setup line %d failed (exit %d): %s; fix tha
 
 
 def guarded_setup(lines: list[str]) -> list[str]:
-    """The profile's setup lines, each ending the job when it fails, naming it: a `module load` or `source
-    .../activate` that failed would otherwise leave the job running with another interpreter, or none. Each
-    line runs in the batch shell itself (a brace group, not a subshell: its exports and activations stay)."""
-    if not lines:
+    """The profile's setup lines, each command ending the job when it fails, naming it: a `module load` or
+    `source .../activate` that failed would otherwise leave the job running with another interpreter, or none.
+    Each runs in the batch shell itself (a brace group, not a subshell: its exports and activations stay)."""
+    chunks = setup_commands(lines)
+    if not chunks:
         return []
     out = [f'slurm_ddp_setup_failed() {{ printf {shlex.quote(SETUP_FAILED)} "$1" "$2" "$3" >&2; exit 1; }}']
-    out += [f"{{ {line}\n}} || slurm_ddp_setup_failed {n} $? {shlex.quote(line)}" for n, line in enumerate(lines, 1)]
+    for number, text, whole in chunks:
+        said = text.splitlines()[0] + (" ..." if "\n" in text else "")  # the error stays one line
+        out.append(f"{{ {text}\n}} || slurm_ddp_setup_failed {number} $? {shlex.quote(said)}" if whole else text)
     return out
+
+
+def setup_commands(lines: list[str]) -> list[tuple[int, str, bool]]:
+    """The setup lines as whole shell commands (the first line's number, the text, whether it is whole): an
+    item that opens a construct (`if ...; then`, a trailing backslash) takes the items after it until bash
+    reads them as one; blank and comment-only items are left out. What never closes stays as written."""
+    chunks: list[tuple[int, str, bool]] = []
+    pending: list[str] = []
+    first = 0
+    for number, line in enumerate(lines, 1):
+        if not pending and (not line.strip() or line.strip().startswith("#")):
+            continue
+        first = first if pending else number
+        pending.append(line)
+        text = "\n".join(pending)
+        if not text.rstrip().endswith("\\") and _bash_reads(text):
+            chunks.append((first, text, True))
+            pending = []
+    if pending:
+        chunks.append((first, "\n".join(pending), False))
+    return chunks
+
+
+def _bash_reads(text: str) -> bool:
+    """bash parses `text` as complete commands (`bash -n`: nothing runs); true where there is no bash here."""
+    try:
+        done = subprocess.run(["bash", "-n"], input=text + "\n", capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return True
+    return done.returncode == 0
 
 
 def slurm_parameters(profile: Profile) -> dict[str, Any]:

@@ -14,6 +14,7 @@ working folder (tool_environment); your command's imports find your folder first
 """
 
 import fnmatch
+import json
 import os
 import shutil
 import subprocess
@@ -21,12 +22,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from trainer.errors import UserError
+from trainer.run.atomic import json_or_none, write_text
 from trainer.run.prepare import CACHEDIR_SIGNATURE, CACHEDIR_TAG
 
 PACKAGES = ("trainer", "jobs")  # the tool's own code, which every task imports (from tool/, see tool_environment)
-# Where frameworks write their outputs inside a project: runs and logs, never code.
-# What frameworks write inside a project: Lightning, W&B, MLflow, TensorBoard's SummaryWriter (runs/), Hydra.
-OUTPUT_DIRS = {"lightning_logs", "wandb", "mlruns", "runs", "outputs", "multirun"}
+# Where frameworks write their outputs inside a project: runs and logs, never code (Lightning, W&B, MLflow).
+OUTPUT_DIRS = {"lightning_logs", "wandb", "mlruns"}
+# Names a project may also give its code (a package `outputs`), so outputs only where git does not track them:
+# TensorBoard's SummaryWriter (runs/), Hydra (outputs/, multirun/).
+UNTRACKED_OUTPUT_DIRS = {"runs", "outputs", "multirun"}
 SKIP_DIRS = {"__pycache__", "node_modules", "site-packages"} | OUTPUT_DIRS
 
 MAX_FILES = 100_000
@@ -80,7 +84,7 @@ def ignored_files(folder: Path, excluded: list[Path], include: list[str]) -> lis
             continue
         if (folder / parts[0] / "pyvenv.cfg").exists() or any(e in (folder / name).parents for e in excluded):
             continue
-        if output_folder(folder, name, cache) is not None:  # runs and framework logs: never advised in
+        if output_folder(folder, name, cache, untracked=True) is not None:  # runs, framework logs: never advised in
             continue
         if not any(fnmatch.fnmatch(name, p) for p in include):
             found.append(name)
@@ -120,9 +124,10 @@ def git_diff(folder: Path) -> str:
     return diff
 
 
-def is_output_dir(folder: Path) -> bool:
-    """A folder that holds outputs, not code: a tagged run root, or one a framework writes."""
-    if folder.name in OUTPUT_DIRS:
+def is_output_dir(folder: Path, untracked: bool = False) -> bool:
+    """A folder that holds outputs, not code: a tagged run root, or one a framework writes (`untracked`: the
+    file asked about is one git does not track, so UNTRACKED_OUTPUT_DIRS count too)."""
+    if folder.name in OUTPUT_DIRS or (untracked and folder.name in UNTRACKED_OUTPUT_DIRS):
         return True
     try:
         with (folder / CACHEDIR_TAG).open("rb") as f:
@@ -131,14 +136,16 @@ def is_output_dir(folder: Path) -> bool:
         return False
 
 
-def output_folder(workspace: Path, name: str, cache: dict[str, bool]) -> str | None:
+def output_folder(
+    workspace: Path, name: str, cache: dict[tuple[str, bool], bool], untracked: bool = False
+) -> str | None:
     """The folder (relative to `workspace`) of outputs that `name` lies in, if it lies in one."""
     parts = name.split("/")[:-1]
     for depth in range(1, len(parts) + 1):
         key = "/".join(parts[:depth])
-        if key not in cache:
-            cache[key] = is_output_dir(workspace / key)
-        if cache[key]:
+        if (key, untracked) not in cache:
+            cache[key, untracked] = is_output_dir(workspace / key, untracked)
+        if cache[key, untracked]:
             return key
     return None
 
@@ -197,7 +204,9 @@ def plan_snapshot(
     listed = git_files(workspace)
     names = listed if listed is not None else walk_files(workspace, excluded, patterns, limit)
     ignored: list[str] = []
+    tracked: set[str] = set()
     if listed is not None:
+        tracked = set((_git(workspace, "ls-files", "-z", "--cached") or "").split("\0"))
         ignored = ignored_files(workspace, excluded, [])
         names = sorted({*names, *(n for n in ignored if any(fnmatch.fnmatch(n, p) for p in include or []))})
         ignored = [n for n in ignored if n not in set(names)]
@@ -208,7 +217,8 @@ def plan_snapshot(
             continue
         if left_out(name, patterns):
             continue
-        if (output := output_folder(workspace, name, cache)) is not None:
+        untracked = listed is not None and name not in tracked  # a folder git does not know: no one's code
+        if (output := output_folder(workspace, name, cache, untracked)) is not None:
             outputs.add(output + "/")
             continue
         if path.is_file():  # a tracked file deleted in the work tree, a submodule's folder: nothing to copy
@@ -247,9 +257,22 @@ def tool_dir(code_dir: Path) -> Path:
 
 def copy(snapshot: Snapshot, destination: Path) -> None:
     """Copy the listed files into `destination` (a new folder), and the tool's packages beside it (tool/).
-    Copies, not links: an edit of the working tree must not reach a job that is already queued."""
+    Copies, not links: an edit of the working tree must not reach a job that is already queued. The names
+    copied are kept beside it (manifest): what else appears in that folder later, the run wrote."""
     _copy(snapshot.files, destination)
     _copy(snapshot.tool_files, tool_dir(destination))
+    write_text(manifest(destination), json.dumps(sorted(name for _, name in snapshot.files)) + "\n")
+
+
+def manifest(code_dir: Path) -> Path:
+    """The list of the files a code snapshot was made of (provenance/code_files.json beside code/)."""
+    return code_dir.parent / "provenance" / "code_files.json"
+
+
+def copied_names(code_dir: Path) -> set[str] | None:
+    """The names a snapshot was made of; None for one made before manifests were kept, or unreadable."""
+    names = json_or_none(manifest(code_dir))
+    return set(names) if isinstance(names, list) and all(isinstance(n, str) for n in names) else None
 
 
 def _copy(files: list[tuple[Path, str]], destination: Path) -> None:

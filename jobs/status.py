@@ -45,7 +45,7 @@ def restarts_line(target: Target, job: JobInfo) -> str:
     attempts = json_or_none(RunDir(target.run_dir).attempts) if target.run_dir else None
     if not isinstance(attempts, list) or not attempts or not all(isinstance(a, dict) for a in attempts):
         return f"restarts: {job.restarts}"
-    stops = [(a.get("stop") or {}).get("reason") for a in attempts]
+    stops = [a["stop"].get("reason") if isinstance(a.get("stop"), dict) else None for a in attempts]
     count = len(attempts) - 1 + (stops[-1] is not None and stops[-1] != "finished" and job.state not in TERMINAL)
     why = Counter(str(reason or "unrecorded") for reason in stops[:count])
     return f"restarts: {count}" + (f" ({', '.join(f'{n} {r}' for r, n in why.most_common())})" if count else "")

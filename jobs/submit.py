@@ -4,6 +4,7 @@ Thin on purpose: parse, build the plan, act, report. No torch import on this pat
 """
 
 import argparse
+import contextlib
 import dataclasses
 import json
 import os
@@ -33,7 +34,16 @@ from jobs.profiles import Profile, load_profile, run_root_of
 from jobs.remote import runs as remote_runs
 from jobs.remote import submit as remote_submit
 from jobs.remote import sync as remote_sync
-from jobs.snapshot import Snapshot, git_diff, git_state, ignored_files, ignored_note, plan_snapshot, tool_dir
+from jobs.snapshot import (
+    Snapshot,
+    copied_names,
+    git_diff,
+    git_state,
+    ignored_files,
+    ignored_note,
+    plan_snapshot,
+    tool_dir,
+)
 from jobs.snapshot import copy as copy_snapshot
 from jobs.status import code_line
 from jobs.tracking import find_all
@@ -407,16 +417,20 @@ def supersede(code_dir: Path) -> Path:
     return aside / code_dir.name
 
 
-def carry_outputs(old: Path, new: Path, snapshot: Snapshot) -> None:
-    """What the run wrote into its old code/ (a script's relative checkpoints, logs, TensorBoard's runs/) is
-    moved into the new one, where the resumed command looks for it: every file the new snapshot does not hold,
-    but Python files (a module deleted from the project since must not come back)."""
-    fresh = {name for _, name in snapshot.files}
+def carry_outputs(old: Path, new: Path, copied: set[str] | None) -> None:
+    """What the run wrote into its old code/ (a script's relative checkpoints, logs, TensorBoard's runs/: every
+    file the old snapshot was not made of, `copied`) moves into the new one, where the resumed command looks
+    for it. A run whose snapshot kept no list (an older version's) moves nothing, and a name the new code
+    already uses stays in superseded/."""
+    if copied is None:
+        return
     for root, dirs, files in os.walk(old):  # a link to a folder is moved as the link, never walked into
         here = Path(root)
         for entry in [*files, *(d for d in dirs if (here / d).is_symlink())]:
             name = (here / entry).relative_to(old).as_posix()
-            if name not in fresh and not entry.endswith(".py"):
+            if name in copied or os.path.lexists(new / name):
+                continue
+            with contextlib.suppress(OSError):  # a file where the new code has a folder, or the reverse
                 (new / name).parent.mkdir(parents=True, exist_ok=True)
                 (here / entry).rename(new / name)
 
@@ -501,8 +515,9 @@ def check_script(command: list[str], folder: Path, snapshot: Snapshot | None) ->
     relative = os.path.normpath(script)
     if snapshot is not None and not os.path.isabs(script) and relative not in {name for _, name in snapshot.files}:
         raise UserError(
-            f"{script} is left out of the code snapshot the tasks run in (git-ignored, outside this folder or in "
-            f"snapshot_exclude); add it to git or to the profile's snapshot_include: ['{relative}']"
+            f"{script} is left out of the code snapshot the tasks run in; if git ignores it, add snapshot_include: "
+            f"['{relative}'] to the profile, else drop the snapshot_exclude pattern that matches it, or move it "
+            "into this folder"
         )
 
 
@@ -589,9 +604,10 @@ def create_and_submit(request: Request) -> list:  # type: ignore[type-arg]
     if request.resuming:
         # config.yaml stays as it is: the job's rank 0 replaces it once it has loaded the checkpoint.
         if request.snapshot is not None and plan.code_dir is not None:  # --current-code
+            copied = copied_names(plan.code_dir)  # read before the new snapshot's list replaces it
             old = supersede(plan.code_dir)
             copy_snapshot(request.snapshot, plan.code_dir)
-            carry_outputs(old, plan.code_dir, request.snapshot)
+            carry_outputs(old, plan.code_dir, copied)
         jobs = launch.submit(plan)
         write_job_record(plan.run_dirs[0], jobs[0], plan, request.profile)
         return jobs

@@ -97,7 +97,9 @@ def by_name(target: str) -> str:
     """A run's name (`--name`, or the folder jobs.submit printed) is its folder under ./runs when there is no
     such folder here: `jobs.wait NAME` as `jobs.top NAME`."""
     named = Path(LOCAL_ROOT) / target
-    return str(named) if not Path(target).exists() and "/" not in target and named.is_dir() else target
+    if Path(target).exists() or "/" in target or target.replace("_", "").isdigit():  # a path, or a job id
+        return target
+    return str(named) if named.is_dir() else target
 
 
 def find_all(target: str) -> list[tuple[str, Target]]:

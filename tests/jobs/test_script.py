@@ -686,20 +686,23 @@ pathlib.Path(os.environ["RUN_DIR"], "resumed_at").write_text(str(step))
 
 def test_a_current_code_resume_keeps_what_the_script_wrote_beside_its_code(tmp_path: Path) -> None:
     """--current-code replaces code/: a script's relative checkpoint (and TensorBoard's runs/) written there
-    moves into the new code/, where the resumed command looks; a module deleted since does not come back."""
+    moves into the new code/, where the resumed command looks; a file deleted from the project since does not
+    come back (code/'s own files are listed in provenance/code_files.json)."""
     (tmp_path / "train.py").write_text(RELATIVE_CHECKPOINT)
     (tmp_path / "old_helper.py").write_text("")
+    (tmp_path / "old_config.yaml").write_text("")
     local = f"executor: local\ngpus_per_node: 1\nrun_root: {tmp_path / 'runs'}\n"
     failed = submit_in(tmp_path, "--wait", "--", "python", "train.py", profile=local)
     assert failed.returncode == 1, failed.stdout + failed.stderr
     run_dir = run_dir_of(failed.stdout)
     assert (run_dir / "code" / "checkpoints" / "last.txt").read_text() == "5"
     (tmp_path / "old_helper.py").unlink()
+    (tmp_path / "old_config.yaml").unlink()
     resumed = submit_in(tmp_path, "--resume", str(run_dir), "--current-code", "--wait", profile=local)
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
     assert (run_dir / "resumed_at").read_text() == "5"
     assert (run_dir / "code" / "runs" / "tb" / "events.out").read_text() == "event at 5\n"
-    assert not (run_dir / "code" / "old_helper.py").exists()
+    assert not (run_dir / "code" / "old_helper.py").exists() and not (run_dir / "code" / "old_config.yaml").exists()
     [aside] = (run_dir / "superseded").iterdir()
     assert (aside / "code" / "old_helper.py").exists() and not (aside / "code" / "checkpoints" / "last.txt").exists()
 

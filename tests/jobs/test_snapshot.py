@@ -196,8 +196,11 @@ def test_outputs_stay_out_of_the_snapshot_and_out_of_the_ignored_note(tmp_path: 
     prepare_run_root(folder / "runs")  # untracked, not ignored: git would list it
     prepare_run_root(folder / "old_runs")
     git(folder, "init", "-q")
+    (folder / "pkg" / "runs").mkdir(parents=True)
+    (folder / "pkg" / "runs" / "launch.py").write_text("")  # code in a folder named as TensorBoard's: git tracks it
+    git(folder, "add", "pkg/runs/launch.py")
     snapshot = plan_snapshot(folder, [], [], 1)
     names = {name for _, name in snapshot.files}
-    assert names == {".gitignore", "train.py"}, names
+    assert names == {".gitignore", "train.py", "pkg/runs/launch.py"}, names
     assert snapshot.outputs == ["lightning_logs/", "runs/", "src/runs/"]  # outputs/ is git-ignored: never listed
     assert ignored_files(folder, [], []) == ["data/train.csv"]  # the only thing worth a note

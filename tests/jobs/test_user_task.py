@@ -342,10 +342,3 @@ def test_a_model_split_over_two_devices_per_process_trains_what_one_device_does(
         logs = "".join(p.read_text() for p in (run_dir / "logs").glob("*_log.out"))
         assert logs.count(" gpus_per_task=2") == (2 if per_task == 2 else 0)  # each task was told
     assert hashes[2] == hashes[1]
-
-
-def test_a_data_root_that_does_not_exist_is_refused_at_submit(golden: Golden, project: Path) -> None:
-    """Your task's data folder, mistyped: refused before the queue, not as 0 samples once the job runs."""
-    result = submit_from(project, "task=my_tasks.py:Denoise", "data.root=fotos")
-    assert_refused(result, golden, "data.root", project / "runs")
-    assert "fotos does not exist" in result.stderr
