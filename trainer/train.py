@@ -55,9 +55,10 @@ from trainer.supervise.watchdog import Watchdog
 from trainer.tblog import NullLogger, TensorBoardLogger
 
 AMP_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
-# progress.json (rank 0) and each rank's host and GPU memory figures (jobs.top's) are renewed at most this often:
-# a short step's log interval can be tens of milliseconds, and a file renamed into place on a shared
-# filesystem at that rate costs the step its metadata round trips (and the filesystem a rename per interval).
+# Each rank's host and GPU memory figures (jobs.top's row, read each second) are renewed at most this often: a
+# short step's log interval can be tens of milliseconds, and torch.cuda.memory_allocated took 172 us on an H100.
+# progress.json is written at every interval: where an attempt got to is what the ledger's recomputed work and
+# a restarted attempt's record read.
 SHARE_EVERY_S = 1.0
 
 
@@ -212,7 +213,7 @@ class Run:
     image_batch: Any = None  # fixed validation samples: the same images compared across steps
     eval_s: float = 0.0  # this attempt's time in evaluation, for summary.json: it must not dominate
     started: float = 0.0  # when this attempt's first step began
-    shared_at: float = -math.inf  # when progress.json and the resource figures were last renewed (SHARE_EVERY_S)
+    shared_at: float = -math.inf  # when the resource figures were last renewed (SHARE_EVERY_S)
     resources: dict[str, float] = field(default_factory=dict)  # this rank's memory figures, as of shared_at
 
 
@@ -318,7 +319,7 @@ def log_interval(run: Run, meter: IntervalMeter, step: int, progress: Progress) 
     config, state, first, names = run.config, run.state, step - meter.steps + 1, list(meter.metrics)
     means = meter.means(run.env)
     now = time.monotonic()
-    if share := (step == config.steps or now - run.shared_at >= SHARE_EVERY_S):  # each rank by its own clock
+    if step == config.steps or now - run.shared_at >= SHARE_EVERY_S:  # each rank by its own clock
         run.shared_at, run.resources = now, resource_figures(run.device)
     run.watchdog.stats = meter.own | run.resources  # jobs.top's row of this rank
     values = {k: v for k, v in means.items() if k.startswith("train/")} | {
@@ -337,7 +338,7 @@ def log_interval(run: Run, meter: IntervalMeter, step: int, progress: Progress) 
         if config.log.nonfinite == "stop":
             raise UserError(f"{what}; lower optim.lr or set optim.grad_clip (log.nonfinite=warn trains on)")
         run.warn(f"{what} (log.nonfinite=stop ends the run on it)")
-    if run.env.is_main and share:  # for jobs.status
+    if run.env.is_main:  # for jobs.status
         reached = {"step": step, "time": time.time(), "val": state.last_val, "checkpoint_s": run.checkpoints.blocked_s}
         write_text(run.files.progress, json.dumps(reached), durable=False)  # on the step's path: no fsync
         if run.attempts is not None and (parts := run.attempts.summarise_every(step, run.checkpoints.blocked_s)):

@@ -129,9 +129,7 @@ class EvalConfig:
 class LogConfig:
     """How often scalars and image grids are logged."""
 
-    every: int = setting(
-        10, "steps between scalar logs (TensorBoard; `progress.json` too, at most once a second) and progress lines"
-    )
+    every: int = setting(10, "steps between scalar logs (TensorBoard, `progress.json`) and progress lines")
     image_every: int = setting(50, "steps between TensorBoard image grids; 0: none")
     nonfinite: str = setting(
         "warn",
