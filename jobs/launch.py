@@ -176,13 +176,13 @@ def rank0_log(job: submitit.Job[Any]) -> Path:
 
 
 def follow(job: submitit.Job[Any], poll_s: float = 0.5) -> None:
-    """Copy rank 0's output to our stdout until the job ends."""
+    """Copy rank 0's output, stdout and stderr, to our stdout until the job ends."""
     if isinstance(job, submitit.SlurmJob):
         # Asked of Slurm at each poll: submitit's job.done() refreshes ever more rarely (after half the job's
-        # age), which printed a failure 16 s after the job had ended.
+        # age), which printed a failure 16 s after the job had ended. Its stderr is in stdout's file.
         tail(rank0_log(job), lambda: slurm_info(job.job_id).state in TERMINAL, poll_s)
     else:
-        tail(rank0_log(job), job.done, poll_s)
+        tail(rank0_log(job), job.done, poll_s, stderr=job.paths.stderr)
 
 
 def settle(job: submitit.Job[Any], timeout_s: float = 120) -> None:

@@ -537,26 +537,51 @@ def task_logs(log_dir: Path, job_id: str, rank: int) -> tuple[Path, Path]:
     return Path(paths.stdout), Path(paths.stderr)
 
 
-def tail(path: Path, done: Callable[[], bool], poll_s: float, sink: TextIO | None = None, offset: int = 0) -> None:
+def tail(
+    path: Path,
+    done: Callable[[], bool],
+    poll_s: float,
+    sink: TextIO | None = None,
+    offset: int = 0,
+    stderr: Path | None = None,
+) -> None:
     """Copy what is written to `path` from byte `offset` to `sink` (stdout), until a read made after done()
-    said yes. On a terminal the trainer's progress lines become one line kept at the bottom (ProgressLine)."""
+    said yes; with `stderr`, the task's stderr file too (a local task's: on Slurm it is stdout's file), line by
+    line in the order the polls find them. On a terminal the trainer's progress lines become one line kept at
+    the bottom (ProgressLine)."""
     sink = sink or sys.stdout
     out = ProgressLine(sink) if sink.isatty() else None
-    position = offset
+    streams = [_Stream(path, offset)] + ([_Stream(stderr, 0)] if stderr is not None and stderr != path else [])
     while True:
         finished = done()
-        if path.exists():
-            with path.open("rb") as f:  # bytes: an offset is a byte count (a follow over SSH resumes there)
-                f.seek(position)
-                text = f.read().decode(errors="replace")
-                position = f.tell()
-            out.write(text) if out is not None else sink.write(text)
-            sink.flush()
+        for stream in streams:
+            text = stream.read(whole=finished or len(streams) == 1)
+            if text:
+                out.write(text) if out is not None else sink.write(text)
+        sink.flush()
         if finished:
             if out is not None:
                 out.close()
             return
         time.sleep(poll_s)
+
+
+class _Stream:
+    """One log file followed from a byte offset. With another beside it, only whole lines (or a `\r` progress
+    bar's redraws) are handed on, so the two never interleave inside a line."""
+
+    def __init__(self, path: Path, offset: int) -> None:
+        self.path, self.position, self.held = path, offset, ""
+
+    def read(self, whole: bool) -> str:
+        if self.path.exists():
+            with self.path.open("rb") as f:  # bytes: an offset is a byte count (a follow over SSH resumes there)
+                f.seek(self.position)
+                self.held += f.read().decode(errors="replace")
+                self.position = f.tell()
+        cut = len(self.held) if whole else max(self.held.rfind("\n"), self.held.rfind("\r")) + 1
+        text, self.held = self.held[:cut], self.held[cut:]
+        return text
 
 
 # The trainer's progress line as its log has it (trainer.meter.Progress, one per log interval).

@@ -12,12 +12,14 @@ from trainer.errors import UserError, one_line_errors
 
 
 def wait(target: Target, offset: int = 0) -> str | None:
-    """Print rank 0's log from byte `offset` until the job ends; its outcome line, None when it succeeded."""
+    """Print rank 0's log (stdout from byte `offset`, and a local task's stderr file) until the job ends; its
+    outcome line, None when it succeeded."""
     if target.executor == "debug":
         raise UserError(f"job {target.job_id} ran in its submitter's process (debug executor): nothing to wait for")
     if target.log0 is None:
         raise UserError(f"the log folder of job {target.job_id} is unknown; pass its run directory instead")
-    tail(target.log0, lambda: info(target).state in TERMINAL, poll_s=0.5, offset=offset)
+    stderr = target.logs(0)[1] if target.executor != "slurm" else None  # on Slurm, in stdout's file
+    tail(target.log0, lambda: info(target).state in TERMINAL, poll_s=0.5, offset=offset, stderr=stderr)
     if target.executor == "slurm":
         launch.settle_id(target)
     return launch.target_outcome(target)

@@ -193,6 +193,7 @@ class Ended:
     signalled_at: float | None = None  # when the requeue signal came, if it did
     terminated: bool = False  # the task was told to stop (SIGTERM, SIGINT) and stopped the command
     error: str = ""  # the last line of the last Python traceback the command wrote to stderr
+    words: str = ""  # else its last non-empty line there (argparse's `error: ...`, a sys.exit("...") message)
     cannot_start: str = ""  # why the command could not be started (not found, permission denied)
     hung: str = ""  # why the task stopped it as hung (CommandWatch)
     culprit: tuple[int, str] | None = None  # the rank and host a hang is blamed on, when another rank's
@@ -211,23 +212,39 @@ def failure(command: list[str], ended: Ended, env: DistEnv) -> failures.Failure:
         return failures.Failure(time.time(), rank, host, "", ended.hung, False)
     status = f"{' '.join(command)} exited with status {ended.code}"
     status += f" ({_signal_name(-ended.code)})" if ended.code < 0 else ""
-    if not ended.error:  # killed by a signal (the OOM killer, a lost node's kill): killed, as the node may be why
+    if ended.code < 0 or not (ended.error or ended.words):
+        # killed by a signal (the OOM killer, a lost node's kill): killed, as the node may be why
         return failures.Failure(time.time(), env.rank, env.node_name, "", status, False, killed=ended.code < 0)
+    if not ended.error:  # no traceback: the command's own last words say why
+        return failures.Failure(time.time(), env.rank, env.node_name, "", f"{ended.words} ({status})", False)
     head, sep, message = ended.error.partition(": ")
     kind = head.rsplit(".", 1)[-1] if sep else ended.error
     message = f"{message} ({status})" if sep else f"({status})"
     return failures.Failure(time.time(), env.rank, env.node_name, kind, message, failures.is_peer_error(kind, message))
 
 
-def command_error(error_file: Path, log: "StderrTail", run_dir: Path, rank: int) -> str:
+def command_error(error_file: Path, log: "StderrTail", run_dir: Path, rank: int) -> tuple[str, str]:
     """The failed command's exception line: from torch's error file where it wrote one (kept in errors/ with
-    its traceback), else the last traceback in its stderr."""
+    its traceback), else the last traceback in its stderr; else ("", its last words there)."""
     recorded = failures.torch_error(error_file)
     if recorded is None:
-        return last_exception(log.read())
+        text = log.read()
+        return last_exception(text), last_words(text)
     failures.keep_traceback(run_dir, rank, error_file)
     kind, message = recorded
-    return f"{kind}: {message}" if kind else message
+    return (f"{kind}: {message}" if kind else message), ""
+
+
+WORDS_LIMIT = 300  # characters of a command's last line kept in its failure's one line
+
+
+def last_words(text: str) -> str:
+    """The last non-empty line of `text` (a command's stderr), without torch's `[rankN]: ` prefix, shortened."""
+    for line in reversed(text.splitlines()):
+        line = RANK_PREFIX.sub("", line, count=1).strip()
+        if line:
+            return line if len(line) <= WORDS_LIMIT else line[: WORDS_LIMIT - 3] + "..."
+    return ""
 
 
 def last_exception(text: str) -> str:
@@ -333,11 +350,11 @@ def _run(command: list[str], cwd: str, env: DistEnv, run_dir: str, settings: Job
     terminated = bool(acted - {requeue})
     # After the requeue signal any exit is a stop to requeue, never a failure: no exception line, no traceback.
     stopped = code == 0 or terminated or requeue in received
-    error = "" if stopped else command_error(error_file, log, Path(run_dir), env.rank)
+    error, words = ("", "") if stopped else command_error(error_file, log, Path(run_dir), env.rank)
     error_file.unlink(missing_ok=True)
     if settings.script_hang_s:
         _beat(run_dir, None, env.rank)
-    return Ended(code, received.get(requeue), terminated, error, hung=hung, culprit=stuck)
+    return Ended(code, received.get(requeue), terminated, error, words, hung=hung, culprit=stuck)
 
 
 BEAT_S = 5.0  # a -- COMMAND rank's heartbeat: one small file every 5 s on the shared filesystem
@@ -428,7 +445,9 @@ def _run_in_process(command: list[str], cwd: str, env: DistEnv, run_dir: str, se
                 runpy.run_path(command[1], run_name="__main__")
         return Ended(0)
     except SystemExit as exc:
-        return Ended(exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1))
+        if isinstance(exc.code, int) or exc.code is None:
+            return Ended(exc.code or 0)
+        return Ended(1, words=last_words(str(exc.code)))  # sys.exit("message"): its words, as Python prints them
     finally:
         os.environ.clear()
         os.environ.update(saved_env)

@@ -715,3 +715,38 @@ def test_a_runs_folder_is_named_after_its_script(command: list[str], name: str) 
     from jobs.plan import script_name
 
     assert script_name(command) == name  # `python -c` once named runs "...--c-..."
+
+
+def test_wait_shows_rank_0s_stderr_and_a_commands_last_words_are_its_error(tmp_path: Path) -> None:
+    """Logging, timm's `Train:` lines and argparse's refusal go to stderr: --wait shows them as they come, and a
+    command that exits without a traceback fails with its own last line, in error.txt and the outcome line."""
+    (tmp_path / "train.py").write_text(
+        "import argparse, logging\nlogging.basicConfig(level=logging.INFO)\n"
+        "logging.getLogger('train').info('Train: 0 [ 0/10] Loss: 6.9')\n"
+        "parser = argparse.ArgumentParser()\nparser.add_argument('--model')\nparser.parse_args()\n"
+    )
+    result = submit_in(tmp_path, "--wait", "--", "python", "train.py", "--modle", "resnet10t")
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "INFO:train:Train: 0 [ 0/10] Loss: 6.9\n" in result.stdout, result.stdout
+    line = (run_dir_of(result.stdout) / "error.txt").read_text()
+    assert re.fullmatch(
+        r"rank [01] on \S+: train.py: error: unrecognized arguments: --modle resnet10t \(\S*python train.py --modle "
+        r"resnet10t exited with status 2\)\n",
+        line,
+    ), line
+    assert result.stderr == f"error: {line}", result.stderr
+
+
+@pytest.mark.parametrize(
+    ("stderr", "words"),
+    [
+        ("", ""),
+        ("usage: t.py [-h]\nt.py: error: unrecognized arguments: --x\n\n", "t.py: error: unrecognized arguments: --x"),
+        ("[rank1]: out of data\n", "out of data"),
+        ("x" * 400 + "\n", "x" * 297 + "..."),
+    ],
+)
+def test_a_commands_last_words(stderr: str, words: str) -> None:
+    from trainer.script import last_words
+
+    assert last_words(stderr) == words
