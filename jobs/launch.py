@@ -56,7 +56,7 @@ def make_executor(plan: Plan) -> submitit.Executor:
     if plan.executor == "debug":
         executor: submitit.Executor = submitit.DebugExecutor(plan.log_dir)
     elif plan.executor == "local":
-        executor = LocalExecutor(plan.log_dir, plan.settings, plan.code_dir, plan.array_parallelism)
+        executor = LocalExecutor(plan.log_dir, plan.settings, plan.code_dir, plan.array_parallelism, plan.run_dirs)
     else:
         # submitit raises RuntimeError('Could not detect "srun"') on a machine without Slurm.
         for command in ("sbatch", "srun"):

@@ -13,6 +13,7 @@ wrapper ignores) left the ranks training, and a failed rank left its peers hangi
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -25,8 +26,10 @@ from submitit.local import local
 
 from trainer.env.launcher import IN_JOB_RESTART, LOCAL_PORT, WATCH_BEAT
 from trainer.env.rendezvous import any_free_port
+from trainer.run import failures
 from trainer.run.atomic import try_lock, write_text
 from trainer.supervise import signals
+from trainer.supervise.attempts import close
 from trainer.supervise.policy import Ended, Policy, State, decide
 from trainer.supervise.relay import ATTEMPT, die_with_parent, stopped_file
 from trainer.supervise.signals import JobSettings
@@ -37,7 +40,9 @@ GRACE_S = 3.0  # between SIGTERM and SIGKILL when stopping tasks (Slurm's KillWa
 # After a task failed, how long its peers may take to notice (a closed connection) and record that they failed
 # as a consequence before they are stopped: error.txt then shows both, and still names the first.
 PEER_NOTICE_S = 2.0
+SIGNALS = {int(s) for s in signal.Signals}
 PARALLEL = "SLURM_DDP_LOCAL_PARALLEL"  # how many jobs of one log folder (a sweep's points) run at once
+RUN_DIR = "SLURM_DDP_LOCAL_RUN_DIR"  # the job's run directory, whose attempts the controller closes
 
 
 def parallel_jobs(tasks: int, uses_gpus: bool, array_parallelism: int) -> int:
@@ -64,6 +69,9 @@ class Controller(local.Controller):  # type: ignore[misc]
         self.preempted = False
         signal.signal(self.requeue_signal, self._preempt)
         self.beat = Path(os.devnull)  # rank 0's node-local heartbeat, one per start (run)
+        self.timed_out = False  # this start's tasks were still running at the time limit
+        self.hung = False  # this start was ended as frozen (trainer.supervise.watch)
+        self.run_dir = Path(os.environ[RUN_DIR]) if os.environ.get(RUN_DIR) else None
 
     def _cancel(self, signum: int, frame: Any) -> None:
         self.cancelled = True  # acted on by wait(), which polls: nothing blocking in a handler
@@ -96,7 +104,7 @@ class Controller(local.Controller):  # type: ignore[misc]
         """
         start = time.monotonic()
         signal_at, deadline = start + self.timeout_s - self.signal_delay_s, start + self.timeout_s
-        self.signalled = False
+        self.signalled = self.timed_out = self.hung = False
         next_look = start
         while True:
             codes = [t.poll() for t in self.tasks]
@@ -104,12 +112,14 @@ class Controller(local.Controller):  # type: ignore[misc]
             if all(c is not None for c in codes):
                 break
             if self.cancelled or failed or time.monotonic() >= deadline:
+                self.timed_out = not (self.cancelled or failed)
                 running = [t for t, c in zip(self.tasks, codes, strict=True) if c is None]
                 self._stop(running, PEER_NOTICE_S if failed and not self.cancelled else 0.0)
                 break
             if time.monotonic() >= next_look:  # every rank frozen: no rank's watchdog can name it
                 next_look = time.monotonic() + 1.0
                 if name_and_end(self.beat, time.time()):
+                    self.hung = True  # named: the kills that follow are this controller's
                     self._stop([t for t, c in zip(self.tasks, codes, strict=True) if c is None])
                     codes = [t.poll() for t in self.tasks]
                     break
@@ -183,7 +193,9 @@ class Controller(local.Controller):  # type: ignore[misc]
                 self.kill_tasks()
                 self.beat.unlink(missing_ok=True)
             if self.cancelled:
+                self.close("cancelled", final=True)
                 break
+            self.record_killed(codes)
             if local.LOCAL_REQUEUE_RETURN_CODE in codes and requeues < max_num_timeout:
                 requeues, state = requeues + 1, State()  # as on Slurm: a requeued job's restarts begin anew
                 continue
@@ -192,8 +204,38 @@ class Controller(local.Controller):  # type: ignore[misc]
             decision = decide(policy, state, ended)
             if decision.say:
                 print("\n".join(decision.say), flush=True)
+            self.close("timeout" if self.timed_out else "failure", final=decision.action != "restart")
             if decision.action != "restart":
                 break
+
+    def record_killed(self, codes: Sequence[int | None]) -> None:
+        """A task killed by a signal from outside (the OOM killer, a kill -9) writes nothing, and its peers
+        record only a closed connection: its record names it in error.txt (trainer.run.failures), as srun's
+        `task N: Killed` line does on Slurm. Tasks this controller stopped have no code here (None)."""
+        if self.run_dir is None or self.hung:
+            return
+        for rank, code in enumerate(codes):
+            if code is not None and code < 0:
+                why = (
+                    f"killed by signal {-code} ({signal.Signals(-code).name})"
+                    if -code in SIGNALS
+                    else f"killed by signal {-code}"
+                )
+                failure = failures.Failure(time.time(), rank, socket.gethostname(), "", why, False, killed=True)
+                try:
+                    failures.record(self.run_dir, failure)
+                except Exception as exc:
+                    print(f"warning: could not record rank {rank}'s kill: {exc}", flush=True)
+
+    def close(self, reason: str, final: bool) -> None:
+        """The attempt's stop where rank 0 recorded none, and with `final` the run's ended summary
+        (trainer.supervise.attempts.close); a record that cannot be written must not keep the job running."""
+        if self.run_dir is None:
+            return
+        try:
+            close(self.run_dir, reason, final)
+        except Exception as exc:
+            print(f"warning: could not close the attempt in {self.run_dir}: {exc}", flush=True)
 
 
 class LocalExecutor(submitit.LocalExecutor):  # type: ignore[misc]
@@ -203,8 +245,10 @@ class LocalExecutor(submitit.LocalExecutor):  # type: ignore[misc]
         settings: JobSettings | None = None,
         cwd: Path | None = None,
         array_parallelism: int = 0,
+        run_dirs: Sequence[Path] = (),
     ) -> None:
         super().__init__(folder)
+        self.run_dirs = list(run_dirs)  # one per job, in the order they are submitted (a sweep's points)
         self.settings = (
             settings or JobSettings()
         )  # the requeue signal it sends, and how often it restarts the tasks after one
@@ -236,6 +280,8 @@ class LocalExecutor(submitit.LocalExecutor):  # type: ignore[misc]
             CUDA_VISIBLE_DEVICES=",".join(str(k) for k in gpus),
             SUBMITIT_LOCAL_WITH_SHELL="",
         )
+        if self.run_dirs:
+            env[RUN_DIR] = str(self.run_dirs.pop(0))
         # Not the submitter's terminal: the job outlives it (and a caller reading its output to the end).
         self.folder.mkdir(parents=True, exist_ok=True)
         with (self.folder / "controller.log").open("a") as log:

@@ -99,13 +99,14 @@ def run(
     if env.is_main:
         cause = failures.clear(folder, failures.process_start_time())
         _clear_other_attempts(RunDir(folder).exits, env.attempt_key)
+        RunDir(folder).progress.unlink(missing_ok=True)  # an earlier attempt's: this one's steps are its own
         assert attempts is not None
-        attempts.start(None, env.restart_count, env=env, cause=cause)  # a script's steps are its own
+        attempts.start(None, env.restart_count, env=env, cause=cause)  # known once the command reports one
     started = time.time()
     ended = (
         _run_in_process(command, cwd, env, run_dir, settings)
         if in_process
-        else _run(command, cwd, env, run_dir, settings)
+        else _run(command, cwd, env, run_dir, settings, Reported(attempts))
     )
     if ended.terminated:  # a cancel, a requeue, a peer's failure: whoever stopped the job says why
         raise SystemExit(128 + signal.SIGTERM)
@@ -143,11 +144,10 @@ def run(
 
 
 def script_totals(attempts: Attempts) -> dict[str, Any]:
-    """What the tool knows of a command's attempts: how many, why each stopped, how long each ran. Not the
-    steps it redid or the time that lost: only the command knows where it stopped and where it started again."""
-    totals = {k: v for k, v in attempts.totals().items() if k not in ("time_lost_s", "steps_recomputed")}
+    """What the tool knows of a command's attempts: how many, why each stopped, how long each ran; the steps
+    done again only where the command reports its step (trainer.requeue.progress(step)), else null: unknown."""
     ran = [round(a["stop"]["time"] - a["started"], 3) for a in attempts.items if a.get("stop")]
-    return totals | {"attempts": len(attempts.items), "attempt_s": ran}
+    return attempts.totals() | {"attempts": len(attempts.items), "attempt_s": ran}
 
 
 def with_restart_args(command: list[str], words: list[str], run_dir: str, cwd: str) -> list[str]:
@@ -289,8 +289,47 @@ class StderrTail:
             return ""
 
 
-def _run(command: list[str], cwd: str, env: DistEnv, run_dir: str, settings: JobSettings) -> Ended:
+class Reported:
+    """Rank 0's reading of the steps its command reports (trainer.requeue.progress(step)), at most once a
+    second: the first says where this attempt went on from (the steps before it), each where it got to
+    (progress.json, which the attempt's stop and the ledger read). Other ranks, and commands that report no
+    step, leave no trace."""
+
+    EVERY_S = 1.0
+
+    def __init__(self, attempts: Attempts | None) -> None:
+        self.attempts, self.path, self.due, self.last = attempts, "", 0.0, None
+
+    def look(self, now: float) -> None:
+        if self.attempts is None or now < self.due or not self.path:
+            return
+        self.due = now + self.EVERY_S
+        try:
+            with open(self.path) as f:
+                first, step = (int(word) for word in f.read(64).split())
+        except (OSError, ValueError):  # no step reported (yet), or caught between truncate and write
+            return
+        if step == self.last:
+            return
+        try:
+            if self.last is None:
+                self.attempts.resumed_at(first - 1)
+            write_text(RunDir(self.attempts.run_dir).progress, json.dumps({"step": step, "time": time.time()}))
+        except (OSError, UserError) as exc:  # a full disk: the command goes on, the records lag
+            print(f"warning: the command's progress not recorded ({exc})", file=sys.stderr, flush=True)
+        self.last = step
+
+
+def _run(
+    command: list[str],
+    cwd: str,
+    env: DistEnv,
+    run_dir: str,
+    settings: JobSettings,
+    reported: Reported | None = None,
+) -> Ended:
     requeue = settings.signum
+    reported = reported or Reported(None)
     received: dict[int, float] = {}
 
     def note(signum: int, frame: Any) -> None:
@@ -300,6 +339,7 @@ def _run(command: list[str], cwd: str, env: DistEnv, run_dir: str, settings: Job
         signal.signal(signum, note)
     log = StderrTail()
     progress = progress_path()
+    reported.path = progress
     # torch's error file, as torchrun gives each worker one: a script whose main is wrapped in torch's @record
     # (torchtitan's is), or torchrun itself, writes its exception and traceback there. Node-local, like progress.
     error_file = Path(f"{progress}.error.json")
@@ -323,6 +363,7 @@ def _run(command: list[str], cwd: str, env: DistEnv, run_dir: str, settings: Job
     stuck: tuple[int, str] | None = None
     over = False  # the command outlived its grace after the requeue signal, and was stopped
     while (code := _wait(child, 0.1)) is None:
+        reported.look(time.monotonic())
         for signum in sorted(set(received) - acted):
             acted.add(signum)
             if signum == requeue:
@@ -345,6 +386,8 @@ def _run(command: list[str], cwd: str, env: DistEnv, run_dir: str, settings: Job
                 hung, stuck = _hang_verdict(run_dir, env, watch, pids, idle, settings.script_hang_s)
                 _stop_hung(child, hung)
     signal.signal(requeue, signal.SIG_IGN)  # the command ended: a late signal must not kill this task as it exits
+    reported.due = 0.0
+    reported.look(time.monotonic())  # its last step, for the stop
     with contextlib.suppress(OSError):
         os.unlink(progress)
     terminated = bool(acted - {requeue})

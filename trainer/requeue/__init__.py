@@ -5,7 +5,8 @@
     requeue.install()                      # once, early: the profile's signal sets a flag
     for step in range(start, steps):
         ...train one step...
-        requeue.progress()                 # optional: the hang check then waits on these calls
+        requeue.progress(step)             # optional: the hang check waits on these calls, the
+                                           # records learn where each attempt went on from
         if requeue.requested():            # under DDP, agree first: all_reduce the flag (MAX)
             save(os.environ["RUN_DIR"])    # your checkpoint, in the run directory
             requeue.exit_for_requeue()     # exit code 144: the job is requeued and the script starts again
@@ -26,6 +27,7 @@ SIGNAL_ENV = "REQUEUE_SIGNAL"  # the profile's signal, as the task names it (USR
 PROGRESS_ENV = "SLURM_DDP_PROGRESS_FILE"  # set by the task that runs your command (trainer.script)
 REQUEUE_EXIT = 144  # submitit's local requeue code, used for Slurm too: one number everywhere
 _raised = False
+_first: int | None = None  # the first step this process reported: where its attempt went on from
 
 
 def _handle(signum: int, frame: Any) -> None:
@@ -46,13 +48,19 @@ def requested() -> bool:
     return _raised
 
 
-def progress() -> None:
+def progress(step: int | None = None) -> None:
     """Say a step was made (once a step, or more often): the run's hang check then waits on these calls alone,
-    not on CPU time or output. A file touch on node-local memory: microseconds."""
+    not on CPU time or output. With `step` (the step just done, numbered as your loop numbers it, the same
+    after a resume) the run's records also know where each attempt went on from, and so the work a restart
+    did again. A write to node-local memory: microseconds."""
+    global _first
     path = os.environ.get(PROGRESS_ENV)
     if path:
-        with open(path, "a"):
-            os.utime(path)
+        with open(path, "w" if step is not None else "a") as f:
+            if step is not None:
+                _first = int(step) if _first is None else _first
+                f.write(f"{_first} {int(step)}")  # the task reads both, once a second
+        os.utime(path)
 
 
 def exit_for_requeue() -> NoReturn:

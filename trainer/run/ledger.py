@@ -58,11 +58,25 @@ def ledger(
     wall = end - submitted
     held = wall - parts["queued"]
     result = {k: round(v, 3) for k, v in parts.items()}
-    return result | {
+    result |= {
         "wall": round(wall, 3),
         "goodput": round(parts["training"] / wall, 4) if wall > 0 else 0.0,
         "gpu_hours": round(ranks * held / 3600, 4),
     }
+    return result if recompute_known(attempts) else result | {"recomputed_known": False}
+
+
+def recompute_known(attempts: list[dict[str, Any]]) -> bool:
+    """Whether the steps done again after every stop are known: not after a stop from which the run went on
+    at a step nobody reported (a script that does not call trainer.requeue.progress(step)). Its recomputed
+    part is then 0 for want of a figure, and training (goodput) an upper bound."""
+    for previous, attempt in zip(attempts, attempts[1:], strict=False):
+        stop = previous.get("stop") or {}
+        if stop.get("reason") == "finished" or stop.get("final"):
+            continue  # nothing was done again: the run had ended, a --resume goes on by choice
+        if stop.get("step") is None or attempt.get("resumed_step") is None:
+            return False
+    return True
 
 
 def _gap(parts: dict[str, float], previous: dict[str, Any] | None, since: float, until: float, restart: bool) -> None:
@@ -90,7 +104,8 @@ def _recomputed_s(previous: dict[str, Any] | None, attempt: dict[str, Any], span
 def total(ledgers: list[dict[str, float]]) -> dict[str, float]:
     """A sweep's: its points' ledgers added up (goodput of the sum, not the mean of the points')."""
     summed = {k: round(sum(p.get(k, 0.0) for p in ledgers), 3) for k in (*PARTS, "wall", "gpu_hours")}
-    return summed | {"goodput": round(summed["training"] / summed["wall"], 4) if summed["wall"] > 0 else 0.0}
+    unknown = {"recomputed_known": False} if any(p.get("recomputed_known") is False for p in ledgers) else {}
+    return summed | {"goodput": round(summed["training"] / summed["wall"], 4) if summed["wall"] > 0 else 0.0} | unknown
 
 
 def line(parts: dict[str, float]) -> str:
@@ -99,7 +114,17 @@ def line(parts: dict[str, float]) -> str:
         ((parts.get(k, 0.0), k) for k in PARTS if k != "training" and parts.get(k, 0.0) >= 0.05), reverse=True
     )
     where = ", ".join(f"{k} {seconds_text(v)}" for v, k in lost[:4])
+    if parts.get("recomputed_known") is False:  # said so: the work done again is not in these figures
+        where += (", " if where else "") + "recomputed unknown: the command reports no step"
+        return f"at most {parts['goodput']:.0%} of {seconds_text(parts['wall'])} trained ({where})"
     return f"{parts['goodput']:.0%} of {seconds_text(parts['wall'])} trained" + (f" ({where})" if where else "")
+
+
+def goodput_text(parts: dict[str, float] | None) -> str:
+    """A ledger's goodput for a table's column: "<=" before it when the work done again is unknown."""
+    if not parts:
+        return "-"
+    return ("<=" if parts.get("recomputed_known") is False else "") + f"{parts['goodput']:.0%}"
 
 
 def seconds_text(seconds: float) -> str:

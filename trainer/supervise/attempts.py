@@ -9,8 +9,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-from submitit.local.local import LOCAL_REQUEUE_RETURN_CODE  # the local controller restarts tasks exiting with it
-
 from trainer.env.launcher import DistEnv
 from trainer.errors import UserError
 from trainer.run import failures, ledger
@@ -139,10 +137,10 @@ class Attempts:
                     stop["error"] = cause.line()  # the first failure's line (error.txt's, then)
                     stop |= {"hung_at": cause.time} if cause.message.startswith("hung") else {}
                 previous["stop"] = stop
-            # After a finished attempt the wait for this one (a --resume with more steps) is the user's, not lost.
-            lost = 0.0 if stop["reason"] == "finished" else time.time() - stop["time"]
-            known = stop["step"] is not None and resumed_step is not None  # a script's steps are its own
-            cost = {"time_lost_s": lost, "steps_recomputed": max(0, stop["step"] - resumed_step) if known else None}
+            # After a finished attempt, or one that ended the run (a failure, a cancel: the supervisor closed it),
+            # the wait for this one (a --resume) is the user's, not lost.
+            lost = 0.0 if stop["reason"] == "finished" or stop.get("final") else time.time() - stop["time"]
+            cost = {"time_lost_s": lost, "steps_recomputed": recomputed(stop, resumed_step)}
             previous["cost"] = cost
         attempt = {"started": time.time(), "resumed_step": resumed_step, "slurm_restart_count": restart_count}
         attempt |= {"world_size": env.world_size} if env else {}
@@ -153,8 +151,19 @@ class Attempts:
         return cost
 
     def stop(self, reason: str, step: int | None, signalled_at: float | None = None) -> None:
-        """Record why and where this attempt stopped; `time` is when the checkpoint was on disk."""
+        """Record why and where this attempt stopped; `time` is when the checkpoint was on disk. A script's step
+        (None) is the last it reported, if it did."""
+        step = step if step is not None else last_progress(self.progress_path).get("step")
         self.items[-1]["stop"] = {"reason": reason, "step": step, "time": time.time(), "signal_time": signalled_at}
+        self._write()
+
+    def resumed_at(self, step: int) -> None:
+        """A script's first reported step (trainer.requeue.progress(step)): where this attempt went on from, and
+        so what the one before had done that it does again."""
+        attempt = self.items[-1]
+        attempt["resumed_step"] = step
+        if len(self.items) > 1 and "cost" in (previous := self.items[-2]):
+            previous["cost"]["steps_recomputed"] = recomputed(previous.get("stop") or {}, step)
         self._write()
 
     def blocked_on_checkpoints(self, seconds: float) -> None:
@@ -168,8 +177,9 @@ class Attempts:
     def wall_time_s(self) -> float:
         return time.time() - self.items[0]["started"]
 
-    def totals(self) -> dict[str, float]:
+    def totals(self) -> dict[str, float | None]:
         costs = [a["cost"] for a in self.items if "cost" in a]
+        unknown = not ledger.recompute_known(self.items)
         return {
             "restarts": len(self.items) - 1,
             "timeouts": self.count("timeout"),
@@ -179,8 +189,67 @@ class Attempts:
             "requested": self.count("requested"),
             "in_job_restarts": sum(1 for a in self.items if a.get("in_job_restart")),
             "time_lost_s": round(sum(c["time_lost_s"] for c in costs), 3),
-            "steps_recomputed": sum(int(c["steps_recomputed"] or 0) for c in costs),
+            "steps_recomputed": None if unknown else sum(int(c["steps_recomputed"] or 0) for c in costs),
+            "cancelled": self.count("cancelled"),
         }
+
+
+def recomputed(stop: dict[str, Any], resumed_step: int | None) -> int | None:
+    """The steps an attempt does again after `stop`: None when either side's step is unknown (a script that
+    reports none)."""
+    if stop.get("step") is None or resumed_step is None:
+        return None
+    return max(0, int(stop["step"]) - resumed_step)
+
+
+REQUEUES = ("preempted", "timeout", "requested", "requeued")  # stops rank 0 records as it requeues the job
+
+
+def requeued_by_rank_0(run_dir: Path) -> bool:
+    """The last attempt's stop is one rank 0 recorded as it requeued the job (record_stop)."""
+    items = json_or_none(RunDir(run_dir).attempts)
+    last = items[-1] if isinstance(items, list) and items and isinstance(items[-1], dict) else {}
+    return isinstance(stop := last.get("stop"), dict) and stop.get("reason") in REQUEUES
+
+
+def close(run_dir: Path, reason: str, final: bool, now: float | None = None) -> None:
+    """The supervisor's word on the attempt whose tasks just ended (both backends, after every start): its stop,
+    where rank 0 recorded none (a failure, a hang, a cancel, a time limit that killed the tasks), with the
+    first failure's line and, for a hang, when it was named. `final`: no job runs the run any more, and
+    summary.json says how it ended (`"ended"`), its ledger up to that end, instead of one as it goes."""
+    if not RunDir(run_dir).attempts.exists():
+        return  # no attempt began (cancelled in the queue, a start that failed before rank 0 recorded one)
+    attempts = Attempts(run_dir)
+    if not attempts.items:
+        return
+    now = time.time() if now is None else now
+    last = attempts.items[-1]
+    stop = last.get("stop")
+    if stop is None:
+        reached = last_progress(attempts.progress_path)
+        first = failures.root_cause([f for f in failures.read(run_dir) if f.time >= last["started"] - 1])
+        hung_at = first.time if first is not None and first.message.startswith("hung") else None
+        # A hang stopped at its last progress (the ledger counts the rest as hung); anything else when the
+        # tasks ended, or when the first failure was recorded.
+        when = first.time if first is not None and not hung_at else now
+        if hung_at:
+            when = reached["time"] if last["started"] <= reached.get("time", -1) <= hung_at else hung_at
+        stop = {"reason": reason, "step": reached.get("step", last.get("resumed_step")), "time": when}
+        stop |= {"error": first.line()} if first is not None else {}
+        stop |= {"hung_at": hung_at} if hung_at else {}
+        if "checkpoint_s" in reached:
+            last["checkpoint_s"] = reached["checkpoint_s"]
+        last["stop"] = stop
+    elif stop.get("reason") == "finished" or not final:
+        return  # closed by rank 0 already: a finished run has its own summary; a requeue's history goes on
+    stop["final"] = final
+    write_text(attempts.path, json.dumps(attempts.items, indent=1) + "\n")
+    if final:
+        end = max(stop["time"], stop.get("hung_at") or 0.0)
+        parts = ledger.of_run(run_dir, attempts.items, end, int(last.get("world_size") or 1))
+        ended = {"finished": False, "ended": stop["reason"], "as_of": round(now, 3), "step": stop["step"]}
+        summary = ended | attempts.totals() | {"ledger": parts}
+        write_text(RunDir(run_dir).summary, json.dumps(summary, indent=2) + "\n")
 
 
 def last_progress(path: Path) -> dict[str, Any]:
@@ -271,4 +340,8 @@ def leave(env: DistEnv, requeued: bool) -> SystemExit:
     if not requeued:
         mark_stopped(env.attempt)
         return SystemExit(3)
+    # submitit's local controller restarts tasks exiting with its code (torch-free, but not the standard library:
+    # imported here, so the Slurm step's supervisor, which imports this module, needs nothing beyond it)
+    from submitit.local.local import LOCAL_REQUEUE_RETURN_CODE
+
     return RequeueExit(LOCAL_REQUEUE_RETURN_CODE if env.source == "submitit-local" else 0)

@@ -23,6 +23,7 @@ from trainer.env.hostlist import expand_hostlist
 from trainer.env.launcher import IN_JOB_RESTART, WATCH_BEAT
 from trainer.run import failures
 from trainer.run.atomic import write_text
+from trainer.supervise.attempts import close, requeued_by_rank_0
 from trainer.supervise.policy import Decision, Ended, Policy, State, decide, step_args
 from trainer.supervise.relay import ATTEMPT, fan_out_command, fan_out_environment
 from trainer.supervise.watch import beat_path, name_and_end
@@ -140,6 +141,15 @@ def end_step(proc: subprocess.Popen[bytes]) -> None:
         proc.kill()
 
 
+def ended_by_slurm(job_id: str) -> str | None:
+    """Why Slurm ends the batch step (SIGTERM): "cancelled" or "timeout", when the run ends with it; None for a
+    requeue, or where accounting cannot say (the next attempt's start, or the readers, tell then)."""
+    out = subprocess.run(
+        ["sacct", "-j", job_id, "-X", "-n", "-P", "-o", "State"], capture_output=True, text=True, timeout=20
+    ).stdout.split()
+    return {"CANCELLED": "cancelled", "TIMEOUT": "timeout"}.get(out[-2] if out[-1:] == ["0"] else (out or [""])[-1])
+
+
 def say(lines: Sequence[str]) -> None:
     for line in lines:
         print(line, flush=True)
@@ -171,10 +181,16 @@ def supervise(spec: dict, srun: list[str], environ: dict | None = None) -> int:
 
     nodes_n = int(env.get("SLURM_JOB_NUM_NODES") or 1)
 
+    def take_term(signum: int, frame: object) -> None:
+        # Slurm ends the batch step with SIGTERM (a requeue, a cancel, the time limit): a cancel or the limit
+        # ends the run, and its attempt is closed; then exit through the finally blocks, so that rank 0's
+        # node-local heartbeat file is not left in /dev/shm (requeue_without ignores the signal).
+        if reason := careful("ask Slurm why the job ends", lambda: ended_by_slurm(job_id)):
+            careful("close the attempt", lambda: close(run_dir, reason, final=True))
+        sys.exit(128 + signum)
+
     signal.signal(getattr(signal, f"SIG{spec['signal']}"), take_signal)
-    # Slurm ends the batch step with SIGTERM (a requeue, a cancel, the time limit): exit through the finally
-    # blocks, so that rank 0's node-local heartbeat file is not left in /dev/shm (requeue_without ignores it).
-    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
+    signal.signal(signal.SIGTERM, take_term)
     nodes = set(expand_hostlist(env["SLURM_JOB_NODELIST"])) if env.get("SLURM_JOB_NODELIST") else set()
     saved = state_path(log_dir, job_id)
     state, starts = load_state(saved), 0
@@ -194,6 +210,10 @@ def supervise(spec: dict, srun: list[str], environ: dict | None = None) -> int:
         decision: Decision = decide(policy, state, Ended(status, signalled, stopped, node), room)
         say(decision.say)
         careful("save what survives a requeue", lambda: save_state(saved, state))
+        # The attempt closed (rank 0 records a requeue's stop itself); the run's end when nothing follows: not
+        # after the requeue signal, unless the run stopped for good there (a spent budget).
+        final = decision.action == "end" and (stopped or not (signalled or requeued_by_rank_0(run_dir)))
+        careful("close the attempt", lambda final=final: close(run_dir, "failure", final))
         if decision.action == "restart":
             continue
         if decision.action in ("requeue_without", "requeue"):
