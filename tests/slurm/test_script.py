@@ -263,11 +263,65 @@ def test_a_setup_line_that_fails_ends_the_job_naming_it_and_one_that_works_reach
     """A `source .../activate` or `module load` that fails would leave the job running with another interpreter:
     the job ends there, and --wait (so jobs.wait) names the line. Lines that work keep their effect (exports)."""
     (tmp_path / "show.py").write_text("import os\nprint('FROM_SETUP', os.environ.get('FROM_SETUP'))\n")
-    good = mini_profile(tmp_path, "setup:\n  - export FROM_SETUP=yes  # a comment ends at the line's end\n")
+    heredoc = "  - read -r FROM_SETUP <<EOF\n  - from-a-here-document\n  - EOF\n  - export FROM_SETUP\n"  # one command over items
+    good = mini_profile(tmp_path, f"setup:\n  - export X=1  # a comment ends at the line's end\n{heredoc}")
     result = submit("--profile", str(good), "--gpus-per-node", "1", "--wait", "--", "python", "show.py", cwd=tmp_path)
-    assert result.returncode == 0 and "FROM_SETUP yes" in result.stdout, result.stdout + result.stderr
+    assert result.returncode == 0 and "FROM_SETUP from-a-here-document" in result.stdout, result.stdout + result.stderr
     bad = mini_profile(tmp_path, "setup:\n  - export FROM_SETUP=yes\n  - source /nonexistent/venv/bin/activate\n")
     result = submit("--profile", str(bad), "--gpus-per-node", "1", "--wait", "--", "python", "show.py", cwd=tmp_path)
     said = "the profile's setup line 2 failed (exit 1): source /nonexistent/venv/bin/activate; fix that line"
     assert result.returncode == 1 and said in result.stderr, result.stdout + result.stderr
     assert "FROM_SETUP" not in result.stdout  # no task started
+    # A line that ends the batch shell itself (`exit 3`; bash left no status to look at) is named as well.
+    ends = mini_profile(tmp_path, "setup:\n  - export FROM_SETUP=yes\n  - exit 3\n")
+    result = submit("--profile", str(ends), "--gpus-per-node", "1", "--wait", "--", "python", "show.py", cwd=tmp_path)
+    said = "the profile's setup line 2 failed (exit 3): exit 3; fix that line"
+    assert result.returncode == 1 and said in result.stderr, result.stdout + result.stderr
+    assert "FROM_SETUP" not in result.stdout
+
+
+# Reports its steps, then fails (FAIL set) or trains on until cancelled.
+STEPS_THEN = """
+import os, sys, time
+from trainer import requeue
+for step in range(100000):
+    time.sleep(0.1)
+    requeue.progress(step)
+    if step == 20 and os.environ.get("FAIL"):
+        sys.exit("error: out of data")
+"""
+
+
+@pytest.mark.parametrize("how", ["failure", "cancelled"])
+def test_an_attempt_that_fails_or_is_cancelled_is_closed_and_the_run_says_it_ended(
+    slurm_cluster: None, tmp_path: Path, how: str
+) -> None:
+    """On two nodes the batch step's supervisor closes the attempt rank 0 could not (its stop, its step, the
+    first failure's line) and writes summary.json final: a failure after srun ends, a cancel (scancel, told
+    apart from a requeue by accounting) as Slurm ends the step."""
+    (tmp_path / "steps.py").write_text(STEPS_THEN)
+    env = ["--env", "FAIL=1"] if how == "failure" else []
+    args = ["--profile", str(mini_profile(tmp_path)), "--nodes", "2", "--gpus-per-node", "1", *env]
+    result = submit(*args, "--", sys.executable, "steps.py", cwd=tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    run_dir = run_dir_of(result)
+    if how == "cancelled":
+        poll("a few steps", lambda: (json.loads((run_dir / "progress.json").read_text()) or {}).get("step", 0) > 5
+             if (run_dir / "progress.json").exists() else False)  # fmt: skip
+        assert cli("jobs.cancel", str(run_dir)).returncode == 0
+    summary = poll("the ended summary", lambda: (s := _summary(run_dir)).get("ended") and s, timeout=180)
+    [attempt] = json.loads((run_dir / "attempts.json").read_text())
+    assert attempt["stop"]["reason"] == how and attempt["stop"]["final"] is True, attempt
+    assert attempt["resumed_step"] == -1 and attempt["stop"]["step"] >= 5, attempt
+    assert summary["finished"] is False and summary["ended"] == how, summary
+    assert summary["ledger"]["training"] > 1.0, summary
+    if how == "failure":
+        assert attempt["stop"]["error"].startswith("rank ") and "error: out of data (" in attempt["stop"]["error"]
+        assert summary["failures"] == 1
+
+
+def _summary(run_dir: Path) -> dict:  # type: ignore[type-arg]
+    try:
+        return json.loads((run_dir / "summary.json").read_text())
+    except (OSError, ValueError):
+        return {}

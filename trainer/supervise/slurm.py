@@ -146,8 +146,9 @@ def ended_by_slurm(job_id: str) -> str | None:
     requeue, or where accounting cannot say (the next attempt's start, or the readers, tell then)."""
     out = subprocess.run(
         ["sacct", "-j", job_id, "-X", "-n", "-P", "-o", "State"], capture_output=True, text=True, timeout=20
-    ).stdout.split()
-    return {"CANCELLED": "cancelled", "TIMEOUT": "timeout"}.get(out[-2] if out[-1:] == ["0"] else (out or [""])[-1])
+    ).stdout.split("\n")
+    states = [line.split(" ")[0] for line in out if line.strip()]  # "CANCELLED by 0": the word Slurm's own
+    return {"CANCELLED": "cancelled", "TIMEOUT": "timeout"}.get(states[-1] if states else "")
 
 
 def say(lines: Sequence[str]) -> None:
