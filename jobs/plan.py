@@ -3,16 +3,15 @@
 import itertools
 import re
 import shlex
-import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from jobs import containers, restarts
-from jobs.profiles import Profile
+from jobs.profiles import INTERFACE_VARS, Profile
 from jobs.snapshot import tool_dir, tool_environment
 from trainer.config import TrainConfig
-from trainer.env.launcher import GPUS_PER_TASK, IFNAME_VAR
+from trainer.env.launcher import GPUS_PER_TASK
 from trainer.errors import UserError
 from trainer.supervise import signals
 from trainer.supervise.signals import JobSettings
@@ -173,54 +172,36 @@ def shell_value(value: object) -> str:
 def interface_variables(profile: Profile) -> dict[str, str]:
     """network_interface for NCCL, gloo and the tasks' MASTER_ADDR (trainer.env.rendezvous.agree_address)."""
     name = profile.network_interface
-    return {"NCCL_SOCKET_IFNAME": name, "GLOO_SOCKET_IFNAME": name, IFNAME_VAR: name} if name else {}
+    return dict.fromkeys(INTERFACE_VARS, name) if name else {}
 
 
 SETUP_FAILED = "error: the profile's setup line %d failed (exit %d): %s; fix that line of the profile's setup:\\n"
 
 
-def guarded_setup(lines: list[str]) -> list[str]:
-    """The profile's setup lines, each command ending the job when it fails, naming it: a `module load` or
-    `source .../activate` that failed would otherwise leave the job running with another interpreter, or none.
-    Each runs in the batch shell itself (a brace group, not a subshell: its exports and activations stay)."""
-    chunks = setup_commands(lines)
-    if not chunks:
+# Defined before the setup lines: called when one fails (its status), or from the EXIT trap when one ends the
+# batch shell (`exit 3`, `${X:?}`); an `exit 0` ends the job on purpose. slurm_ddp_setup: (number, text).
+SETUP_FAILED_FUNCTION = """slurm_ddp_setup_failed() {
+  trap - EXIT
+  [ "$1" = 0 ] && exit 0
+  local said=${slurm_ddp_setup[1]%%$'\\n'*}
+  [ "$said" = "${slurm_ddp_setup[1]}" ] || said="$said ..."
+  printf FORMAT "${slurm_ddp_setup[0]}" "$1" "$said" >&2
+  exit 1
+}""".replace("FORMAT", shlex.quote(SETUP_FAILED))
+
+
+def guarded_setup(commands: tuple[tuple[int, str], ...]) -> list[str]:
+    """The profile's setup lines as whole commands (Profile.setup_commands), each run as written and ending
+    the job when it fails or exits, naming it: a `module load` or `source .../activate` that failed would
+    otherwise leave the job running with another interpreter, or none. Each runs in the batch shell itself
+    (eval, not a subshell: its exports and activations stay; an expansion error such as $((1+)) is its
+    status, where at the top level bash would skip it and go on)."""
+    if not commands:
         return []
-    out = [f'slurm_ddp_setup_failed() {{ printf {shlex.quote(SETUP_FAILED)} "$1" "$2" "$3" >&2; exit 1; }}']
-    for number, text, whole in chunks:
-        said = text.splitlines()[0] + (" ..." if "\n" in text else "")  # the error stays one line
-        out.append(f"{{ {text}\n}} || slurm_ddp_setup_failed {number} $? {shlex.quote(said)}" if whole else text)
-    return out
-
-
-def setup_commands(lines: list[str]) -> list[tuple[int, str, bool]]:
-    """The setup lines as whole shell commands (the first line's number, the text, whether it is whole): an
-    item that opens a construct (`if ...; then`, a trailing backslash) takes the items after it until bash
-    reads them as one; blank and comment-only items are left out. What never closes stays as written."""
-    chunks: list[tuple[int, str, bool]] = []
-    pending: list[str] = []
-    first = 0
-    for number, line in enumerate(lines, 1):
-        if not pending and (not line.strip() or line.strip().startswith("#")):
-            continue
-        first = first if pending else number
-        pending.append(line)
-        text = "\n".join(pending)
-        if not text.rstrip().endswith("\\") and _bash_reads(text):
-            chunks.append((first, text, True))
-            pending = []
-    if pending:
-        chunks.append((first, "\n".join(pending), False))
-    return chunks
-
-
-def _bash_reads(text: str) -> bool:
-    """bash parses `text` as complete commands (`bash -n`: nothing runs); true where there is no bash here."""
-    try:
-        done = subprocess.run(["bash", "-n"], input=text + "\n", capture_output=True, text=True, timeout=10)
-    except (OSError, subprocess.TimeoutExpired):
-        return True
-    return done.returncode == 0
+    run = 'eval "${slurm_ddp_setup[1]}" || slurm_ddp_setup_failed $?'
+    lines = [f"slurm_ddp_setup=({number} {shlex.quote(text)}); {run}" for number, text in commands]
+    said = "# the profile's setup lines, each run as written; one that fails or exits ends the job, naming it"
+    return [said, SETUP_FAILED_FUNCTION, "trap 'slurm_ddp_setup_failed $?' EXIT", *lines, "trap - EXIT"]
 
 
 def slurm_parameters(profile: Profile) -> dict[str, Any]:
@@ -239,7 +220,7 @@ def slurm_parameters(profile: Profile) -> dict[str, Any]:
         "cpus_per_task": profile.cpus_per_task,
         "signal_delay_s": profile.signal_delay_s,
         "stderr_to_stdout": True,
-        "setup": [*guarded_setup(profile.setup), *exports],
+        "setup": [*guarded_setup(profile.setup_commands), *exports],
         # srun stops every task when one fails, and since Slurm 22.05 does not inherit --cpus-per-task.
         "srun_args": ["--kill-on-bad-exit=1", f"--cpus-per-task={profile.cpus_per_task}", *profile.srun_args],
         # the container (pyxis), its working folder the code snapshot the batch script runs in (chdir)

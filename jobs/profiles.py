@@ -1,8 +1,10 @@
 """Cluster profiles: YAML files in cluster_profiles/, validated into a frozen dataclass."""
 
 import dataclasses
+import functools
 import os
 import re
+import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -11,6 +13,7 @@ import yaml
 
 from jobs.remote.ssh import check_login, check_remote_root, check_ssh_options
 from trainer.config import from_dict
+from trainer.env.launcher import IFNAME_VAR
 from trainer.errors import UserError
 from trainer.supervise import signals
 from trainer.supervise.signals import JobSettings
@@ -53,6 +56,62 @@ def tool_owned(key: str) -> str | None:
     if key.startswith(("SLURM_DDP_", "SLURM_", "SUBMITIT_")):
         return "set per job by Slurm, submitit or this tool"
     return None
+
+
+INTERFACE_VARS = ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME", IFNAME_VAR)  # network_interface sets each of them
+MAX_ARG_STRLEN = 128 * 1024  # Linux: the most one KEY=VALUE of a process's environment may take, with its NUL
+
+
+@functools.cache
+def setup_commands(lines: tuple[str, ...]) -> tuple[tuple[int, str], ...]:
+    """The setup lines as whole shell commands, (the first line's number, the text), read by `bash -n` (nothing
+    runs) when the profile is loaded: an item that opens a construct (`if ...; then`, a here-document, a
+    trailing backslash) takes the items after it until bash reads them whole; blank and comment-only items are
+    left out. What never closes is refused: in the batch script it would take the tool's own lines."""
+    commands: list[tuple[int, str]] = []
+    pending: list[str] = []
+    first = 0
+    for number, line in enumerate(lines, 1):
+        if not pending and (not line.strip() or line.strip().startswith("#")):
+            continue
+        first = first if pending else number
+        pending.append(line)
+        if _whole("\n".join(pending)):
+            commands.append((first, "\n".join(pending)))
+            pending = []
+    if pending:
+        if said := _bash_says("\n" * (first - 1) + "\n".join(pending)):  # its line numbers: the setup's
+            raise UserError(
+                f"setup line {first} ({lines[first - 1].strip()!r}) is not a whole shell command by the last line "
+                f"(bash -n: {said}): close what it opens (fi, done, a quote, a here-document's end word) or correct it"
+            )
+        raise UserError(
+            f"setup line {len(lines)} ({lines[-1].strip()!r}) ends in a backslash, which would join the tool's next "
+            "line of the batch script to it; remove the backslash"
+        )
+    return tuple(commands)
+
+
+def _whole(text: str) -> bool:
+    """bash reads `text` as whole commands, none left open: no here-document or line still going on (where there
+    is no bash here, an item is whole unless it ends in a backslash)."""
+    if _bash_says(text):
+        return False
+    # a trailing backslash (not an escaped one, not in a comment) would join the next line: `then` as its word
+    return not text.endswith("\\") or _bash_says(text + "\nthen") != ""
+
+
+def _bash_says(text: str) -> str:
+    """What `bash -n` says of `text` (its first line, without `bash: `): empty when it reads it whole without a
+    word, or there is no bash here."""
+    try:
+        done = subprocess.run(["bash", "-n"], input=text + "\n", capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+    said = done.stderr.strip().splitlines()
+    if said:
+        return said[0].removeprefix("bash: ")
+    return "" if done.returncode == 0 else f"exit status {done.returncode}"
 
 
 @dataclass(frozen=True, eq=False)
@@ -120,6 +179,8 @@ class Profile:
         self._check_mappings()
         if self.executor not in EXECUTORS:
             raise UserError(f"executor {self.executor!r} is unknown; use one of {', '.join(EXECUTORS)}")
+        if self.setup:
+            self._check_setup()
         if self.nodes < 1:
             raise UserError(f"nodes must be at least 1, got {self.nodes}; pass --nodes 1 or more")
         if self.gpus_per_node < 1:
@@ -212,10 +273,26 @@ class Profile:
         for name, value in self._text_values():
             if not isinstance(value, str):
                 raise UserError(f"{name}: expected text, got {type(value).__name__} {value!r}")
+            if "\0" in value:
+                raise UserError(f"{name}: a NUL character cannot go into a shell script or an environment; remove it")
             if "\n" in value or "\r" in value or "#SBATCH" in value.upper():
                 raise UserError(
                     f"{name}: a newline or #SBATCH inside a value would rewrite the sbatch script; remove it"
                 )
+
+    def _check_setup(self) -> None:
+        """setup: lines of Slurm's batch script, read by bash here (jobs.plan.guarded_setup writes them)."""
+        if self.executor != "slurm":
+            raise UserError(
+                f"setup: lines run in Slurm's batch script; the {self.executor} executor starts the processes from "
+                "your shell, with its environment: run them there before submitting (or set env:), and drop setup"
+            )
+        setup_commands(tuple(self.setup))
+
+    @property
+    def setup_commands(self) -> tuple[tuple[int, str], ...]:
+        """The setup lines as whole shell commands (jobs.profiles.setup_commands), read once, at load."""
+        return setup_commands(tuple(self.setup))
 
     def _check_mappings(self) -> None:
         """env and sbatch_args keys become shell names and option names: they must be nothing more."""
@@ -226,6 +303,16 @@ class Profile:
                 raise UserError(f"env.{key}: {value!r} is not a single value; give text or a number, e.g. {key}: '1'")
             if (why := tool_owned(key)) is not None:
                 raise UserError(f"env: {key} is {why}; a value of yours would break the job: drop it")
+            if len(f"{key}={value}".encode()) >= MAX_ARG_STRLEN:
+                raise UserError(
+                    f"env.{key}: {len(str(value).encode())} bytes is more than a process takes in one variable "
+                    "(the kernel's 128 KiB, MAX_ARG_STRLEN); write the value to a file and pass its path"
+                )
+            if self.network_interface and key in INTERFACE_VARS:
+                raise UserError(
+                    f"env: {key}={value} beside network_interface: {self.network_interface}, which sets it too: "
+                    "keep one (network_interface sets NCCL_SOCKET_IFNAME, GLOO_SOCKET_IFNAME and MASTER_ADDR's)"
+                )
         for key, value in self.sbatch_args.items():
             if not isinstance(key, str) or not SBATCH_KEY.fullmatch(key):
                 raise UserError(

@@ -65,6 +65,30 @@ def test_bad_arguments(golden: Golden, args: list[str], named: str, local_profil
     assert_refused(submit("--profile", str(local_profile), *args), golden, named, tmp_path / "runs")
 
 
+def test_an_env_value_no_process_can_take_is_refused(golden: Golden, tmp_path: Path) -> None:
+    """Linux takes at most 128 KiB in one KEY=VALUE (MAX_ARG_STRLEN): no task (nor the local controller) could start."""
+    profile = write_profile(tmp_path, f"executor: slurm\nrun_root: {tmp_path / 'runs'}\n")
+    big = "x" * (128 * 1024 - len("BIG="))  # with its NUL, one byte over
+    result = submit("--profile", str(profile), "--dry-run", "--env", f"BIG={big}", "--", "python", "-c", "pass")
+    assert_refused(result, golden, "BIG", tmp_path / "runs")
+    fits = submit("--profile", str(profile), "--dry-run", "--env", f"BIG={big[:-1]}", "--", "python", "-c", "pass")
+    assert fits.returncode == 0, fits.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "env"),
+    [(["--env", "NCCL_SOCKET_IFNAME=eth0"], ""), ([], "env:\n  GLOO_SOCKET_IFNAME: eth0\n")],
+    ids=["--env", "the profile's env"],
+)
+def test_env_beside_network_interface_is_refused_not_overwritten(
+    golden: Golden, args: list[str], env: str, tmp_path: Path
+) -> None:
+    """Two values for one variable: the one written last in the script would win, silently."""
+    profile = write_profile(tmp_path, f"executor: slurm\nnetwork_interface: ib0\nrun_root: {tmp_path / 'runs'}\n{env}")
+    result = submit("--profile", str(profile), "--dry-run", *args, "--", "python", "-c", "pass")
+    assert_refused(result, golden, "network_interface", tmp_path / "runs")
+
+
 @pytest.mark.parametrize(
     ("text", "named"),
     [
