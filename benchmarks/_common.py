@@ -22,6 +22,17 @@ def time_command(cmd: list[str], repeats: int) -> list[float]:
     return times
 
 
+def timed(cmd: list[str], cwd: Path) -> float:
+    """Seconds one command takes, run from `cwd` with this checkout's packages importable (as a user's folder)."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    start = time.perf_counter()
+    done = subprocess.run(cmd, cwd=cwd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    took = time.perf_counter() - start
+    if done.returncode:
+        sys.exit(f"{' '.join(cmd)} failed in {cwd}: {done.stderr[-2000:]}")
+    return took
+
+
 def report(name: str, value: float, baseline: float, unit: str, target: str, ok: bool) -> None:
     ratio = value / baseline if baseline else float("nan")
     verdict = "meets" if ok else "MISSES"

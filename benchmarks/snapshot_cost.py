@@ -12,10 +12,9 @@ import os
 import shutil
 import subprocess
 import tempfile
-import time
 from pathlib import Path
 
-from _common import ROOT, median, python, report
+from _common import ROOT, median, python, report, timed
 
 
 def make_tree(folder: Path, files: int, git: bool) -> Path:
@@ -40,13 +39,6 @@ def profiles(folder: Path, runs: Path) -> dict[str, Path]:
         out["dry_" + name] = folder / f"slurm_{name}.yaml"
         out["dry_" + name].write_text(f"executor: slurm\nrun_root: {runs}\nsnapshot: {on}\n")
     return out
-
-
-def timed(cmd: list[str], cwd: Path) -> float:
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    start = time.perf_counter()
-    subprocess.run(cmd, cwd=cwd, env=env, check=True, stdout=subprocess.DEVNULL)
-    return time.perf_counter() - start
 
 
 def compare(label: str, cwd: Path, on: Path, off: Path, repeats: int, extra: list[str], target: str) -> float:

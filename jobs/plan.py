@@ -136,6 +136,27 @@ def with_interpreter(command: list[str], python: str) -> list[str]:
     return [python, *command[1:]] if command[:1] in (["python"], ["python3"]) else command
 
 
+# Python's own command line (Python/getopt.c): one-letter options combine (-uB); -W and -X take an argument,
+# joined (-Ximporttime, -Werror::DeprecationWarning) or the next word, and end their cluster; -c and -m end the
+# options with no file; "--" ends them, so the next word is the file, whatever it looks like.
+PYTHON_FLAGS = set("bBdEiIOPqRsStuvx")  # -h, -?, -V print and exit: no file is run
+
+
+def python_option(word: str) -> str:
+    """What an option word of python's does: "flags", "argument" (the next word is its argument) or "end" (no
+    file runs: -c, -m, --help, --version, or an option python itself refuses)."""
+    if word == "--check-hash-based-pycs":
+        return "argument"
+    if word.startswith("--"):
+        return "end"
+    for at, letter in enumerate(word[1:], start=2):
+        if letter in "WX":
+            return "flags" if word[at:] else "argument"
+        if letter not in PYTHON_FLAGS:
+            return "end"
+    return "flags"
+
+
 def script_file(command: list[str]) -> str | None:
     """The file a `python [options] FILE.py ...` command runs; None for `-m`, `-c`, standard input, another
     program, or a file name that is not plainly one (a placeholder, no .py): those are not checked."""
@@ -143,12 +164,13 @@ def script_file(command: list[str]) -> str | None:
         return None
     words = iter(command[1:])
     for word in words:
-        if word in ("-W", "-X", "--check-hash-based-pycs"):  # python's options that take the next word
+        if word == "--" or word == "-" or not word.startswith("-"):
+            file = next(words, "-") if word == "--" else word
+            return file if file.endswith(".py") and "{" not in file else None
+        if (kind := python_option(word)) == "end":
+            return None
+        if kind == "argument":
             next(words, None)
-        elif word == "-" or (word.startswith("-") and not word.startswith("--") and {"c", "m"} & set(word[1:])):
-            return None  # -c CODE, -m MODULE (alone or in a cluster such as -um), standard input
-        elif not word.startswith("-"):
-            return word if word.endswith(".py") and "{" not in word else None
     return None
 
 

@@ -34,13 +34,15 @@ UNTRACKED_OUTPUT_DIRS = {"runs", "outputs", "multirun"}
 SKIP_DIRS = {"__pycache__", "node_modules", "site-packages"} | OUTPUT_DIRS
 
 MAX_FILES = 100_000
-# Git-ignored files nobody misses in code/: caches, build output, virtual environments.
-NOISE_DIRS = SKIP_DIRS | {".git", ".venv", "venv", ".tox", ".pytest_cache", ".ruff_cache", ".mypy_cache", "build"}
-NOISE_SUFFIXES = (".pyc", ".pyo", ".egg-info", ".so", ".o")
-# What a script reads by a relative path and a .gitignore keeps out: named first in the report.
-DATA_SUFFIXES = {".bin", ".pkl", ".pickle", ".npy", ".npz", ".pt", ".pth", ".ckpt", ".safetensors", ".h5", ".hdf5"}
-DATA_SUFFIXES |= {".csv", ".tsv", ".json", ".jsonl", ".txt", ".parquet", ".arrow", ".tar", ".zip", ".gz", ".lmdb"}
-DATA_SUFFIXES |= {".png", ".jpg", ".jpeg", ".wav", ".mp4", ".yaml", ".yml"}
+# Git-ignored entries nobody misses in code/, left out without a word (and never copied, whatever
+# snapshot_include says): caches, virtual environments, build output (an editable install's build/,
+# *.egg-info, .pdm-build/). The note leaves out every hidden entry too: an editor's or a tool's.
+NOISE_DIRS = SKIP_DIRS | {"venv", "build", ".git", ".venv", ".tox", ".eggs", ".pdm-build"}
+NOISE_DIRS |= {".pytest_cache", ".ruff_cache", ".mypy_cache"}
+NOISE_SUFFIXES = (".pyc", ".pyo", ".egg-info", ".o")
+# Git-ignored files a command may import (a local settings module, an extension built in place): worth
+# bringing in with snapshot_include. Everything else git ignores is data, read where it lies.
+MODULE_SUFFIXES = (".py", ".so")
 
 
 @dataclass(frozen=True, eq=False)
@@ -52,7 +54,7 @@ class Snapshot:
     size: int
     git: dict[str, str | bool] = field(default_factory=dict)  # the workspace's commit, branch, dirty
     project_git: dict[str, str | bool] = field(default_factory=dict)  # the project's, when elsewhere
-    ignored: list[str] = field(default_factory=list)  # git-ignored files left out (see ignored_files)
+    ignored: list[str] = field(default_factory=list)  # git-ignored entries left out (see ignored_entries)
     tool_files: list[tuple[Path, str]] = field(default_factory=list)  # the tool's packages, copied into tool/
     outputs: list[str] = field(default_factory=list)  # run roots and framework output folders left out
 
@@ -71,37 +73,97 @@ def git_files(folder: Path) -> list[str] | None:
     return None if out is None else sorted({p for p in out.split("\0") if p})
 
 
-def ignored_files(folder: Path, excluded: list[Path], include: list[str]) -> list[str]:
-    """Files under `folder` that its .gitignore keeps out of the snapshot, data-like first (caches, build
-    output, virtual environments and `excluded` folders not counted), less those `include` patterns add."""
-    out = _git(folder, "ls-files", "-z", "--others", "--ignored", "--exclude-standard")
-    if not out:
+def included_files(folder: Path, excluded: list[Path], include: list[str]) -> list[str]:
+    """The git-ignored files under `folder` that snapshot_include patterns copy all the same (git lists only
+    what the patterns may match; outputs, caches, environments and `excluded` folders never)."""
+    if not include:
         return []
-    found, cache = [], {}
-    for name in out.split("\0"):
-        parts = name.split("/")
-        if not name or any(p in NOISE_DIRS or p.endswith(NOISE_SUFFIXES) for p in parts):
-            continue
-        if (folder / parts[0] / "pyvenv.cfg").exists() or any(e in (folder / name).parents for e in excluded):
-            continue
-        if output_folder(folder, name, cache, untracked=True) is not None:  # runs, framework logs: never advised in
-            continue
-        if not any(fnmatch.fnmatch(name, p) for p in include):
-            found.append(name)
-    return sorted(found, key=lambda n: (Path(n).suffix.lower() not in DATA_SUFFIXES, n))
+    out = _git(folder, "ls-files", "-z", "--others", "--ignored", "--exclude-standard", "--", *include) or ""
+    cache: dict = {}
+    names = (n for n in out.split("\0") if n and any(fnmatch.fnmatch(n, p) for p in include))
+    return sorted(n for n in names if not _never_copied(folder, n, excluded, cache))
+
+
+def ignored_entries(folder: Path, excluded: list[Path], included: list[str]) -> list[str]:
+    """What `folder`'s .gitignore keeps out of the snapshot that is worth a note: a folder git ignores whole is
+    one entry (`data/`: git does not walk it, so a million files there cost what one does), other files one
+    each. Hidden entries, caches, build output, environments, outputs, `excluded` folders and what `included`
+    (files) brings in are left out."""
+    out = _git(folder, "ls-files", "-z", "--others", "--ignored", "--exclude-standard", "--directory") or ""
+    entries = [n for n in out.split("\0") if n]
+    folders = {n for n in entries if n.endswith("/")}  # git may list a folder and its files too: the folder
+    brought = {*included, *(n[: i + 1] for n in included for i, c in enumerate(n) if c == "/")}  # and folders
+    cache: dict = {}
+    return [
+        name
+        for name in entries
+        if not _lies_in(name, folders)
+        and name not in brought
+        and not any(part.startswith(".") for part in name.split("/"))
+        and not _never_copied(folder, name, excluded, cache)
+    ]
+
+
+def _lies_in(name: str, folders: set[str]) -> bool:
+    parts = name.rstrip("/").split("/")[:-1]
+    return any("/".join(parts[:depth]) + "/" in folders for depth in range(1, len(parts) + 1))
+
+
+def _never_copied(folder: Path, name: str, excluded: list[Path], cache: dict) -> bool:
+    """`name` (a file, or a folder ending in /) is a cache, build output, a virtual environment, an output or
+    lies in an `excluded` folder: neither copied nor advised in."""
+    parts = name.rstrip("/").split("/")
+    if any(p in NOISE_DIRS or p.endswith(NOISE_SUFFIXES) for p in parts):
+        return True
+    if ("venv", parts[0]) not in cache:
+        cache["venv", parts[0]] = (folder / parts[0] / "pyvenv.cfg").exists()
+    path = folder / name
+    if cache["venv", parts[0]] or any(e == path or e in path.parents for e in excluded):
+        return True
+    return output_folder(folder, name, cache, untracked=True) is not None  # runs, framework logs
 
 
 def ignored_note(workspace: Path, ignored: list[str]) -> str:
-    """One line on the git-ignored files left out of code/, and how to bring them in; "" when none were."""
-    if not ignored:
-        return ""
-    examples = ", ".join(ignored[:3]) + (", ..." if len(ignored) > 3 else "")
-    pattern = ignored[0].rsplit("/", 1)[0] + "/*" if "/" in ignored[0] else "*" + Path(ignored[0]).suffix
-    return (
-        f"note: {len(ignored)} git-ignored file(s) under {workspace} are not in the code snapshot ({examples}); "
-        f"a script reading them by relative path will not find them: add snapshot_include: [{pattern!r}] to the "
-        "profile, or read them by an absolute path"
-    )
+    """What the git-ignored entries left out of code/ mean for the command, a line for each kind; "" when
+    none were. A module it may import is brought in with snapshot_include; data is read where it lies, by
+    an absolute path (a copy in every run would cost the data's size at each submit)."""
+    modules = [n for n in ignored if n.endswith(MODULE_SUFFIXES) or _is_package(workspace / n)]
+    data = [n for n in ignored if not (n.endswith(MODULE_SUFFIXES) or _is_package(workspace / n))]
+    lines = []
+    if modules:
+        patterns = [n + "*" if n.endswith("/") else n for n in modules]
+        add = (
+            f"add snapshot_include: {patterns!r}"
+            if len(patterns) <= 3
+            else f"add them to snapshot_include, e.g. {patterns[:3]!r}"
+        )
+        lines.append(
+            f"note: git-ignored {_some(modules)} {_is(modules)} not in the code snapshot the tasks run in; if the "
+            f"command imports {_it(modules)}, {add} to the profile"
+        )
+    if data:
+        lines.append(
+            f"note: git-ignored {_some(data)} {_is(data)} not in the code snapshot the tasks run in (a copy of "
+            f"{workspace}); a script reading {_it(data)} by a relative path will not find {_it(data)}: read "
+            f"{_it(data)} by an absolute path, e.g. {workspace / data[0]}"
+        )
+    return "\n".join(lines)
+
+
+def _is_package(path: Path) -> bool:
+    return (path / "__init__.py").is_file()
+
+
+def _some(names: list[str]) -> str:
+    return ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+
+
+def _is(names: list[str]) -> str:
+    return "is" if len(names) == 1 else "are"
+
+
+def _it(names: list[str]) -> str:
+    return "it" if len(names) == 1 else "them"
 
 
 def git_state(folder: Path) -> dict[str, str | bool]:
@@ -207,9 +269,9 @@ def plan_snapshot(
     tracked: set[str] = set()
     if listed is not None:
         tracked = set((_git(workspace, "ls-files", "-z", "--cached") or "").split("\0"))
-        ignored = ignored_files(workspace, excluded, [])
-        names = sorted({*names, *(n for n in ignored if any(fnmatch.fnmatch(n, p) for p in include or []))})
-        ignored = [n for n in ignored if n not in set(names)]
+        included = included_files(workspace, excluded, include or [])
+        names = sorted({*names, *included})
+        ignored = ignored_entries(workspace, excluded, included)
     files, cache, outputs = [], {}, set()
     for name in names:
         path = workspace / name

@@ -39,8 +39,9 @@ from jobs.snapshot import (
     copied_names,
     git_diff,
     git_state,
-    ignored_files,
+    ignored_entries,
     ignored_note,
+    included_files,
     plan_snapshot,
     tool_dir,
 )
@@ -384,7 +385,8 @@ def code_for(
     excluded = [] if run_root in Path.cwd().resolve().parents else [run_root]
     excluded.append(Path(remote_runs.LOCAL_ROOT).resolve())  # a laptop's records of its cluster runs
     if args.dry_run:
-        return Snapshot(Path.cwd(), [], 0, ignored=ignored_files(Path.cwd(), excluded, profile.snapshot_include)), code
+        ignored = ignored_entries(Path.cwd(), excluded, included_files(Path.cwd(), excluded, profile.snapshot_include))
+        return Snapshot(Path.cwd(), [], 0, ignored=ignored), code
     limit = profile.snapshot_limit_mb
     return plan_snapshot(Path.cwd(), excluded, profile.snapshot_exclude, limit, profile.snapshot_include), code
 
@@ -490,7 +492,7 @@ def prepare_script(
         folder = run_root / args.name if args.name else new_run_dir(run_root, script_name(command))
         run_dirs = [folder] if len(commands) == 1 else [folder / point_name(i, p) for i, p in enumerate(points)]
         snapshot, code_dir = code_for(args, profile, folder, run_root)
-        check_script(command, Path(cwd), snapshot if not args.dry_run else None)
+        check_script(command, Path(cwd), code_dir is not None, snapshot if not args.dry_run else None)
         cwd = str(code_dir) if code_dir is not None else cwd  # the snapshot mirrors the folder submitted from
     gpus = visible_gpus(os.environ.get("CUDA_VISIBLE_DEVICES")) if profile.executor == "local" else ()
     plan = make_plan(profile, [], RunDir(folder).logs, has_local_gpus(), sys.executable, gpus, code_dir, run_dirs)
@@ -504,16 +506,24 @@ def prepare_script(
     return Request(plan, folder, wait, args.dry_run, bool(args.resume), snapshot=snapshot, code_note=note)
 
 
-def check_script(command: list[str], folder: Path, snapshot: Snapshot | None) -> None:
+def check_script(command: list[str], folder: Path, copied: bool, snapshot: Snapshot | None) -> None:
     """A `python FILE.py` command whose file is not there (or not in the snapshot the tasks run in) would fail
-    on every task once the job starts, after its wait in the queue: refused now."""
+    on every task once the job starts, after its wait in the queue: refused now. `copied`: the tasks run in a
+    copy of `folder`; `snapshot`: its listed files (None: not listed, as in a --dry-run)."""
     script = script_file(command)
     if script is None:
         return
     if not (folder / script).is_file():  # an absolute path stays as it is
         raise UserError(f"{script} not found in {folder}; check its name, or submit from the folder that holds it")
     relative = os.path.normpath(script)
-    if snapshot is not None and not os.path.isabs(script) and relative not in {name for _, name in snapshot.files}:
+    if os.path.isabs(script) or not copied:
+        return
+    if relative.split(os.sep, 1)[0] == os.pardir:  # no pattern brings a file from outside into the copy
+        raise UserError(
+            f"{script} lies outside {folder}, of which the tasks run a copy (the code snapshot); move it into this "
+            f"folder, or submit from {(folder / script).resolve().parent}, the folder that holds it"
+        )
+    if snapshot is not None and relative not in {name for _, name in snapshot.files}:
         raise UserError(
             f"{script} is left out of the code snapshot the tasks run in; if git ignores it, add snapshot_include: "
             f"['{relative}'] to the profile, else drop the snapshot_exclude pattern that matches it, or move it "

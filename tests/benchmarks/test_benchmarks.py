@@ -15,6 +15,7 @@ TINY = [
     ["comm_hook_cost.py", "--blocks", "2", "--block-steps", "3"],
     ["eval_share.py", "--steps", "4"],
     ["snapshot_cost.py", "--files", "200", "--repeats", "1"],
+    ["ignored_cost.py", "--files", "2000", "--repeats", "1"],
     ["script_overhead.py", "--steps", "10", "--rounds", "1"],
     ["data_scale.py", "--rows", "1000", "--files", "200"],
     ["straggler_cost.py", "--rounds", "1", "--steps", "30"],

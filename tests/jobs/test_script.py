@@ -14,7 +14,7 @@ import pytest
 
 from jobs.plan import script_file
 from tests.conftest import ROOT, poll
-from tests.messages import Golden, case_id
+from tests.messages import Golden, case_id, refused
 from tests.test_bad_input import assert_refused
 
 # A plain DDP script: it imports nothing from this project.
@@ -262,11 +262,34 @@ def test_sweep_placeholders(tmp_path: Path) -> None:
         (["--", "python", "train.py", "--lr", "{lr}"], "{lr}"),
         (["--sweep", "lr=1,2", "--", "python", "train.py", "--lr={lr}", "--bs={bs}"], "{bs}"),
         (["--", "python", "-u", "trian.py", "--lr", "1"], "trian.py"),  # a typo: every task would fail on it
+        (["--", "python", "-Ximporttime", "trian.py"], "trian.py"),  # options read as python reads them
+        (["--", "python", "-Werror::DeprecationWarning", "trian.py"], "trian.py"),
     ],
     ids=case_id,
 )
 def test_bad_script_submissions_are_one_line(golden: Golden, tmp_path: Path, args: list[str], named: str) -> None:
     assert_refused(submit_in(tmp_path, *args), golden, named, tmp_path / "runs")
+
+
+@pytest.mark.parametrize("dry_run", [[], ["--dry-run"]], ids=["submit", "dry-run"])
+def test_a_script_outside_the_folder_is_refused_with_a_fix_that_works(
+    golden: Golden, tmp_path: Path, dry_run: list[str]
+) -> None:
+    """The tasks run in a copy of the folder submitted from: `../outside.py` is not in it, and no profile key
+    brings it in. The fix the refusal gives (submit from the folder that holds it) is then taken, and works."""
+    (tmp_path / "outside.py").write_text("print('ran from the copy')\n")
+    (tmp_path / "project").mkdir()
+    slurm = f"executor: slurm\nrun_root: {tmp_path / 'runs'}\n" if dry_run else ""
+    result = submit_in(tmp_path / "project", *dry_run, "--", "python", "../outside.py", profile=slurm)
+    line = refused(result, golden, "../outside.py", f"submit from {tmp_path},")
+    assert "snapshot_include" not in line and not (tmp_path / "runs").exists()
+    local = f"executor: local\ngpus_per_node: 1\nrun_root: {tmp_path / 'runs'}\n"
+    taken = submit_in(tmp_path, "--wait", "--", "python", "outside.py", profile=local)
+    assert taken.returncode == 0 and "ran from the copy" in taken.stdout, taken.stdout + taken.stderr
+    no_copy = submit_in(
+        tmp_path / "project", "--wait", "--", "python", "../outside.py", profile=local + "snapshot: false\n"
+    )
+    assert no_copy.returncode == 0, no_copy.stdout + no_copy.stderr  # without a copy, the path is right as it is
 
 
 def test_a_script_left_out_of_the_snapshot_is_refused(golden: Golden, tmp_path: Path) -> None:
@@ -285,6 +308,13 @@ def test_a_script_left_out_of_the_snapshot_is_refused(golden: Golden, tmp_path: 
         (["python", "-m", "train"], None),  # a module: it may be installed where the tasks run
         (["python", "-um", "train"], None),
         (["python", "-c", "import train"], None),
+        (["python", "-Ximporttime", "train.py"], "train.py"),  # -X's argument joined: no -m in it
+        (["python", "-Werror::DeprecationWarning", "train.py"], "train.py"),  # nor a -c
+        (["python", "-uBX", "dev", "-uW", "ignore", "train.py"], "train.py"),  # a cluster ending in -X or -W
+        (["python", "--check-hash-based-pycs", "never", "train.py"], "train.py"),
+        (["python", "--", "train.py"], "train.py"),
+        (["python", "-ic", "import train"], None),
+        (["python", "-V", "train.py"], None),  # prints the version: no file runs
         (["python", "train_{lr}.py"], None),  # a sweep's placeholder
         (["python", "run_me"], None),  # not plainly a file name
         (["bash", "train.sh"], None),
@@ -370,20 +400,27 @@ def nanogpt_like_repo(folder: Path) -> Path:
     return folder
 
 
-def test_git_ignored_files_left_out_are_named_and_can_be_included(tmp_path: Path) -> None:
-    """At submit (and --dry-run), one line names how many git-ignored files stay out of code/, data first, and
-    how to include them; with snapshot_include the script finds them."""
+def test_git_ignored_data_left_out_is_named_with_advice_that_works(tmp_path: Path) -> None:
+    """At submit (and --dry-run), one line names the git-ignored data left out of code/ and advises reading it
+    by an absolute path, never copying it into every run (snapshot_include); the advice, taken, works.
+    snapshot_include still copies what a profile names."""
     repo = nanogpt_like_repo(tmp_path / "repo")
     local = f"executor: local\ngpus_per_node: 1\nrun_root: {tmp_path / 'runs'}\n"
-    note = f"note: 2 git-ignored file(s) under {repo} are not in the code snapshot "
-    note += "(data/shakespeare/meta.pkl, data/shakespeare/train.bin); "
-    note += "a script reading them by relative path will not find them: add snapshot_include: ['data/shakespeare/*']"
+    note = "note: git-ignored data/shakespeare/meta.pkl, data/shakespeare/train.bin are not in the code snapshot "
+    note += f"the tasks run in (a copy of {repo}); a script reading them by a relative path will not find them: "
+    note += f"read them by an absolute path, e.g. {repo}/data/shakespeare/meta.pkl\n"
     failed = submit_in(repo, "--wait", "--name", "first", "--", "python", "train.py", profile=local)
     assert failed.returncode == 1 and note in failed.stderr, failed.stderr
+    assert "snapshot_include" not in failed.stderr
     taken = submit_in(repo, "--name", "first", "--", "python", "train.py", profile=local)  # refused at the mkdir
     assert taken.returncode == 2 and len(taken.stderr.splitlines()) == 1 and "note:" not in taken.stderr, taken.stderr
     dry = submit_in(repo, "--dry-run", "--", "python", "train.py", profile=f"executor: slurm\nrun_root: {tmp_path}/r\n")
     assert dry.returncode == 0 and note in dry.stderr, dry.stderr
+    (repo / "train.py").write_text(READS_IGNORED_DATA.replace('"data"', repr(str(repo / "data"))))  # the advice
+    advised = submit_in(repo, "--wait", "--", "python", "train.py", profile=local)
+    assert advised.returncode == 0, advised.stdout + advised.stderr
+    assert (run_dir_of(advised.stdout) / "read0").read_text() == "65 1000"
+    (repo / "train.py").write_text(READS_IGNORED_DATA)
     result = submit_in(repo, "--wait", "--", "python", "train.py", profile=local + "snapshot_include: [data/*]\n")
     assert result.returncode == 0 and "git-ignored" not in result.stderr, result.stdout + result.stderr
     assert (run_dir_of(result.stdout) / "read0").read_text() == "65 1000"

@@ -179,7 +179,7 @@ def test_dry_run_copies_nothing_and_no_snapshot_runs_in_place(workspace: Path) -
 def test_outputs_stay_out_of_the_snapshot_and_out_of_the_ignored_note(tmp_path: Path) -> None:
     """A run root this tool made (tagged CACHEDIR.TAG), untracked or git-ignored, and the folders frameworks
     write: never copied, never named in the note (which must never advise including a run folder)."""
-    from jobs.snapshot import ignored_files
+    from jobs.snapshot import ignored_entries
     from trainer.run.prepare import prepare_run_root
 
     folder = tmp_path / "repo"
@@ -203,4 +203,40 @@ def test_outputs_stay_out_of_the_snapshot_and_out_of_the_ignored_note(tmp_path: 
     names = {name for _, name in snapshot.files}
     assert names == {".gitignore", "train.py", "pkg/runs/launch.py"}, names
     assert snapshot.outputs == ["lightning_logs/", "runs/", "src/runs/"]  # outputs/ is git-ignored: never listed
-    assert ignored_files(folder, [], []) == ["data/train.csv"]  # the only thing worth a note
+    assert ignored_entries(folder, [], []) == ["data/"]  # the only thing worth a note
+
+
+def test_the_ignored_note_advises_modules_in_and_data_read_where_it_lies(tmp_path: Path) -> None:
+    """What git ignores is listed by folder (a data folder is one entry, never walked); an editable install's
+    build leftovers and hidden entries say nothing; a module the command may import is advised in with
+    snapshot_include; data is advised read by an absolute path, never copied into every run."""
+    from jobs.snapshot import ignored_entries, ignored_note, included_files
+
+    folder = tmp_path / "repo"
+    ignore = ["data/", "build/", "*.egg-info/", ".pdm-build/", ".idea/", "local_settings.py", "myext/", "*.npy"]
+    names = [f"data/d{i % 10}/{i}.png" for i in range(500)] + ["features.npy", "local_settings.py"]
+    names += ["build/lib/pkg/model.py", "pkg.egg-info/PKG-INFO", ".pdm-build/pkg.pth", ".idea/workspace.xml"]
+    names += ["myext/__init__.py", "myext/_fast.so", "pkg/model.py", ".gitignore"]
+    for name in names:
+        (folder / name).parent.mkdir(parents=True, exist_ok=True)
+        (folder / name).write_text("\n".join(ignore) if name == ".gitignore" else "x")
+    git(folder, "init", "-q")
+    entries = ignored_entries(folder, [], [])
+    assert entries == ["data/", "features.npy", "local_settings.py", "myext/"]
+    assert plan_snapshot(folder, [], [], 1).ignored == entries
+    assert ignored_note(folder, entries).splitlines() == [
+        "note: git-ignored local_settings.py, myext/ are not in the code snapshot the tasks run in; if the command "
+        "imports them, add snapshot_include: ['local_settings.py', 'myext/*'] to the profile",
+        "note: git-ignored data/, features.npy are not in the code snapshot the tasks run in (a copy of "
+        f"{folder}); a script reading them by a relative path will not find them: read them by an absolute path, "
+        f"e.g. {folder}/data",
+    ]
+    include = ["local_settings.py", "data/d1/*"]
+    assert ignored_entries(folder, [], included_files(folder, [], include)) == ["features.npy", "myext/"]
+    copied = {name for _, name in plan_snapshot(folder, [], [], 1, include).files}
+    assert copied == {
+        ".gitignore",
+        "pkg/model.py",
+        "local_settings.py",
+        *(n for n in names if n.startswith("data/d1/")),
+    }
