@@ -48,30 +48,31 @@ def rows_of(found: list[tuple[str, Path]]) -> list[dict[str, Any]]:
             rows.append(damaged(name, target, path))
             continue
         try:
-            rows.append(row(path, name, target, states.get((target.executor, target.job_id), "?")))
+            rows.append(row(path, name, target, states.get(target, "?")))
         except DAMAGE as exc:
             rows.append(damaged(name, exc, path))
     return rows
 
 
-def states_of(targets: list[Target]) -> dict[tuple[str, str], str]:
-    """Each target's state by job id: the Slurm ones from one query, a forgotten one from its run directory."""
+def states_of(targets: list[Target]) -> dict[Target, str]:
+    """Each run's state (keyed by the run, not its job id: a local job's id is its controller's PID, which the
+    machine gives again, and may be a Slurm job's id too): the Slurm ones from one query, a forgotten one from its
+    run directory."""
     try:
         slurm = slurm_infos([t.job_id for t in targets if t.executor == "slurm"])
     except UserError:  # no Slurm on this machine
         slurm = {}
     states = {}
     for target in targets:
-        key = (target.executor, target.job_id)  # a local job's pid may be a Slurm job's id too
         try:
             if target.executor != "slurm":
-                states[key] = local_info(target).state
+                states[target] = local_info(target).state
             elif target.job_id in slurm:
-                states[key] = slurm[target.job_id].state
+                states[target] = slurm[target.job_id].state
             elif (found := run_dir_info(target)) is not None:
-                states[key] = found.state
+                states[target] = found.state
         except DAMAGE:
-            states[key] = "?"
+            states[target] = "?"
     return states
 
 
@@ -105,7 +106,7 @@ def local_rows(root: Path) -> tuple[list[dict[str, Any]], dict[Group, list[tuple
         if run is not None:
             login = run.login
             remote[(login.login, tuple(login.ssh_options), login.python)].append((folder.name, run))
-        elif RunDir(folder).job.is_file():
+        elif RunDir(folder).job.exists():  # a FIFO or a folder in its place: a damaged run's row, not hidden
             found.append((folder.name, folder))
         else:
             found += [(f"{folder.name}/{point.name}", point) for point in point_dirs(folder)]

@@ -6,14 +6,14 @@ import threading
 from pathlib import Path
 
 from jobs.remote import follow
-from jobs.tracking import TERMINAL, find, first_failure, info, tail
+from jobs.tracking import TERMINAL, find, first_failure, info, log_text, tail
 from trainer.errors import UserError, one_line_errors
 
 
 def show(out: Path, err: Path) -> None:
     """The task's output, then what it wrote to stderr (tracebacks, warnings) under a header."""
-    sys.stdout.write(out.read_text(errors="replace") if out.exists() else "")
-    text = err.read_text(errors="replace") if err.exists() else ""
+    sys.stdout.write(log_text(out, limit=None))  # a regular file's only: a FIFO in its place shows nothing
+    text = log_text(err, limit=None)
     if text:
         sys.stdout.write(f"==> stderr: {err} <==\n{text}")
 

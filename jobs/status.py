@@ -1,7 +1,6 @@
 """`python -m jobs.status RUN_DIR|SWEEP_DIR|JOB_ID`: state, restarts, nodes, last step and checkpoint."""
 
 import argparse
-import json
 import sys
 from collections import Counter
 from pathlib import Path
@@ -120,20 +119,18 @@ def point_progress(run_dir: Path | None) -> tuple[int | None, str]:
     if run_dir is None:
         return None, ""
     files = RunDir(run_dir)
-    finished = [(files.summary, "final_step", "val_metrics")] if files.finished() else []  # not the live one
-    for path, step_key, val_key in [*finished, (files.progress, "step", "val")]:
-        if path.is_file():
-            try:
-                record = json.loads(path.read_text())
-            except (OSError, ValueError):
-                record = None
-            if not isinstance(record, dict) or not isinstance(record.get(val_key) or {}, dict):
-                return None, f"({path.name} unreadable)"
-            val = record.get(val_key) or {}
-            text = " ".join(f"{k}={v:.4g}" for k, v in val.items() if isinstance(v, int | float))
-            step = record.get(step_key)
-            return step if isinstance(step, int) else None, text
-    return None, ""
+    if (record := files.finished_summary()) is not None:  # not the live one
+        path, step_key, val_key = files.summary, "final_step", "val_metrics"
+    elif files.progress.exists():
+        path, step_key, val_key, record = files.progress, "step", "val", json_or_none(files.progress)
+    else:
+        return None, ""
+    if not isinstance(record, dict) or not isinstance(record.get(val_key) or {}, dict):
+        return None, f"({path.name} unreadable)"
+    val = record.get(val_key) or {}
+    text = " ".join(f"{k}={v:.4g}" for k, v in val.items() if isinstance(v, int | float))
+    step = record.get(step_key)
+    return step if isinstance(step, int) else None, text
 
 
 if __name__ == "__main__":

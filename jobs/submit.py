@@ -601,8 +601,7 @@ def check_resume(run_dir: Path, old: TrainConfig, new: TrainConfig) -> str:
                 f"model; drop {key}=..., or start a new run without --resume"
             )
     refuse_if_running(run_dir)
-    files = RunDir(run_dir)
-    final_step = json.loads(files.summary.read_text()).get("final_step", 0) if files.finished() else 0
+    final_step = (RunDir(run_dir).finished_summary() or {}).get("final_step", 0)
     if final_step >= new.steps:
         return f"{run_dir} already finished at step {final_step} (steps={new.steps}); to train on, pass steps=N above {final_step}"
     return ""

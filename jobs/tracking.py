@@ -22,7 +22,7 @@ from jobs.remote.runs import LOCAL_ROOT
 from trainer.env.hostlist import expand_hostlist
 from trainer.errors import UserError
 from trainer.run import failures
-from trainer.run.atomic import read_json
+from trainer.run.atomic import NotAFile, open_file, read_json, read_text
 from trainer.run.checkpoint_names import has_checksum, list_checkpoints
 from trainer.run.failures import Failure
 from trainer.run.rundir import RunDir
@@ -349,36 +349,23 @@ def run_dir_info(target: Target) -> JobInfo | None:
 def progress(run_dir: Path) -> tuple[int | None, Path | None]:
     """The last step reached and the newest checkpoint of a run that has its checksum (a torn one has none)."""
     step, files = None, RunDir(run_dir)
-    finished = [(files.summary, "final_step")] if files.finished() else []  # the live one has no final step
-    for path, key in [*finished, (files.progress, "step")]:
-        if path.exists():
-            after = (
-                f"jobs.status then reads {files.progress.name}"
-                if path == files.summary
-                else "rewritten at the next log"
-            )
-            fix = f"move it aside ({after})"
-            record = read_json(
-                path, fix, lambda r, k=key: isinstance(r, dict) and (type(r.get(k)) is int or is_script(r))
-            )
-            step = record.get(key)
-            break
+    if (summary := files.finished_summary()) is not None:  # the live one has no final step
+        step = summary.get("final_step")
+    elif files.progress.exists():
+        fix = "move it aside (rewritten at the next log)"
+        step = read_json(files.progress, fix, lambda r: isinstance(r, dict) and type(r.get("step")) is int)["step"]
     checkpoints = [path for _, path in list_checkpoints(files.checkpoints) if has_checksum(path)]
     return step, checkpoints[0] if checkpoints else None
 
 
 def run_settings(files: RunDir) -> dict[str, Any]:
-    """The run's config.yaml as a mapping, for views that do without it: {} when it is missing or unreadable."""
+    """The run's config.yaml as a mapping, for views that do without it: {} when it is missing, unreadable, not
+    UTF-8 text or not a regular file."""
     try:
-        config = yaml.safe_load(files.config.read_text())
-    except (OSError, yaml.YAMLError):
+        config = yaml.safe_load(read_text(files.config))
+    except (OSError, ValueError, yaml.YAMLError):
         return {}
     return config if isinstance(config, dict) else {}
-
-
-def is_script(summary: dict[str, Any]) -> bool:
-    """A script run's summary (trainer.script): it counts no steps."""
-    return isinstance(summary.get("command"), list) and "final_step" not in summary
 
 
 ATTEMPT_START = "Starting with JobEnvironment("  # what submitit's task prints first, at every start
@@ -386,10 +373,8 @@ ATTEMPT_START = "Starting with JobEnvironment("  # what submitit's task prints f
 
 def failed_tasks(target: Target) -> list[str]:
     """srun's own lines naming the task and node that failed, e.g. 'node2: task 3: Killed'."""
-    log0 = target.log0
-    if log0 is None or not log0.exists():
+    if not (text := log_text(target.log0, limit=None)):
         return []
-    text = log0.read_text(errors="replace")
     text = text[max(0, text.rfind(ATTEMPT_START)) :]  # this attempt's: the log holds every requeue's
     lines = [
         line.split("srun: error:", 1)[1].strip()
@@ -440,8 +425,7 @@ def failure_line(target: Target) -> str | None:
     if (first := first_failure(target)) is not None:
         return first.line()
     # No rank record to read (damaged, or removed by hand): error.txt, written beside them, names the first.
-    error = RunDir(target.run_dir).error if target.run_dir else None
-    return (error.read_text().strip() or None) if error and error.exists() else None
+    return (log_text(RunDir(target.run_dir).error).strip() or None) if target.run_dir else None
 
 
 # What the batch log says when a task could not start at all, and what to change (no rank wrote a record).
@@ -499,10 +483,11 @@ def start_failure(log: str) -> str | None:
     return None
 
 
-def log_text(log: Path | None, limit: int = 65536) -> str:
-    """The end of a log file; empty when there is none."""
+def log_text(log: Path | None, limit: int | None = 65536) -> str:
+    """The end of a log file (of any run file read as text); empty when there is none or it is not a regular
+    file."""
     try:
-        return log.read_text(errors="replace")[-limit:] if log else ""
+        return read_text(log, errors="replace")[-limit if limit else 0 :] if log else ""
     except OSError:
         return ""
 
@@ -574,11 +559,13 @@ class _Stream:
         self.path, self.position, self.held = path, offset, ""
 
     def read(self, whole: bool) -> str:
-        if self.path.exists():
-            with self.path.open("rb") as f:  # bytes: an offset is a byte count (a follow over SSH resumes there)
+        try:
+            with open_file(self.path) as f:  # bytes: an offset is a byte count (a follow over SSH resumes there)
                 f.seek(self.position)
                 self.held += f.read().decode(errors="replace")
                 self.position = f.tell()
+        except (FileNotFoundError, NotAFile):  # not written yet; or a FIFO, a folder: no log to follow
+            pass
         cut = len(self.held) if whole else max(self.held.rfind("\n"), self.held.rfind("\r")) + 1
         text, self.held = self.held[:cut], self.held[cut:]
         return text

@@ -67,9 +67,9 @@ def test_status_reads_the_summarys_ledger_else_attempts_and_none_from_a_damaged_
     now = time.time()
     assert ledger.read(tmp_path, state="RUNNING")["wall"] >= now - 0.01  # type: ignore[index]  (rounded to ms)
     finished = ledger.ledger(0.0, TIMELINE, 344.0, ranks=4)
-    (tmp_path / "summary.json").write_text(json.dumps({"ledger": finished | {"wall": 345.0}}))
+    (tmp_path / "summary.json").write_text(json.dumps({"final_step": 12, "ledger": finished | {"wall": 345.0}}))
     assert ledger.read(tmp_path, state="COMPLETED")["wall"] == 345  # type: ignore[index]
-    (tmp_path / "summary.json").write_text(json.dumps({"ledger": {"wall": 1.0}}))  # damaged: no parts
+    (tmp_path / "summary.json").write_text(json.dumps({"final_step": 12, "ledger": {"wall": 1.0}}))  # no parts
     assert ledger.read(tmp_path, state="COMPLETED") is None
     (tmp_path / "summary.json").unlink()
     (tmp_path / "attempts.json").write_text('[{"started": "soon"}]')

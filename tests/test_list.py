@@ -54,11 +54,24 @@ def test_one_damaged_run_is_one_row_and_hides_no_other(tmp_path: Path) -> None:
     assert rows["good"].split()[3:5] == ["COMPLETED", "48"]
     assert rows["new\\nline"].split()[3:5] == ["COMPLETED", "48"]
     assert "damaged" in rows["bad-job"] and "job.json is not valid JSON" in rows["bad-job"]
-    assert rows["bad-summary"].split()[3:5] == ["COMPLETED", "-"] and "(summary.json unreadable)" in rows["bad-summary"]
+    assert "damaged" in rows["bad-summary"] and "summary.json is not a valid summary.json" in rows["bad-summary"]
     assert "(progress.json unreadable)" in rows["bad-progress"]
     assert "damaged" in rows["bad-remote"] and "remote.json is damaged" in rows["bad-remote"]
     assert "damaged" in rows["hostile"] and "-o ProxyCommand is not passed on" in rows["hostile"]
     assert not touched.exists()
+
+
+def test_two_runs_with_one_job_id_keep_their_own_states(tmp_path: Path) -> None:
+    """A local job's id is its controller's PID, which the machine gives again: a run killed and a later run
+    that finished under the same id are listed by their own records (FAILED, COMPLETED), as jobs.status says."""
+    root = tmp_path / "runs"
+    for name in ("killed", "finished"):
+        finished_run(root / name)
+    (root / "killed" / "summary.json").unlink()
+    (root / "killed" / "logs" / "4194000_exit_codes.json").write_text(json.dumps({"codes": [-9, 0]}))
+    (root / "finished" / "logs" / "4194000_exit_codes.json").write_text(json.dumps({"codes": [0, 0]}))
+    rows = {line.split()[0]: line.split()[2:4] for line in listing(root).stdout.splitlines()[1:]}
+    assert rows == {"killed": ["4194000", "FAILED"], "finished": ["4194000", "COMPLETED"]}
 
 
 def test_a_login_nodes_runs_are_listed_by_the_newest_runs_code(monkeypatch) -> None:  # type: ignore[no-untyped-def]

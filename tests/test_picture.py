@@ -66,7 +66,9 @@ def test_a_run_with_attempts_gets_its_ledger_as_one_stacked_bar(tmp_path: Path) 
     (run / "attempts.json").write_text(json.dumps(TIMELINE))
     (run / "provenance").mkdir()
     (run / "provenance" / "submit.json").write_text(json.dumps({"time": 0.0}))
-    (run / "summary.json").write_text(json.dumps({"ledger": ledger.ledger(0.0, TIMELINE, 344.0, ranks=4)}))
+    (run / "summary.json").write_text(
+        json.dumps({"final_step": 48, "ledger": ledger.ledger(0.0, TIMELINE, 344.0, ranks=4)})
+    )
     output = tmp_path / "out.png"
     assert picture.main([str(run), "-o", str(output)]) == 0
     with Image.open(output) as image:

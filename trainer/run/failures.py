@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from trainer.errors import UserError
-from trainer.run.atomic import write_text
+from trainer.run.atomic import json_or_none, write_text
 from trainer.run.rundir import RunDir
 
 # What a rank sees when another rank died or hangs: gloo's and NCCL's transport errors and timeouts.
@@ -118,7 +118,7 @@ def read(run_dir: Path) -> list[Failure]:
     failures = []
     for path in sorted(RunDir(run_dir).errors.glob("rank_*.json")):
         try:
-            failures.append(Failure(**json.loads(path.read_text())))
+            failures.append(Failure(**json_or_none(path)))
         except (ValueError, TypeError):
             continue  # not a record (a stray or damaged file): the other records still name the cause
     return failures

@@ -4,8 +4,59 @@ Torch-free: the submitter and the status commands read run directories too.
 """
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
+
+from trainer.errors import UserError
+from trainer.run.atomic import json_problem
+
+
+@dataclass(frozen=True)
+class Summary:
+    """summary.json's verdict, the one every reader takes (jobs.status, .list, .wait, .top, --resume, the ledger):
+    `finished` with its record, not finished (none yet, or the live one, `"finished": false`), or `damage`, one
+    line naming the file and how to mend it."""
+
+    finished: bool
+    record: dict[str, Any] = field(default_factory=dict)  # the finished run's summary
+    damage: str = ""
+
+    def checked(self) -> "Summary":
+        """Itself, unless damaged: then a UserError with its line."""
+        if self.damage:
+            raise UserError(self.damage)
+        return self
+
+
+def finished_shape(record: Any) -> bool:
+    """A finished summary says where the run got to (the trainer's final_step), or is a script's (its command)."""
+    return type(record.get("final_step")) is int or (
+        isinstance(record.get("command"), list) and "final_step" not in record
+    )
+
+
+def summary_verdict(path: Path) -> Summary:
+    """The verdict on a summary.json: missing, or `"finished": false`, is not finished; `"finished": true`, or no
+    such key (an older version's finished run), is finished when its shape is; anything else is damaged (a value
+    of "finished" neither true nor false, a truncated, empty or non-object file, a FIFO in its place)."""
+    try:
+        record, problem = json_problem(path, lambda r: isinstance(r, dict))
+    except FileNotFoundError:
+        return Summary(False)
+    said = None if problem else record.get("finished", True)
+    if said is False:
+        return Summary(False)
+    if not problem and said is not True:
+        problem = f'not a valid {path.name} ("finished" is {json.dumps(said)}, neither true nor false)'
+    elif not problem and not finished_shape(record):
+        problem = f"not a valid {path.name} (a finished run's, without its final_step)"
+    if problem:
+        fix = (
+            f"move it aside (mv {path} {path}.broken): progress.json and the checkpoints then say where the run got to"
+        )
+        return Summary(False, damage=f"{path} is {problem}; {fix}")
+    return Summary(True, record)
 
 
 @dataclass(frozen=True)
@@ -44,15 +95,14 @@ class RunDir:
         return self.path / "summary.json"
 
     def finished(self) -> bool:
-        """The run reached its steps (a script: its command ended with 0): summary.json is there and does not
-        say `"finished": false`. One that cannot be read counts as there: its reader says how to mend it."""
-        try:
-            summary = json.loads(self.summary.read_text())
-        except FileNotFoundError:
-            return False
-        except (OSError, ValueError):
-            return self.summary.exists()
-        return not (isinstance(summary, dict) and summary.get("finished") is False)
+        """The run reached its steps (a script: its command ended with 0): summary.json's verdict (Summary). A
+        damaged one is a UserError naming it: every reader says the same line."""
+        return summary_verdict(self.summary).checked().finished
+
+    def finished_summary(self) -> dict[str, Any] | None:
+        """The finished run's summary.json; None before it finished; a UserError when it is damaged."""
+        verdict = summary_verdict(self.summary).checked()
+        return verdict.record if verdict.finished else None
 
     @property
     def error(self) -> Path:
