@@ -8,6 +8,8 @@ yours (it runs yours); an installed command imports the tool from where it is in
 import importlib
 import sys
 
+from trainer.errors import one_line_errors
+
 COMMANDS = {
     "submit": "queue a run (the trainer, your task or your command after --)",
     "status": "a run's state, restarts, nodes, last step and checkpoint",
@@ -28,6 +30,7 @@ def usage() -> str:
     return "\n".join([*lines, *(f"  {name:<8} {what}" for name, what in COMMANDS.items())])
 
 
+@one_line_errors  # its own output too: `slurm-ddp --help | head -1` ends quietly
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help", "help"):

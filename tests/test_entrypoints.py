@@ -243,3 +243,42 @@ def test_every_command_of_jobs_is_one_of_slurm_ddps_and_settings_works_beside_yo
     done = subprocess.run([str(slurm_ddp), "settings", "task=classify"], cwd=tmp_path, capture_output=True, text=True)
     assert done.returncode == 0 and done.stdout.startswith("| key | default | description |"), done.stderr
     assert "| `classify.model` |" in done.stdout, done.stdout  # the task's own table
+
+
+def test_no_command_prints_a_traceback_into_a_pipe_its_reader_closed(tmp_path: Path) -> None:
+    """`slurm-ddp status RUN | head -3`: the reader may go before the command has written. Every command ends
+    quietly then (exit 1, as Python's own on EPIPE), never with a BrokenPipeError traceback or 'Exception
+    ignored' at exit. The reader here closes at once, before the command writes anything. Every command's
+    main() is wrapped by trainer.errors.one_line_errors, which does it: those not run here too."""
+    import importlib
+
+    from jobs import cli
+
+    for name in [*(n for n in cli.COMMANDS if n != "settings"), "cli"]:
+        assert hasattr(importlib.import_module(f"jobs.{name}").main, "__wrapped__"), name
+    run = tmp_path / "runs" / "run"
+    (run / "logs").mkdir(parents=True)
+    record = {"job_id": "4194000", "executor": "local", "log": str(run / "logs" / "4194000_0_log.out")}
+    (run / "job.json").write_text(json.dumps(record))
+    (run / "logs" / "4194000_0_log.out").write_text("step 1\n" * 1000)
+    (run / "summary.json").write_text(json.dumps({"finished": True, "final_step": 48}))
+    slurm_ddp = Path(sys.executable).parent / "slurm-ddp"
+    for args in (["--help"], ["status", run], ["list", "--root", run.parent], ["logs", run], ["top", "--once", run],
+                 ["wait", run], ["settings"]):  # fmt: skip
+        reader = subprocess.Popen([slurm_ddp, *map(str, args)], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        assert reader.stdout is not None and reader.stderr is not None
+        reader.stdout.close()
+        said = reader.stderr.read().decode()
+        assert reader.wait(timeout=120) in (0, 1) and not said, (args, said)
+
+
+def test_a_broken_pipe_that_is_not_the_output_is_not_taken_for_a_closed_reader() -> None:
+    """A child's or a connection's pipe breaking is a failure of its own: raised, not a quiet exit 1."""
+    from trainer.errors import one_line_errors
+
+    @one_line_errors
+    def main() -> int:
+        raise BrokenPipeError("the child's stdin")
+
+    with pytest.raises(BrokenPipeError):
+        main()
