@@ -8,7 +8,7 @@ import sys
 import time
 
 from jobs.remote import follow
-from jobs.tracking import TERMINAL, Target, find_all, is_local_job, slurm_info
+from jobs.tracking import TERMINAL, Target, add_run_arguments, by_name, find_all, is_local_job, slurm_info
 from trainer.errors import UserError, one_line_errors
 
 STOP_WAIT_S = 30  # the local controller stops its tasks within seconds (SIGTERM, then SIGKILL)
@@ -48,13 +48,12 @@ def cancel(target: Target, whole_array: bool = False) -> str:
 @one_line_errors
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m jobs.cancel", description=__doc__.splitlines()[0])
-    parser.add_argument(
-        "target", help="a run or sweep directory printed by jobs.submit (or a remote run's name), or a Slurm job id"
-    )
+    add_run_arguments(parser, "a run or sweep directory printed by jobs.submit, a run's name, or a Slurm job id")
     args = parser.parse_args(argv)
-    if (code := follow.elsewhere(args.target, "jobs.cancel")) is not None:  # a run on a cluster: cancelled there
+    run = by_name(args.target, args.profile)
+    if (code := follow.elsewhere(run, "jobs.cancel")) is not None:  # a run on a cluster: cancelled there
         return code
-    targets = find_all(args.target)
+    targets = find_all(run)
     if len(targets) == 1:
         print(cancel(targets[0][1]))
         return 0

@@ -35,7 +35,7 @@ from jobs.submit import check_partition, has_local_gpus
 from jobs.tracking import TERMINAL, Target, info, start_failure
 from trainer import preflight  # the tasks' side (torch only inside its functions)
 from trainer.errors import UserError, one_line_errors
-from trainer.run.prepare import prepare_run_root
+from trainer.run.prepare import make_run_root
 from trainer.run.rundir import RunDir
 
 PACKAGES = ("torch", "submitit", "slurm-ddp")
@@ -159,7 +159,7 @@ def main(argv: list[str] | None = None) -> int:
     if profile.executor == "slurm":
         check_partition(profile)  # more nodes or time than the partition has: the check's job would pend for ever
     run_root = run_root_of(profile)
-    prepare_run_root(run_root)
+    make_run_root(run_root)
     folder = run_root / f"check-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(2)}"
     folder.mkdir()
     code_dir = None

@@ -5,20 +5,20 @@ import argparse
 import sys
 
 from jobs.remote import follow, runs
+from jobs.tracking import add_run_arguments, by_name
 from trainer.errors import UserError, one_line_errors
 
 
 @one_line_errors
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m jobs.fetch", description=__doc__.splitlines()[0])
-    parser.add_argument("target", help="a run submitted over SSH: its folder under ./runs, or its name")
+    add_run_arguments(parser, "a run submitted over SSH: its folder under ./runs, or its name")
     args = parser.parse_args(argv)
-    remote = runs.load(args.target)
+    run = by_name(args.target, args.profile)
+    remote = runs.load(run)
     if remote is None:
-        raise UserError(
-            f"{args.target} is not a run submitted over SSH (no runs/NAME/remote.json); a local run is here"
-        )
-    folder = runs.record_folder(args.target)  # beside the record: never a folder the login node's words name
+        raise UserError(f"{run} is not a run submitted over SSH (no runs/NAME/remote.json); a local run is here")
+    folder = runs.record_folder(run)  # beside the record: never a folder the login node's words name
     assert folder is not None
     names = follow.fetch(remote, folder)
     events = sum(1 for n in names if n.startswith("tensorboard/"))

@@ -6,7 +6,7 @@ import threading
 from pathlib import Path
 
 from jobs.remote import follow
-from jobs.tracking import TERMINAL, find, first_failure, info, log_text, tail
+from jobs.tracking import TERMINAL, add_run_arguments, by_name, find, first_failure, info, log_text, tail
 from trainer.errors import UserError, one_line_errors
 
 
@@ -21,7 +21,7 @@ def show(out: Path, err: Path) -> None:
 @one_line_errors
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m jobs.logs", description=__doc__.splitlines()[0])
-    parser.add_argument("target", help="a run directory printed by jobs.submit, or a Slurm job id")
+    add_run_arguments(parser, "a run directory printed by jobs.submit, a run's name, or a Slurm job id")
     parser.add_argument(
         "--rank", type=int, help="global rank whose log to show (default: the rank that failed first, else 0)"
     )
@@ -31,9 +31,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--offset", type=int, default=0, help=argparse.SUPPRESS)  # bytes already shown (a follow)
     args = parser.parse_args(argv)
     there = ([] if args.rank is None else ["--rank", str(args.rank)]) + (["--follow"] if args.follow else [])
-    if (code := follow.elsewhere(args.target, "jobs.logs", *there, follow_it=args.follow)) is not None:
+    run = by_name(args.target, args.profile)
+    if (code := follow.elsewhere(run, "jobs.logs", *there, follow_it=args.follow)) is not None:
         return code  # a run on a cluster: its log there
-    target = find(args.target)
+    target = find(run)
     if args.rank is None:
         first = first_failure(target)
         args.rank = first.rank if first is not None else 0

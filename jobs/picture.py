@@ -13,6 +13,7 @@ from pathlib import Path
 
 from PIL import Image, ImageDraw, ImageFont
 
+from jobs.tracking import add_run_arguments, by_name
 from trainer.errors import UserError, one_line_errors
 from trainer.run import ledger
 from trainer.run.rundir import RunDir
@@ -212,11 +213,12 @@ def draw(picture: Picture) -> Image.Image:
 @one_line_errors
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m jobs.picture", description=__doc__.splitlines()[0])
-    parser.add_argument("run_dir", metavar="RUN_DIR", type=Path, help="a run directory printed by jobs.submit")
-    parser.add_argument("-o", "--output", type=Path, help="the PNG to write (default: RUN_DIR/picture.png)")
+    add_run_arguments(parser, "a run directory printed by jobs.submit, or a run's name")
+    parser.add_argument("-o", "--output", type=Path, help="the PNG to write (default: RUN/picture.png)")
     args = parser.parse_args(argv)
-    output = args.output or args.run_dir / "picture.png"
-    image = draw(load(args.run_dir))
+    run_dir = Path(by_name(args.target, args.profile))
+    output = args.output or run_dir / "picture.png"
+    image = draw(load(run_dir))
     try:
         image.save(output, format="PNG", optimize=True)
     except OSError as exc:

@@ -19,6 +19,7 @@ from trainer.supervise import signals
 from trainer.supervise.signals import JobSettings
 
 EXECUTORS = ("local", "debug", "slurm")
+DEFAULT_PROFILE = "local"  # a command without --profile: its runs, and where a run's name is looked up
 ENV_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*", re.ASCII)  # what a shell takes after `export`
 SBATCH_KEY = re.compile(r"[a-z][a-z0-9-]*", re.ASCII)  # a long option's name, e.g. mail-type
 PROFILE_DIRS = (Path.cwd() / "cluster_profiles", Path(__file__).resolve().parents[1] / "cluster_profiles")

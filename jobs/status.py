@@ -10,6 +10,8 @@ from jobs.tracking import (
     TERMINAL,
     JobInfo,
     Target,
+    add_run_arguments,
+    by_name,
     failed_tasks,
     failure_line,
     find_all,
@@ -80,17 +82,16 @@ def report(target: Target) -> str:
 @one_line_errors
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m jobs.status", description=__doc__.splitlines()[0])
-    parser.add_argument(
-        "target", help="a run or sweep directory printed by jobs.submit (or a remote run's name), or a Slurm job id"
-    )
+    add_run_arguments(parser, "a run or sweep directory printed by jobs.submit, a run's name, or a Slurm job id")
     args = parser.parse_args(argv)
-    if (code := follow.elsewhere(args.target, "jobs.status")) is not None:  # a run on a cluster: asked there
+    run = by_name(args.target, args.profile)
+    if (code := follow.elsewhere(run, "jobs.status")) is not None:  # a run on a cluster: asked there
         return code
-    targets = find_all(args.target)
+    targets = find_all(run)
     if len(targets) == 1 and not targets[0][0]:
         print(report(targets[0][1]))
     else:
-        print(sweep_table(Path(args.target), targets))
+        print(sweep_table(Path(run), targets))
     return 0
 
 

@@ -30,7 +30,7 @@ from jobs.plan import (
     visible_gpus,
     with_interpreter,
 )
-from jobs.profiles import Profile, load_profile, run_root_of
+from jobs.profiles import DEFAULT_PROFILE, Profile, load_profile, run_root_of
 from jobs.remote import runs as remote_runs
 from jobs.remote import submit as remote_submit
 from jobs.remote import sync as remote_sync
@@ -47,26 +47,26 @@ from jobs.snapshot import (
 )
 from jobs.snapshot import copy as copy_snapshot
 from jobs.status import code_line
-from jobs.tracking import find_all
+from jobs.tracking import by_name, find_all
 from trainer.config import TrainConfig, build_config, config_dict, flat, from_dict, section
 from trainer.data import filelist
 from trainer.errors import UserError, one_line_errors
 from trainer.run.atomic import read_json, try_lock, write_text
 from trainer.run.prepare import (
     check_name,
+    check_run_root,
     claim,
     load_config_file,
+    make_run_root,
     new_run_dir,
+    not_a_run,
     point_name,
-    prepare_run_root,
     resolve_data,
     validation_config,
     write_config,
 )
 from trainer.run.provenance import write_submit
 from trainer.run.rundir import RunDir
-
-DEFAULT_PROFILE = "local"
 
 
 class Parser(argparse.ArgumentParser):
@@ -104,7 +104,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="repeatable; one array job over the product of the values",
     )
     parser.add_argument("--array-parallelism", type=int, help="sweep points running at once (overrides the profile)")
-    parser.add_argument("--resume", metavar="RUN_DIR", help="continue a run from its newest checkpoint")
+    parser.add_argument(
+        "--resume", metavar="RUN_DIR", help="continue a run (its folder, or its name) from its newest checkpoint"
+    )
     parser.add_argument(
         "--current-code",
         action="store_true",
@@ -131,7 +133,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "overrides", nargs="*", metavar="key=value", help="trainer settings, e.g. steps=100 data.root=DIR"
     )
-    return parser.parse_intermixed_args(argv)  # key=value may come before or after flags
+    args = parser.parse_intermixed_args(argv)  # key=value may come before or after flags
+    # A run's name, wherever the default profile or --profile puts runs (a path or a job id stays as it is).
+    args.resume = by_name(args.resume, args.profile) if args.resume else args.resume
+    args.after = [by_name(run, args.profile) for run in args.after]
+    return args
 
 
 def profile_for(args: argparse.Namespace) -> Profile:
@@ -287,8 +293,10 @@ def prepare(argv: list[str] | None) -> Request:
         check_local_interface(profile.network_interface)
     if args.resume and args.sweep:
         raise UserError("--resume continues one run; drop --sweep")
+    if args.resume and (why := not_a_run(Path(args.resume).resolve())):
+        raise UserError(why)  # before the claim below: nothing is written into a folder that is no run
     if not args.dry_run:
-        prepare_run_root(run_root)
+        check_run_root(run_root)  # made with the run (create_and_submit): a refusal leaves nothing
         if args.resume and RunDir(Path(args.resume)).job.is_file():  # a run: claimed. Any other folder is
             claim_resume(Path(args.resume))  # refused below, and nothing is written into it
     if command or (args.resume and RunDir(Path(args.resume)).command.is_file()):
@@ -620,6 +628,7 @@ def create_and_submit(request: Request) -> list:  # type: ignore[type-arg]
         jobs = launch.submit(plan)
         write_job_record(plan.run_dirs[0], jobs[0], plan, request.profile)
         return jobs
+    make_run_root(request.folder.parent)
     claim(request.folder)  # from here on the folder is this process's: only it cleans it up
     try:
         if request.snapshot is not None and plan.code_dir is not None:

@@ -26,7 +26,7 @@ from typing import Any
 from jobs import act, cancel
 from jobs.remote import follow, runs
 from jobs.remote.ssh import Connection
-from jobs.tracking import TERMINAL, JobInfo, Target, find, info, run_settings
+from jobs.tracking import TERMINAL, JobInfo, Target, add_run_arguments, by_name, find, info, run_settings
 from trainer.errors import UserError, one_line_errors
 from trainer.run import failures, ledger
 from trainer.run.atomic import json_or_none
@@ -389,7 +389,7 @@ def remote_frames(run: runs.RemoteRun, every_s: float, between: Any = None) -> A
 @one_line_errors
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m jobs.top", description=__doc__.splitlines()[0])
-    parser.add_argument("target", help="a run directory printed by jobs.submit, a remote run's name, or a job id")
+    add_run_arguments(parser, "a run directory printed by jobs.submit, a run's name, or a job id")
     parser.add_argument("--once", action="store_true", help="print the table once (a line per rank) and exit")
     parser.add_argument("--every", type=float, default=1.0, help="seconds between redraws (default 1)")
     parser.add_argument("--save-now", action="store_true", help="ask for a checkpoint now; the run trains on")
@@ -406,7 +406,8 @@ def main(argv: list[str] | None = None) -> int:
         raise UserError("give one of --save-now, --requeue-now and --dump-stacks at a time")
     if not 0.2 <= args.every <= 60:
         raise UserError(f"--every {args.every:g} is out of range; give seconds between 0.2 and 60, e.g. --every 1")
-    remote = runs.load(args.target)
+    run = by_name(args.target, args.profile)
+    remote = runs.load(run)
     if remote is not None:
         if args.once or actions:
             flags = ["--once"] if args.once else [f"--{actions[0].replace('_', '-')}"]
@@ -416,7 +417,7 @@ def main(argv: list[str] | None = None) -> int:
                 return watch(remote_frames(remote, args.every, acting(do_there(remote), keyboard, 0.05)))
         except KeyboardInterrupt:
             return 0
-    target = find(args.target)
+    target = find(run)
     if actions:
         print(getattr(act, actions[0])(target))
         return 0

@@ -1,5 +1,6 @@
 """Finding a submitted job again, and asking Slurm (or the local process table) how it is doing."""
 
+import argparse
 import os
 import re
 import shlex
@@ -18,13 +19,15 @@ import submitit
 import yaml
 
 from jobs.local_controller import exit_codes_path
-from jobs.remote.runs import LOCAL_ROOT
+from jobs.profiles import DEFAULT_PROFILE, load_profile, run_root_of
+from jobs.remote.runs import LOCAL_ROOT, RECORD
 from trainer.env.hostlist import expand_hostlist
 from trainer.errors import UserError
 from trainer.run import failures
 from trainer.run.atomic import NotAFile, open_file, read_json, read_text
 from trainer.run.checkpoint_names import has_checksum, list_checkpoints
 from trainer.run.failures import Failure
+from trainer.run.prepare import NAME, is_job_id, not_a_run
 from trainer.run.rundir import RunDir
 
 TERMINAL = {
@@ -93,19 +96,64 @@ def scontrol_text(*args: str) -> str:
     return _slurm("scontrol", *args).stdout
 
 
-def by_name(target: str) -> str:
-    """A run's name (`--name`, or the folder jobs.submit printed) is its folder under ./runs when there is no
-    such folder here: `jobs.wait NAME` as `jobs.top NAME`."""
-    named = Path(LOCAL_ROOT) / target
-    if Path(target).exists() or "/" in target or target.replace("_", "").isdigit():  # a path, or a job id
+def by_name(target: str, profile: str | None = None) -> str:
+    """What a command's RUN stands for, as the path or job id it takes: a run's name (`--name`, or the folder's
+    name jobs.submit printed) is its folder under a run root (run_roots: the default profile's, `profile`'s),
+    refused when no root or several hold it. A path to a run, a job id or a path stays as it is; a file or
+    folder here of the run's name that is no run (./jobs, README.md) does not hide it."""
+    if is_job_id(target) or not NAME.fullmatch(target) or is_run(Path(target)):
         return target
-    return str(named) if named.is_dir() else target
+    roots = run_roots(profile)
+    named = [root / target for root in roots if (root / target).is_dir()]
+    found = [path for path in named if is_run(path)] or named
+    if len(found) > 1:
+        raise UserError(
+            f"{target!r} names a run in {len(found)} run roots ({', '.join(map(str, found))}); pass its path"
+        )
+    if found:
+        return str(found[0])
+    if Path(target).exists():
+        return target  # a folder here that is no run: find says what it lacks
+    raise UserError(
+        f"no run named {target!r} in {' or '.join(map(str, roots))}; pass its run directory or job id, or "
+        "--profile NAME of the profile whose run_root holds it"
+    )
 
 
-def find_all(target: str) -> list[tuple[str, Target]]:
+def add_run_arguments(parser: argparse.ArgumentParser, help: str, dest: str = "target") -> None:
+    """RUN as every command takes it (a path, a run's name or a job id: by_name), and --profile, whose run_root
+    a name is looked up in too."""
+    parser.add_argument(dest, metavar="RUN", help=help)
+    parser.add_argument(
+        "--profile",
+        metavar="NAME|PATH",
+        help="the profile that ran it: a run's name is looked up in its run_root too (always: ./runs and the "
+        f"{DEFAULT_PROFILE} profile's)",
+    )
+
+
+def run_roots(profile: str | None = None) -> list[Path]:
+    """Where a run's name is looked up: ./runs (where runs submitted over SSH are recorded), the default
+    profile's run_root and `profile`'s. A profile for another machine (login:) keeps its runs there: their
+    records here are in ./runs."""
+    roots = [Path(LOCAL_ROOT).resolve()]
+    for name in dict.fromkeys((DEFAULT_PROFILE, profile or DEFAULT_PROFILE)):
+        if not (loaded := load_profile(name)).login:
+            roots.append(run_root_of(loaded))
+    return list(dict.fromkeys(roots))
+
+
+def is_run(path: Path) -> bool:
+    """A folder jobs.submit made: a run (its job, settings or command), a sweep of them, a run on a cluster."""
+    files = RunDir(path)
+    records = (files.job, files.config, files.command, path / RECORD)
+    return path.is_dir() and (any(r.is_file() for r in records) or bool(point_dirs(path)))
+
+
+def find_all(target: str, profile: str | None = None) -> list[tuple[str, Target]]:
     """The jobs behind a run directory or job id (one, named ""), or behind a sweep's folder (one per point,
     named after the point's folder)."""
-    target = by_name(target)
+    target = by_name(target, profile)
     path = Path(target)
     if path.is_dir() and not RunDir(path).job.exists():
         points = point_dirs(path)
@@ -114,9 +162,9 @@ def find_all(target: str) -> list[tuple[str, Target]]:
     return [("", find(target))]
 
 
-def find(target: str) -> Target:
-    """A run directory (holding job.json), its name under ./runs, or a job id."""
-    target = by_name(target)
+def find(target: str, profile: str | None = None) -> Target:
+    """A run directory (holding job.json), its name (by_name), or a job id."""
+    target = by_name(target, profile)
     path = Path(target)
     if path.is_dir():
         record_file = RunDir(path).job
@@ -125,7 +173,8 @@ def find(target: str) -> Target:
             raise UserError(f"{path} is a sweep; pass one of its points, e.g. {points[0]}")
         if not record_file.exists():
             raise UserError(
-                f"{path} holds no job.json: it was never submitted; pass a run directory printed by jobs.submit"
+                not_a_run(path)
+                or f"{path} holds no job.json: it was never submitted; pass a run directory printed by jobs.submit"
             )
         record = read_json(
             record_file,
@@ -133,10 +182,8 @@ def find(target: str) -> Target:
             lambda r: isinstance(r, dict) and {"job_id", "executor", "log"} <= r.keys(),
         )
         return Target(str(record["job_id"]), record["executor"], path.resolve(), Path(record["log"]).parent)
-    if not target.replace("_", "").isdigit():
-        raise UserError(
-            f"{target!r} is neither a run directory, a run's name under ./runs nor a job id; pass one of them"
-        )
+    if not is_job_id(target):
+        raise UserError(f"{target!r} is neither a run directory, a run's name nor a job id; pass one of them")
     if (log_dir := local_controller_folder(target)) is not None:  # a local job's id: never sent to Slurm
         run_dir = (
             log_dir.parent

@@ -7,7 +7,7 @@ import sys
 
 from jobs import launch
 from jobs.remote import follow
-from jobs.tracking import TERMINAL, Target, find_all, info, tail
+from jobs.tracking import TERMINAL, Target, add_run_arguments, by_name, find_all, info, tail
 from trainer.errors import UserError, one_line_errors
 
 
@@ -28,13 +28,14 @@ def wait(target: Target, offset: int = 0) -> str | None:
 @one_line_errors
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m jobs.wait", description=__doc__.splitlines()[0])
-    parser.add_argument("target", help="a run or sweep directory printed by jobs.submit (or its name), or a job id")
+    add_run_arguments(parser, "a run or sweep directory printed by jobs.submit, a run's name, or a job id")
     parser.add_argument("--offset", type=int, default=0, help=argparse.SUPPRESS)  # bytes of the log already shown
     args = parser.parse_args(argv)
-    if (code := follow.elsewhere(args.target, "jobs.wait", follow_it=True)) is not None:  # a run on a cluster
+    run = by_name(args.target, args.profile)
+    if (code := follow.elsewhere(run, "jobs.wait", follow_it=True)) is not None:  # a run on a cluster
         return code
     problems = []
-    for _, target in find_all(args.target):
+    for _, target in find_all(run):
         if line := wait(target, args.offset):
             problems.append(line)
     if problems:

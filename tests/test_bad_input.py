@@ -20,11 +20,7 @@ def assert_refused(result, golden: Golden, named: str, run_root: Path, outside: 
     run behind."""
     refused(result, golden, named, outside=outside, **placeholders)
     assert run_dirs(run_root) == []
-    assert (
-        not any(p.name not in ("sample_data", "CACHEDIR.TAG") for p in run_root.glob("*"))
-        if run_root.exists()
-        else True
-    )
+    assert not any(p.name != "sample_data" for p in run_root.glob("*"))  # no CACHEDIR.TAG: it comes with a run
 
 
 @pytest.fixture
@@ -252,6 +248,18 @@ def test_names_that_are_not_plain_folder_names_are_refused(
     assert_refused(submit("--profile", str(local_profile), "--name", name), golden, "--name", tmp_path / "runs")
 
 
+@pytest.mark.parametrize("args", [["stepz=5"], ["--", "python", "trian.py"], ["--resume", "nowhere/run"]], ids=case_id)
+def test_a_refused_submit_in_an_empty_folder_leaves_it_empty(args: list[str], tmp_path: Path) -> None:
+    """Bad input leaves nothing behind: the run root (runs/ in the folder submitted from) and its CACHEDIR.TAG
+    appear with the first run."""
+    project = tmp_path / "project"
+    project.mkdir()
+    profile = write_profile(tmp_path, "executor: local\ngpus_per_node: 1\nrun_root: runs\n")
+    result = submit("--profile", str(profile), *args, cwd=project)
+    assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr
+    assert sorted(project.iterdir()) == []
+
+
 def test_a_name_taken_by_a_dangling_symlink_is_refused(local_profile: Path, sample_root: Path, tmp_path: Path) -> None:
     (tmp_path / "runs").mkdir()
     (tmp_path / "runs" / "taken").symlink_to(tmp_path / "nowhere")
@@ -389,7 +397,7 @@ def test_a_path_component_over_255_bytes_is_one_line(golden: Golden, local_profi
     ("args", "named"),
     [
         (["--resume", "."], "config.yaml"),
-        (["--resume", "~"], "config.yaml"),
+        (["--resume", "~"], "does not exist"),
         (["--sweep", "steps=1,2", "--resume", "."], "--sweep"),
     ],
     ids=case_id,

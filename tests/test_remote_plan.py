@@ -348,7 +348,7 @@ def test_advice_from_the_login_node_names_the_run_as_the_laptop_knows_it(
         "python -m jobs.wait runs/r1 (a trailing slash); jobs.submit --resume=runs/r1\n"
     )
     assert out == err == here
-    odd = dataclasses.replace(runs.load("r1"), folder="runs\\q\\1")  # type: ignore[type-var]
+    odd = dataclasses.replace(runs.load("runs/r1"), folder="runs\\q\\1")  # type: ignore[type-var]
     assert follow.as_here("--resume /scratch/runs/r1\n", odd) == "--resume runs\\q\\1\n"  # the name, as text
     assert follow.elsewhere(str(tmp_path / "runs" / "r1"), "jobs.wait", follow_it=True) == 1  # streamed
     out, err = capsys.readouterr()

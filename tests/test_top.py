@@ -10,7 +10,6 @@ import pytest
 from jobs import top
 from jobs.tracking import Target
 from tests.conftest import ROOT
-from trainer.errors import UserError
 
 NOW = 1000.0
 
@@ -109,6 +108,7 @@ def test_every_command_finds_a_run_by_its_name_under_runs(tmp_path: Path, monkey
     (run_dir / "job.json").write_text(json.dumps({"job_id": "42", "executor": "slurm", "log": str(run_dir / "l")}))
     monkeypatch.chdir(tmp_path)
     assert find("px-pre").run_dir == run_dir.resolve() and find_all("px-pre")[0][1].job_id == "42"
-    (tmp_path / "px-pre").mkdir()  # a folder of that name here comes first
-    with pytest.raises(UserError, match="holds no job.json"):
-        find("px-pre")
+    (tmp_path / "px-pre").mkdir()  # a folder of that name here that is no run does not hide it
+    assert find("px-pre").run_dir == run_dir.resolve()
+    (tmp_path / "px-pre" / "job.json").write_text(json.dumps({"job_id": "43", "executor": "slurm", "log": "l"}))
+    assert find("px-pre").job_id == "43"  # a run here, given as a path, is that run

@@ -86,9 +86,9 @@ def make(folder: Path, outputs_mb: float = 0) -> Path:
         old = folder / "runs" / "old-run" / "checkpoints"
         old.mkdir(parents=True)
         (old / "step_00000100.pt").write_bytes(b"\0" * int(outputs_mb * 2**20))
-        from trainer.run.prepare import prepare_run_root
+        from trainer.run.prepare import make_run_root
 
-        prepare_run_root(folder / "runs")
+        make_run_root(folder / "runs")
     return folder
 
 

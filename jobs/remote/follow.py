@@ -23,14 +23,14 @@ from jobs.remote import runs
 from jobs.remote.agent import FETCHED
 from jobs.remote.runs import RemoteRun
 from jobs.remote.ssh import SSH_FAILED, Connection, with_retries
-from jobs.tracking import ProgressLine
+from jobs.tracking import ProgressLine, by_name
 from trainer.errors import UserError
 
 
 def elsewhere(target: str, module: str, *args: str, follow_it: bool = False) -> int | None:
     """When `target` (a folder here, or a run's name) is a run on a cluster: `python -m module RUN_DIR args`
     on its login node, followed to its end when `follow_it`; that command's exit code. None: the run is here."""
-    run = runs.load(target)
+    run = runs.load(by_name(target))
     if run is None:
         return None
     if follow_it:

@@ -46,15 +46,14 @@ def save(folder: Path, run: RemoteRun) -> None:
 
 
 def record_folder(target: str) -> Path | None:
-    """The folder holding the record of the remote run a path or a name stands for; None when there is none."""
+    """The folder holding the record of the remote run at a path (a run's name: jobs.tracking.by_name first);
+    None when there is none."""
     path = Path(target)
-    if not path.is_dir() and "/" not in target and (Path(LOCAL_ROOT) / target).is_dir():
-        path = Path(LOCAL_ROOT) / target  # a run's name
     return path if (path / RECORD).is_file() else None
 
 
 def load(target: str) -> RemoteRun | None:
-    """The remote run a path or a name stands for; None when it is not one (a local run, a job id)."""
+    """The remote run at a path; None when it is not one (a local run, a job id)."""
     folder = record_folder(target)
     if folder is None:
         return None

@@ -20,6 +20,7 @@ from jobs.remote import follow, runs, sync
 from jobs.remote.runs import RemoteRun
 from jobs.remote.ssh import SSH_FAILED, Connection, Login
 from jobs.snapshot import git_diff, plan_snapshot
+from jobs.tracking import by_name
 from trainer.errors import UserError
 
 PROFILE = ".slurm-ddp/profile.yaml"  # in the login node's copy of the folder: the profile as the cluster runs it
@@ -113,7 +114,7 @@ def with_after(argv: list[str], login: Login) -> list[str]:
     for arg in argv[:end]:
         value = arg.removeprefix("--after=") if arg.startswith("--after=") else arg if after else None
         after = arg == "--after"
-        if value is not None and (run := runs.load(value)) is not None:
+        if value is not None and (run := runs.load(by_name(value))) is not None:
             if run.login.login != login.login:
                 raise UserError(f"--after {value}: that run lives on {run.login.login}, not {login.login}")
             arg = f"--after={run.run_dir}" if arg.startswith("--after=") else run.run_dir

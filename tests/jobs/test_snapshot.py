@@ -180,7 +180,7 @@ def test_outputs_stay_out_of_the_snapshot_and_out_of_the_ignored_note(tmp_path: 
     """A run root this tool made (tagged CACHEDIR.TAG), untracked or git-ignored, and the folders frameworks
     write: never copied, never named in the note (which must never advise including a run folder)."""
     from jobs.snapshot import ignored_entries
-    from trainer.run.prepare import prepare_run_root
+    from trainer.run.prepare import make_run_root
 
     folder = tmp_path / "repo"
     folder.mkdir()
@@ -193,8 +193,8 @@ def test_outputs_stay_out_of_the_snapshot_and_out_of_the_ignored_note(tmp_path: 
         (folder / name).write_bytes(b"\0" * 4096)
     (folder / "data").mkdir()
     (folder / "data" / "train.csv").write_text("a,b\n")
-    prepare_run_root(folder / "runs")  # untracked, not ignored: git would list it
-    prepare_run_root(folder / "old_runs")
+    make_run_root(folder / "runs")  # untracked, not ignored: git would list it
+    make_run_root(folder / "old_runs")
     git(folder, "init", "-q")
     (folder / "pkg" / "runs").mkdir(parents=True)
     (folder / "pkg" / "runs" / "launch.py").write_text("")  # code in a folder named as TensorBoard's: git tracks it

@@ -257,6 +257,50 @@ def test_cancelling_a_finished_job_says_nothing_was_cancelled(mini: Path, tmp_pa
         assert cancelled.stderr == f"error: job {job} already ended (COMPLETED): nothing to cancel\n"
 
 
+# Ends at its first start; started again (a --resume), it runs until it is cancelled.
+ONCE_THEN_RUNS = """
+import os, pathlib, time
+mark = pathlib.Path(os.environ["RUN_DIR"]) / "started"
+if mark.exists():
+    print("started again", flush=True)
+    time.sleep(600)
+mark.write_text("1")
+print("first start", flush=True)
+"""
+
+
+def test_a_run_is_found_by_its_name_under_a_cluster_run_root(tmp_path: Path, slurm_cluster: None) -> None:
+    """README's cluster profile keeps runs in a shared folder (run_root: /shared/runs), not ./runs: wait, status,
+    logs, --resume, top and cancel find a script run there by its name with --profile; without it, one line
+    says where they looked."""
+    profile = cluster.mini_profile(tmp_path / "site.yaml", tmp_path / "shared" / "runs")
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "train.py").write_text(ONCE_THEN_RUNS)
+    args = ["--profile", str(profile), "--gpus-per-node", "1"]
+    result = submit(*args, "--name", "cifar-a", "--", "python", "train.py", cwd=project)
+    assert result.returncode == 0, result.stdout + result.stderr
+    run_dir = tmp_path / "shared" / "runs" / "cifar-a"
+    assert run_dir_of(result) == run_dir and not (project / "runs").exists()
+    run = ["cifar-a", "--profile", str(profile)]
+    waited = cli("jobs.wait", *run)
+    assert waited.returncode == 0 and "first start" in waited.stdout, waited.stdout + waited.stderr
+    job = json.loads((run_dir / "job.json").read_text())["job_id"]
+    assert f"job {job}: COMPLETED" in cli("jobs.status", *run).stdout
+    assert "first start" in cli("jobs.logs", *run).stdout
+    unknown = cli("jobs.status", "cifar-a")
+    assert unknown.returncode == 2 and unknown.stderr.startswith("error: no run named 'cifar-a' in "), unknown.stderr
+    resumed = submit("--resume", "cifar-a", "--profile", str(profile), cwd=project)
+    assert resumed.returncode == 0 and run_dir_of(resumed) == run_dir, resumed.stdout + resumed.stderr
+    again = json.loads((run_dir / "job.json").read_text())["job_id"]
+    poll("the resumed job to run", lambda: "started again" in cli("jobs.logs", *run).stdout)
+    assert f"job {again}: RUNNING" in cli("jobs.status", *run).stdout
+    assert cli("jobs.top", *run, "--once").returncode == 0
+    cancelled = cli("jobs.cancel", *run)
+    assert cancelled.returncode == 0 and f"cancelled job {again}" in cancelled.stdout, cancelled.stderr
+    poll("the job to be cancelled", lambda: f"job {again}: CANCELLED" in cli("jobs.status", *run).stdout)
+
+
 def test_a_run_submitted_after_another_waits_for_it_on_the_scheduler(mini: Path, sample_root: Path) -> None:
     """--after RUN_DIR: Slurm holds the second job (reason Dependency) until the first has finished well."""
     data = f"data.root={sample_root / 'pix2pix'}"

@@ -6,13 +6,14 @@ import re
 import tempfile
 import time
 from pathlib import Path
+from typing import NoReturn
 
 import yaml
 
 import trainer.tasks
 from trainer.config import TrainConfig, config_dict
 from trainer.errors import UserError
-from trainer.run.atomic import write_text
+from trainer.run.atomic import json_or_none, write_text
 from trainer.run.rundir import RunDir
 
 
@@ -76,7 +77,14 @@ def check_name(name: str) -> str:
             f"--name {name!r} is not a plain folder name; use letters, digits, '.', '_' and '-' "
             "(at most 128, starting with a letter or digit)"
         )
+    if is_job_id(name):  # every command that takes a run takes a job id too: this name would never be found
+        raise UserError(f"--name {name!r} reads as a job id (digits and _ only); put a letter in it, e.g. run-{name}")
     return name
+
+
+def is_job_id(text: str) -> bool:
+    """A Slurm job id (12345), an array task's (12345_7), or a local job's (its controller's PID)."""
+    return text.replace("_", "").isdigit()
 
 
 def point_name(index: int, overrides: list[str]) -> str:
@@ -91,9 +99,19 @@ CACHEDIR_TAG = "CACHEDIR.TAG"
 CACHEDIR_SIGNATURE = "Signature: 8a477f597d28d172789f06886806bc55"
 
 
-def prepare_run_root(run_root: Path) -> None:
-    """Create run_root now, so an unwritable one is one line before anything else is written; tag it as
-    output (CACHEDIR.TAG), so that a snapshot of a folder holding it leaves it out."""
+def check_run_root(run_root: Path) -> None:
+    """Refuse a run_root that cannot be made or written, writing nothing: a refused submit leaves no trace, so
+    the run root appears with its first run (make_run_root)."""
+    existing = next(p for p in (run_root, *run_root.parents) if p.exists() or p == p.parent)
+    if not existing.is_dir():
+        _unwritable(run_root, "Not a directory")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        _unwritable(run_root, "Permission denied")
+
+
+def make_run_root(run_root: Path) -> None:
+    """Create run_root as a run is created in it, tagged as output (CACHEDIR.TAG), so that a snapshot of a folder
+    holding it leaves it out."""
     try:
         run_root.mkdir(parents=True, exist_ok=True)
         if not (run_root / CACHEDIR_TAG).exists():
@@ -102,9 +120,13 @@ def prepare_run_root(run_root: Path) -> None:
         probe = tempfile.TemporaryFile(dir=run_root)
         probe.close()
     except OSError as exc:
-        raise UserError(
-            f"run_root {run_root} cannot be written ({exc.strerror}); set run_root in the profile to a folder you can write"
-        ) from None
+        _unwritable(run_root, exc.strerror)
+
+
+def _unwritable(run_root: Path, why: str | None) -> NoReturn:
+    raise UserError(
+        f"run_root {run_root} cannot be written ({why}); set run_root in the profile to a folder you can write"
+    ) from None
 
 
 def make_dirs(folder: Path) -> None:
@@ -134,10 +156,37 @@ def write_config(run_dir: Path, config: TrainConfig) -> None:
     write_text(RunDir(run_dir).config, yaml.safe_dump(config_dict(config), sort_keys=False))
 
 
+def not_a_run(folder: Path) -> str | None:
+    """Why `folder` is no run to resume or follow, naming what a run of its kind holds and it lacks; None when
+    it is one. A trainer run holds config.yaml, a `-- COMMAND` run command.json; provenance/submit.json (where
+    a run was submitted from) tells which kind lost its file."""
+    files = RunDir(folder)
+    if not folder.is_dir():
+        what = "is a file, not a folder" if folder.exists() else "does not exist"
+        return f"{folder} {what}; pass a run directory printed by jobs.submit, or a run's name"
+    if files.config.is_file() or files.command.is_file():
+        return None
+    submitted = json_or_none(files.provenance / "submit.json")
+    argv = submitted.get("argv") if isinstance(submitted, dict) else None
+    if not isinstance(argv, list):
+        return (
+            f"{folder} is not a run directory: it holds neither config.yaml (a trainer run's) nor command.json "
+            "(a -- COMMAND run's); pass the folder printed at submit time, or a run's name"
+        )
+    if "--sweep" in argv or any(str(a).startswith("--sweep=") for a in argv):
+        return f"{folder} is a sweep: a command takes one of its points, the run directories in it"
+    if "--" in argv:
+        return f"{folder} is a -- COMMAND run without its command.json; submit the command again as a new run"
+    return (
+        f"{folder} is a trainer run without its config.yaml; write the run's settings back into it (no defaults "
+        "are assumed), or submit a new run"
+    )
+
+
 def load_config_file(run_dir: Path) -> dict[str, object]:
     path = RunDir(run_dir).config
     if not path.is_file():
-        raise UserError(f"{run_dir} is not a run directory (no {path.name}); pass the folder printed at submit time")
+        raise UserError(not_a_run(run_dir) or f"{run_dir} holds no {path.name}; pass the folder printed at submit time")
     fix = "write the run's settings back into it (no defaults are assumed), or submit a new run without --resume"
     try:
         config = yaml.safe_load(path.read_text())
