@@ -88,7 +88,7 @@ def row(run_dir: Path, name: str, target: Target, state: str) -> dict[str, Any]:
         "job": target.job_id,
         "state": state,
         "step": "-" if step is None else str(step),
-        "goodput": f"{parts['goodput']:.0%}" if parts else "-",  # training's share of the wall time so far
+        "goodput": ledger.goodput_text(parts),  # training's share of the wall time so far
         "validation": validation,
         "time": RunDir(run_dir).job.stat().st_mtime,
     }

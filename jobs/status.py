@@ -104,7 +104,7 @@ def sweep_table(folder: Path, targets: list[tuple[str, Target]]) -> str:
         step, val = point_progress(target.run_dir)
         parts = ledger.read(target.run_dir, job.state) if target.run_dir else None
         ledgers += [parts] if parts else []
-        good = f"{parts['goodput']:.0%}" if parts else "-"
+        good = ledger.goodput_text(parts)
         rows.append((name, target.job_id, job.state, str(step) if step is not None else "-", good, val))
         if job.state not in ("RUNNING", "COMPLETED", "PENDING") and (line := failure_line(target)):
             errors.append(f"error {name}: {line}")

@@ -501,17 +501,24 @@ def requeue_line(job_id: str) -> str | None:
     an earlier attempt."""
     out = _slurm("sacct", "-j", job_id, "-D", "-X", "-n", "-P", "-o", "Start,State,NodeList").stdout
     records = sorted(line.split("|") for line in out.splitlines() if line.count("|") == 2)
-    ended = [r for r in records if r[1].split(" ")[0] not in ("PENDING", "RUNNING", "CONFIGURING", "COMPLETING")]
-    if not ended:
+    requeued = requeued_records(records)
+    if not requeued:
         return None
-    _, state, nodes = ended[-1]
-    line = f"requeued {len(ended)} time(s); the last attempt ended {state.split(' ')[0]} on {nodes}"
+    _, state, nodes = requeued[-1]
+    line = f"requeued {len(requeued)} time(s); the last attempt ended {state.split(' ')[0]} on {nodes}"
     mine = set(_hosts(nodes))
     down = []
     for entry in _slurm("sinfo", "-h", "-R", "-o", "%N|%E").stdout.splitlines():
         hosts, _, why = entry.partition("|")
         down += [f"; {node} is down ({why})" for node in _hosts(hosts) if node in mine]
     return line + "".join(down)
+
+
+def requeued_records(records: list[list[str]]) -> list[list[str]]:
+    """sacct's records of a job's attempts (-D, by start) that a requeue followed: every one but the newest,
+    and the newest too while Slurm still calls it REQUEUED (the next is not listed yet). Not the job's final
+    record, once it ended."""
+    return [r for k, r in enumerate(records) if k < len(records) - 1 or r[1].startswith("REQUEUED")]
 
 
 def _hosts(hostlist: str) -> list[str]:

@@ -195,3 +195,79 @@ def test_status_counts_restarts_as_the_runs_attempts_do(
     assert restarts_line(Target("7", "slurm", tmp_path, None), JobInfo(state, 5, "")) == said
     (tmp_path / "attempts.json").write_text("{torn")
     assert restarts_line(Target("7", "slurm", tmp_path, None), JobInfo(state, 5, "")) == "restarts: 5"
+
+
+def test_a_stop_whose_next_step_nobody_reported_makes_recomputed_unknown_never_zero() -> None:
+    """A script preempted and started again without reporting its step: the work done again is unknown (the
+    ledger says so, goodput is an upper bound); with its steps reported, measured."""
+    script = [
+        {"started": 1.0, "resumed_step": None, "stop": {"reason": "preempted", "step": None, "time": 50.0}},
+        {"started": 60.0, "resumed_step": None, "stop": {"reason": "finished", "step": None, "time": 100.0}},
+    ]
+    parts = ledger.ledger(0.0, script, 100.0, 2)
+    assert parts["recomputed_known"] is False and parts["recomputed"] == 0
+    assert ledger.line(parts).startswith("at most ") and "recomputed unknown" in ledger.line(parts)
+    assert ledger.goodput_text(parts).startswith("<=")
+    reported = [dict(script[0], stop=dict(script[0]["stop"], step=22), cost={"steps_recomputed": 23})]
+    reported += [dict(script[1], resumed_step=-1, stop=dict(script[1]["stop"], step=60))]
+    measured = ledger.ledger(0.0, reported, 100.0, 2)
+    assert "recomputed_known" not in measured and measured["recomputed"] > 0
+
+
+def test_attempts_learn_a_scripts_first_step_and_count_what_was_done_again(tmp_path: Path) -> None:
+    """resumed_at: the first step the command reported in an attempt says what the previous one's stop cost."""
+    attempts = Attempts(tmp_path)
+    attempts.start(None, 0)
+    (tmp_path / "progress.json").write_text(json.dumps({"step": 22, "time": time.time()}))
+    attempts.stop("preempted", None)  # a script's: its last reported step
+    attempts.start(None, 1)
+    assert attempts.totals()["steps_recomputed"] is None  # not yet reported: unknown
+    attempts.resumed_at(-1)  # started again from step 0
+    assert attempts.items[0]["stop"]["step"] == 22 and attempts.totals()["steps_recomputed"] == 23
+
+
+def test_the_supervisor_closes_a_hung_attempt_and_the_ledger_counts_the_hang(tmp_path: Path) -> None:
+    """No rank recorded a stop (a hang named, the ranks killed): close() gives the attempt its stop at the last
+    progress, the hang's moment, and a final summary whose ledger has the hang in it."""
+    from trainer.run import failures
+
+    attempts = Attempts(tmp_path)
+    attempts.start(0, 0)
+    began = attempts.items[0]["started"]
+    (tmp_path / "progress.json").write_text(json.dumps({"step": 40, "time": began + 2}))
+    failures.record(tmp_path, failures.Failure(began + 9, 1, "n1", "", "hung: no step for 7 s", False))
+    attempts_module.close(tmp_path, "failure", final=True, now=began + 10)
+    stop = json.loads((tmp_path / "attempts.json").read_text())[0]["stop"]
+    assert stop | {"error": ""} == {"reason": "failure", "step": 40, "time": began + 2, "hung_at": began + 9,
+                                    "error": "", "final": True}  # fmt: skip
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["ended"] == "failure" and summary["finished"] is False
+    assert summary["ledger"]["hung"] == pytest.approx(7, abs=0.01), summary
+    attempts_module.close(tmp_path, "cancelled", final=True)  # a second word changes nothing it said
+    assert json.loads((tmp_path / "attempts.json").read_text())[0]["stop"]["reason"] == "failure"
+
+
+@pytest.mark.parametrize(
+    ("states", "requeues"),
+    [
+        (["REQUEUED", "PENDING"], 1),
+        (["REQUEUED", "RUNNING"], 1),
+        (["REQUEUED", "FAILED"], 1),  # the job's end is not another requeue
+        (["PREEMPTED", "REQUEUED", "COMPLETED"], 2),
+        (["REQUEUED"], 1),  # the next attempt not listed yet
+        (["FAILED"], 0),
+    ],
+)
+def test_requeues_are_counted_as_they_happened_before_and_after_the_jobs_end(states: list[str], requeues: int) -> None:
+    from jobs.tracking import requeued_records
+
+    records = [[f"2026-11-28T10:0{k}:00", state, "node1"] for k, state in enumerate(states)]
+    assert len(requeued_records(records)) == requeues
+
+
+def test_a_hand_edited_record_with_a_negative_figure_shows_no_ledger(tmp_path: Path) -> None:
+    edited = [dict(TIMELINE[0], checkpoint_s=-50.0)]
+    (tmp_path / "attempts.json").write_text(json.dumps(edited))
+    assert ledger.read(tmp_path, state="FAILED") is None
+    (tmp_path / "attempts.json").write_text(json.dumps(TIMELINE[:1]))
+    assert ledger.read(tmp_path, state="FAILED") is not None

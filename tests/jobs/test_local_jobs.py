@@ -309,6 +309,14 @@ def test_cancel_ends_the_processes_a_script_started(tmp_path: Path) -> None:
     assert cli("jobs.cancel", str(run_dir)).returncode == 0
     poll("the scripts' children to end", lambda: not any(alive(*c) for c in children), timeout=15)
     assert f"job {job_pid(run_dir)}: CANCELLED" in cli("jobs.status", str(run_dir)).stdout
+    # The attempt is closed as cancelled, and summary.json says the run ended so, not as one still going.
+    summary = poll(
+        "the ended summary", lambda: "ended" in (s := json.loads((run_dir / "summary.json").read_text())) and s
+    )
+    stop = json.loads((run_dir / "attempts.json").read_text())[-1]["stop"]
+    assert stop["reason"] == "cancelled" and stop["final"] is True, stop
+    assert summary["finished"] is False and summary["ended"] == "cancelled" and summary["cancelled"] == 1, summary
+    assert summary["failures"] == 0 and summary["ledger"]["training"] > 0, summary
 
 
 def test_ranks_die_with_their_controller_and_a_live_rank_blocks_resume(

@@ -787,3 +787,26 @@ def test_a_commands_last_words(stderr: str, words: str) -> None:
     from trainer.script import last_words
 
     assert last_words(stderr) == words
+
+
+def test_a_failed_attempt_is_closed_and_the_run_says_it_ended(tmp_path: Path) -> None:
+    """A command that reports its steps and then fails: the attempt's stop (failure, its step, its error), and
+    summary.json final, not "finished": false with a ledger of the attempt's first second."""
+    (tmp_path / "train.py").write_text(
+        "import os, sys, time\nfrom trainer import requeue\n"
+        "for step in range(30):\n    time.sleep(0.1)\n    requeue.progress(step)\n"
+        "sys.exit('error: out of data at step 30')\n"
+    )
+    result = submit_in(tmp_path, "--wait", "--", "python", "train.py")
+    assert result.returncode == 1, result.stdout + result.stderr
+    run_dir = run_dir_of(result.stdout)
+    [attempt] = json.loads((run_dir / "attempts.json").read_text())
+    stop = attempt["stop"]
+    assert stop["reason"] == "failure" and stop["final"] is True and stop["step"] == 29, attempt
+    assert attempt["resumed_step"] == -1, attempt  # the first step reported was 0: nothing before it
+    assert re.search(r": error: out of data at step 30 \(\S*python train.py exited with status 1\)$", stop["error"]), (
+        stop
+    )
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["finished"] is False and summary["ended"] == "failure" and summary["failures"] == 1, summary
+    assert summary["ledger"]["training"] >= 2.0 and summary["steps_recomputed"] == 0, summary

@@ -161,8 +161,7 @@ def read(run_dir: Path, state: str) -> dict[str, float] | None:
     files = RunDir(run_dir)
     summary = json_or_none(files.summary) if files.finished() else None
     if isinstance(summary, dict) and isinstance(summary.get("ledger"), dict):
-        parts = summary["ledger"]
-        return parts if all(isinstance(parts.get(k), int | float) for k in (*PARTS, "wall", "goodput")) else None
+        return sane(summary["ledger"])
     attempts = json_or_none(files.attempts)
     if not isinstance(attempts, list) or not all(isinstance(a, dict) and "started" in a for a in attempts):
         return None
@@ -172,9 +171,20 @@ def read(run_dir: Path, state: str) -> dict[str, float] | None:
         moments += [reached.get("time") or 0] if isinstance(reached, dict) else []
         last = max(m for m in moments if isinstance(m, int | float))
         end = time.time() if state in LIVE else last
-        return of_run(run_dir, attempts, end, open_until=None if state == "RUNNING" else last)
+        return sane(of_run(run_dir, attempts, end, open_until=None if state == "RUNNING" else last))
     except (KeyError, TypeError, ValueError, AttributeError):  # a record from an older version, or hand-edited
         return None
+
+
+def sane(parts: dict[str, float] | None) -> dict[str, float] | None:
+    """`parts` when every figure is a number, none negative, goodput at most 1; else None (a hand-edited record
+    must not show a negative part or 140% goodput: no ledger is shown instead)."""
+    keys = (*PARTS, "wall", "goodput")
+    if not isinstance(parts, dict) or not all(isinstance(parts.get(k), int | float) for k in keys):
+        return None
+    if any(not 0 <= parts[k] < float("inf") for k in keys) or parts["goodput"] > 1:
+        return None
+    return parts
 
 
 LIVE = ("RUNNING", "PENDING", "REQUEUED", "REQUEUE_HOLD", "CONFIGURING", "COMPLETING")  # counted up to now
