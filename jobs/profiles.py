@@ -171,7 +171,9 @@ class Profile:
     snapshot: bool = True  # false: tasks run the code on disk when they start (each requeue: what is there then)
     snapshot_limit_mb: float = 100  # refuse a larger snapshot (data or a virtual environment in the folder)
     snapshot_exclude: list = field(default_factory=list)  # glob patterns relative to the folder, e.g. data/*
-    snapshot_include: list = field(default_factory=list)  # git-ignored files to copy all the same, e.g. local_settings.py
+    snapshot_include: list = field(
+        default_factory=list
+    )  # git-ignored files to copy all the same, e.g. local_settings.py
 
     def __post_init__(self) -> None:
         if self.login or self.remote_root or self.ssh_options:  # first: its own words for a newline in login
