@@ -28,7 +28,7 @@ from trainer.env.launcher import IN_JOB_RESTART, LOCAL_PORT, WATCH_BEAT
 from trainer.env.rendezvous import any_free_port
 from trainer.run import failures
 from trainer.run.atomic import try_lock, write_text
-from trainer.supervise import signals
+from trainer.supervise import relay, signals
 from trainer.supervise.attempts import close
 from trainer.supervise.policy import Ended, Policy, State, decide
 from trainer.supervise.relay import ATTEMPT, die_with_parent, stopped_file
@@ -170,6 +170,7 @@ class Controller(local.Controller):  # type: ignore[misc]
         return None
 
     def run(self) -> None:
+        relay.become_subreaper()  # what the tasks leave running is below this controller, to be ended with them
         slot = self.take_slot()  # noqa: F841 - held while the tasks run
         if self.cancelled:  # cancelled while it waited: nothing ran
             write_text(exit_codes_path(self.folder, self.pid), json.dumps({"codes": [], "cancelled": True}) + "\n")
@@ -191,6 +192,9 @@ class Controller(local.Controller):  # type: ignore[misc]
                 codes = self.wait()
             finally:
                 self.kill_tasks()
+                # Then whatever the tasks started and left (the environment report's child, loader workers, a
+                # command's daemon): nothing of a start outlives it, as nothing outlives a Slurm step.
+                relay.end_descendants(GRACE_S)
                 self.beat.unlink(missing_ok=True)
             if self.cancelled:
                 self.close("cancelled", final=True)

@@ -291,19 +291,21 @@ def test_a_local_job_id_works_with_status_and_cancel_and_never_reaches_slurm(
 
 
 def test_cancel_ends_the_processes_a_script_started(tmp_path: Path) -> None:
-    """A script that starts a child of its own (a data server, a shell pipeline): cancel ends it too, as a
-    Slurm step's end does; status says CANCELLED."""
+    """A script that starts a child of its own (a data server, a shell pipeline), or a daemon whose parent is
+    gone: cancel ends it too, as a Slurm step's end does; status says CANCELLED."""
     (tmp_path / "spawn.py").write_text(
         "import os, subprocess, time\n"
         "child = subprocess.Popen(['sleep', '300'])\n"
         "open(os.path.join(os.environ['RUN_DIR'], f\"child{os.environ['RANK']}\"), 'w').write(str(child.pid))\n"
+        "daemon = os.path.join(os.environ['RUN_DIR'], f\"daemon{os.environ['RANK']}\")\n"
+        "subprocess.run(['bash', '-c', f'setsid sleep 300 & echo $! > {daemon}.tmp; mv {daemon}.tmp {daemon}'])\n"
         "time.sleep(300)\n"
     )
     profile = write_profile(tmp_path, f"executor: local\ngpus_per_node: 2\nrun_root: {tmp_path / 'runs'}\n")
     result = submit("--profile", str(profile), "--", sys.executable, "spawn.py", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     run_dir = run_dir_of(result.stdout)
-    files = [run_dir / "child0", run_dir / "child1"]
+    files = [run_dir / "child0", run_dir / "child1", run_dir / "daemon0", run_dir / "daemon1"]  # a daemon: orphaned
     poll("both children", lambda: all(f.exists() and f.read_text() for f in files))
     children = [(int(pid), process_start(int(pid))) for pid in (f.read_text() for f in files)]
     assert cli("jobs.cancel", str(run_dir)).returncode == 0

@@ -160,6 +160,36 @@ def _alive(pid: int) -> bool:
     return state not in ("Z", "X")
 
 
+PR_SET_CHILD_SUBREAPER = 36
+
+
+def become_subreaper() -> bool:
+    """Orphans below this process (a daemon a command forked off, a helper whose parent died) are reparented
+    to it instead of init, so that tree(os.getpid()) still finds them: an end of the job ends them too, as the
+    end of a Slurm step does. Whether the kernel agreed (Linux 3.4 on)."""
+    try:
+        return ctypes.CDLL(None).prctl(PR_SET_CHILD_SUBREAPER, 1) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def end_descendants(grace_s: float) -> None:
+    """SIGCONT and SIGTERM to every process below this one, SIGKILL to what is left after `grace_s`, then the
+    zombies reaped: only once this process's own subprocesses were waited for (a reap here would take their
+    exit codes from subprocess)."""
+    me = os.getpid()
+    pids = [p for p in tree(me) if p != me]
+    signal_all(pids, signal.SIGCONT)
+    signal_all(pids, signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    while time.monotonic() < deadline and any(_alive(p) for p in pids):
+        time.sleep(0.05)
+    signal_all([p for p in pids if _alive(p)], signal.SIGKILL)
+    with contextlib.suppress(ChildProcessError):
+        while os.waitpid(-1, os.WNOHANG)[0] > 0:
+            pass
+
+
 def die_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec
     """A child's preexec_fn: the kernel SIGKILLs it when its parent dies (Linux); a parent killed by SIGKILL
     (a failed peer, a cancel, a killed controller) cannot pass anything on itself."""
