@@ -56,10 +56,13 @@ def requeue_now(target: Target) -> str:
     (recorded as a preemption: time was left)."""
     _running(target)
     name = _requeue_signal(target)
+    _not_requeueing(target, name)
     if target.executor == "slurm":
         _scancel(["-b", "-s", name, target.job_id])  # to the batch shell, as sbatch's --signal=B: does
     else:
         os.kill(int(target.job_id), signals.number(name))  # the local controller takes it as a preemption
+    if target.run_dir is not None:
+        live.request(target.run_dir, requeue=True)
     script = target.run_dir is not None and RunDir(target.run_dir).command.exists()
     then = (
         "your command gets it (it saves if it handles it) and the job is requeued"
@@ -67,6 +70,20 @@ def requeue_now(target: Target) -> str:
         else "it saves and is requeued"
     )
     return f"sent SIG{name} to job {target.job_id}: {then}"
+
+
+def _not_requeueing(target: Target, name: str) -> None:
+    """One request at a time: until the attempt it stops has a successor, a second signal would only reach the
+    ranks as they save or exit, or the next start's before they can take it."""
+    if target.run_dir is None or not (asked := live.requeue_asked(target.run_dir)):
+        return
+    attempts = json_or_none(RunDir(target.run_dir).attempts)
+    started = [a.get("started") for a in attempts if isinstance(a, dict)] if isinstance(attempts, list) else []
+    if not any(isinstance(s, int | float) and s > asked for s in started):
+        raise UserError(
+            f"job {target.job_id} was sent SIG{name} at {time.strftime('%H:%M:%S', time.localtime(asked))} and "
+            "has not started its next attempt yet: one request is enough (python -m jobs.top shows it start)"
+        )
 
 
 def dump_stacks(target: Target) -> str:

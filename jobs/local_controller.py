@@ -77,7 +77,15 @@ class Controller(local.Controller):  # type: ignore[misc]
         self.cancelled = True  # acted on by wait(), which polls: nothing blocking in a handler
 
     def _preempt(self, signum: int, frame: Any) -> None:
-        self.preempted = True  # acted on by wait()
+        # Acted on by wait(). A second request while this start stops for the first is absorbed: kept, it would
+        # reach the next start's tasks before their handler is in place, and kill them (the signal's default).
+        self.preempted = self.preempted or not self.signalled
+
+    def _catching(self, running: list[subprocess.Popen[Any]]) -> bool:
+        """Whether every running task has a handler for the requeue signal: a task just started has none yet,
+        and the signal would kill it instead of stopping it to save. Until then the signal waits (the time
+        limit's own stop comes anyway)."""
+        return all(relay.catches(t.pid, self.requeue_signal) for t in running)
 
     def _stop(self, running: list[subprocess.Popen[Any]], notice_s: float = 0.0) -> None:
         """SIGCONT (a stopped task cannot act on SIGTERM), SIGTERM, then SIGKILL after GRACE_S; first, up to
@@ -123,7 +131,8 @@ class Controller(local.Controller):  # type: ignore[misc]
                     self._stop([t for t, c in zip(self.tasks, codes, strict=True) if c is None])
                     codes = [t.poll() for t in self.tasks]
                     break
-            if not self.signalled and (time.monotonic() >= signal_at or self.preempted):
+            due = not self.signalled and (time.monotonic() >= signal_at or self.preempted)
+            if due and self._catching([t for t, c in zip(self.tasks, codes, strict=True) if c is None]):
                 self.preempted = False
                 self._forward_signal(self.requeue_signal)
                 self.signalled = True

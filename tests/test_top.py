@@ -1,8 +1,10 @@
 """jobs.top's table from heartbeats and run folders (the live flow is on the real cluster: tests/slurm)."""
 
 import json
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -10,6 +12,7 @@ import pytest
 from jobs import top
 from jobs.tracking import Target
 from tests.conftest import ROOT
+from tests.messages import Golden
 
 NOW = 1000.0
 
@@ -97,6 +100,35 @@ def test_a_save_now_is_refused_where_no_watchdog_thread_reads_it(
             act._heartbeats_on(target)
     else:
         act._heartbeats_on(target)
+
+
+def test_a_second_requeue_request_waits_for_the_next_attempt(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, golden: Golden
+) -> None:
+    """--requeue-now (r) twice within a second: the second is refused in one line, nothing sent, until the
+    attempt the first one stopped has a successor in attempts.json (the ranks died of a second signal once)."""
+    from jobs import act
+    from trainer.errors import UserError
+    from trainer.supervise import live
+
+    sent: list[tuple[int, int]] = []
+    monkeypatch.setattr(act, "_running", lambda target: target)
+    monkeypatch.setattr(act.os, "kill", lambda pid, signum: sent.append((pid, signum)))
+    target = Target("7", "local", tmp_path, tmp_path)
+    attempts = tmp_path / "attempts.json"
+    attempts.write_text(json.dumps([{"started": time.time() - 60}]))
+    assert "it saves and is requeued" in act.requeue_now(target)
+    with pytest.raises(UserError) as refused:
+        act.requeue_now(target)
+    asked = time.strftime("%H:%M:%S", time.localtime(live.requeue_asked(tmp_path)))
+    golden(str(refused.value), when=asked)  # one line, naming the job, the signal and when it went
+    assert sent == [(7, signal.SIGUSR2)]
+    attempts.write_text(json.dumps([{"started": time.time() - 60}, {"started": time.time() + 1}]))
+    act.requeue_now(target)  # the job started again: a new request is its own
+    assert len(sent) == 2
+    (tmp_path / "top.request").write_text("{broken")  # a damaged request record refuses nothing
+    act.requeue_now(target)
+    assert len(sent) == 3
 
 
 def test_every_command_finds_a_run_by_its_name_under_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -18,6 +18,7 @@ from tests import ranks as forked
 from tests.conftest import ROOT, poll, process_start, run_dirs, submit, write_profile
 from tests.messages import Golden
 from tests.test_bad_input import assert_refused
+from trainer.supervise import relay
 
 LONG = ["steps=100000", "log.every=1", "checkpoint.every=100000", "batch_size=2", "log.image_every=0"]
 
@@ -245,6 +246,50 @@ def test_the_local_controller_sends_the_profiles_signal(tmp_path: Path, signal_n
     result = run_controller(tmp_path, signal_name)
     assert result.returncode == 0, result.stderr
     assert [(tmp_path / str(rank)).read_text() for rank in (0, 1)] == [f"SIG{signal_name}"] * 2
+
+
+REQUEUED_TASK = """import os, signal, sys, time
+signal.signal(signal.SIGTERM, signal.SIG_IGN)  # as submitit's task wrapper does
+rank = os.environ["SUBMITIT_LOCAL_GLOBALID"]
+with open(f"starts_{rank}", "a") as f:
+    f.write("start\\n")
+first = open(f"starts_{rank}").read().count("start") == 1
+def save(signum, frame):
+    open(f"got_{rank}", "w").close()
+    time.sleep(1.0)  # saving
+    sys.exit(144)  # saved: requeue me (submitit's local code)
+time.sleep(1.0)  # a task's start-up: no handler yet (the trainer imports before it installs its own)
+signal.signal(signal.SIGUSR2, save)
+open(f"ready_{rank}", "w").close()
+time.sleep(60 if first else 0.5)
+"""
+
+
+@pytest.mark.parametrize("when", ["before the handlers", "twice"])
+def test_a_requeue_request_reaches_only_tasks_that_take_it(tmp_path: Path, when: str) -> None:
+    """The requeue signal sent to the local controller (jobs.top --requeue-now) while its tasks start, or twice
+    in a row: each task gets it once its handler is in place, once, and the requeued start is not killed by a
+    second request (both ranks died of SIGUSR2 once)."""
+    (tmp_path / "task.py").write_text(REQUEUED_TASK)
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "SUBMITIT_LOCAL_NTASKS": "2", "SUBMITIT_PREEMPT_SIGNAL": "USR2"}
+    env |= {"SUBMITIT_LOCAL_COMMAND": f"{sys.executable} task.py", "SUBMITIT_LOCAL_TIMEOUT_S": "120"}
+    env |= {"SUBMITIT_LOCAL_SIGNAL_DELAY_S": "1", "SUBMITIT_STDERR_TO_STDOUT": "", "SUBMITIT_LOCAL_WITH_SHELL": ""}
+    cmd = [sys.executable, "-m", "jobs.local_controller", str(tmp_path / "logs")]
+    controller = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        poll("the controller's handler", lambda: relay.catches(controller.pid, signal.SIGUSR2), 30, every=0.01)
+        if when == "twice":
+            poll("the tasks' handlers", lambda: (tmp_path / "ready_0").exists() and (tmp_path / "ready_1").exists())
+        os.kill(controller.pid, signal.SIGUSR2)
+        if when == "twice":  # again while the tasks save
+            poll("the tasks saving", lambda: (tmp_path / "got_0").exists() and (tmp_path / "got_1").exists())
+            os.kill(controller.pid, signal.SIGUSR2)
+        assert controller.wait(timeout=60) == 0, controller.communicate()[0]
+    finally:
+        controller.kill()
+    codes = json.loads((tmp_path / "logs" / f"{controller.pid}_exit_codes.json").read_text())["codes"]
+    assert codes == [0, 0], codes  # the requeued start ran to its end
+    assert [(tmp_path / f"starts_{r}").read_text().count("start") for r in (0, 1)] == [2, 2]
 
 
 def test_a_time_limit_within_the_signal_delay_is_refused(golden: Golden, local_profile: Path, tmp_path: Path) -> None:

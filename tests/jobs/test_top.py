@@ -39,6 +39,8 @@ def test_top_shows_each_rank_and_its_keys_save_dump_and_requeue(local_profile: P
         assert all("train (trainer/train.py" in (folder / f"rank_{r}.txt").read_text() for r in (0, 1))
 
         assert "it saves and is requeued" in cli("jobs.top", str(run_dir), "--requeue-now").stdout
+        again = cli("jobs.top", str(run_dir), "--requeue-now")  # at once: refused (it killed both ranks once)
+        assert again.returncode == 2 and "has not started its next attempt yet" in again.stderr, again.stderr
         attempts = lambda: json.loads((run_dir / "attempts.json").read_text())  # noqa: E731
         poll("the second attempt", lambda: len(attempts()) == 2, 120)
         first, second = attempts()

@@ -25,20 +25,29 @@ from trainer.supervise.stacks import DUMP_SIGNAL
 WATCHED_S = 5.0  # a request older than this: nobody watches any more
 
 
-def request(run_dir: Path, save: bool = False) -> None:
+def request(run_dir: Path, save: bool = False, requeue: bool = False) -> None:
     """jobs.top: ask rank 0 for live.json for the next WATCHED_S seconds, and with `save` for a checkpoint at
-    the next vote (dist.stop_check_every steps), training on. A save asked for earlier is kept in the request."""
-    asked = time.time() if save else save_asked(run_dir)
-    write_text(RunDir(run_dir).top_request, json.dumps({"time": time.time(), "save": asked}) + "\n")
+    the next vote (dist.stop_check_every steps), training on. `requeue`: the requeue signal was just sent (no
+    rank reads it: jobs.act refuses another until the next attempt starts). Earlier asks are kept."""
+    now = time.time()
+    asked = {what: now if new else _asked(run_dir, what) for what, new in (("save", save), ("requeue", requeue))}
+    write_text(RunDir(run_dir).top_request, json.dumps({"time": now} | asked) + "\n")
 
 
 def save_asked(run_dir: Path) -> float:
     """When jobs.top last asked for a save (0: never); rank 0 reads it only while jobs.top watches."""
-    try:
-        asked = json.loads(RunDir(run_dir).top_request.read_text()).get("save", 0.0)
-    except (OSError, ValueError, AttributeError):
-        return 0.0
-    return float(asked) if isinstance(asked, int | float) else 0.0
+    return _asked(run_dir, "save")
+
+
+def requeue_asked(run_dir: Path) -> float:
+    """When jobs.top last sent the requeue signal (0: never)."""
+    return _asked(run_dir, "requeue")
+
+
+def _asked(run_dir: Path, what: str) -> float:
+    record = json_or_none(RunDir(run_dir).top_request)
+    asked = record.get(what) if isinstance(record, dict) else None
+    return float(asked) if isinstance(asked, int | float) and asked > 0 else 0.0
 
 
 # jobs.top's dump key, where py-spy cannot read a rank (trainer.supervise.stacks): each rank of the trainer
