@@ -1,6 +1,7 @@
 """`python -m jobs.picture RUN_DIR [-o FILE.png]`: one PNG of a run, drawn from its own TensorBoard event files.
 
-The curves of `train/loss`, `val/*` (with a validation set) and `train/lr`, each a small line chart, the
+The curves of `train/loss`, `val/*` (with a validation set) and `train/lr` (a script's: its losses and learning
+rate, from event files anywhere under the run), each a small line chart, the
 newest `images/input_target_output` grid, and the goodput ledger (where the wall time went) as one stacked bar. Pillow draws it (no plotting library); torch is not imported.
 """
 
@@ -19,6 +20,7 @@ from trainer.run import ledger
 from trainer.run.rundir import RunDir
 
 IMAGE_TAG = "images/input_target_output"
+MAX_CHARTS = 8
 COLUMNS = 2
 PANEL = (480, 280)  # one chart, its title and axes included
 HEADER = 40
@@ -46,41 +48,47 @@ class Picture:
 
 
 def chart_tags(tags: list[str]) -> list[str]:
-    """The curves drawn, in order: the training loss, every validation metric, the learning rate."""
-    val = sorted(t for t in tags if t.startswith("val/"))
-    return [t for t in ["train/loss", *val, "train/lr"] if t in tags]
+    """The curves drawn, in order: the losses (the trainer's train/loss first), the trainer's validation metrics,
+    the learning rate; a script's other scalars only when it logs none of these. At most MAX_CHARTS."""
+    names = {t: t.rpartition("/")[2].lower() for t in tags}
+    losses = sorted((t for t in tags if "loss" in names[t]), key=lambda t: (t != "train/loss", t))
+    val = sorted(t for t in tags if t.startswith("val/") and t not in losses)
+    rates = sorted(t for t in tags if names[t] in ("lr", "learning_rate") or names[t].startswith("lr-"))
+    return ([*losses, *val, *rates] or sorted(tags))[:MAX_CHARTS]
 
 
 def load(run_dir: Path) -> Picture:
-    """Read the run's event files (every attempt's) into curves and its newest image grid."""
+    """Read the run's event files (every attempt's, wherever under the run they are) into curves and its newest
+    image grid."""
     from tensorboard.backend.event_processing import event_accumulator as ea
 
     if not run_dir.is_dir():
         raise UserError(f"{run_dir} is not a directory; give a run directory printed by python -m jobs.submit")
-    folder = RunDir(run_dir).tensorboard
-    if not any(folder.glob("events.out.tfevents.*")):
+    files = RunDir(run_dir).event_files()
+    if not files:
         raise UserError(
-            f"{run_dir} holds no TensorBoard event files ({folder}/events.out.tfevents.*); give a run directory "
-            "of the trainer that has logged at least one step (log.every)"
+            f"{run_dir} holds no TensorBoard event files (looked for regular files events.out.tfevents.* in it and "
+            "every folder under it, links not followed); the trainer writes them once it has logged a step "
+            "(log.every), a script when it writes them under $RUN_DIR itself (SummaryWriter)"
         )
-    accumulator = ea.EventAccumulator(str(folder), size_guidance={ea.SCALARS: 0, ea.IMAGES: 1})
-    accumulator.Reload()
-    tags = accumulator.Tags()
-    curves = {}
-    for tag in chart_tags(tags.get(ea.SCALARS, [])):
-        by_step = {e.step: e.value for e in accumulator.Scalars(tag)}  # a step logged twice: the later attempt's
-        curves[tag] = sorted(by_step.items())
-    image, image_step = None, None
-    if IMAGE_TAG in tags.get(ea.IMAGES, []):
-        newest = max(accumulator.Images(IMAGE_TAG), key=lambda e: e.step)
-        image, image_step = Image.open(io.BytesIO(newest.encoded_image_string)).convert("RGB"), newest.step
-    if not curves and image is None:
-        raise UserError(
-            f"the event files in {folder} hold neither train/loss, val/*, train/lr nor {IMAGE_TAG}; "
-            "give a run directory of the trainer"
-        )
+    scalars: dict[str, dict[int, float]] = {}
+    newest = None
+    for file in files:  # oldest first: a step logged twice is the later attempt's
+        accumulator = ea.EventAccumulator(str(file), size_guidance={ea.SCALARS: 0, ea.IMAGES: 1})
+        accumulator.Reload()
+        tags = accumulator.Tags()
+        for tag in tags.get(ea.SCALARS, []):
+            scalars.setdefault(tag, {}).update((e.step, e.value) for e in accumulator.Scalars(tag))
+        if IMAGE_TAG in tags.get(ea.IMAGES, []):
+            image = max(accumulator.Images(IMAGE_TAG), key=lambda e: e.step)
+            newest = image if newest is None or image.step >= newest.step else newest
+    curves = {tag: sorted(scalars[tag].items()) for tag in chart_tags(list(scalars))}
+    if not curves and newest is None:
+        where = ", ".join(sorted({str(file.parent) for file in files}))
+        raise UserError(f"the event files in {where} hold no scalars and no {IMAGE_TAG}; nothing to draw")
+    image = None if newest is None else Image.open(io.BytesIO(newest.encoded_image_string)).convert("RGB")
     parts = ledger.read(run_dir, "")  # a snapshot: up to the last recorded moment
-    return Picture(run_dir.resolve().name, curves, image, image_step, parts)
+    return Picture(run_dir.resolve().name, curves, image, None if newest is None else newest.step, parts)
 
 
 def size(charts: int, image: bool, bar: bool = False) -> tuple[int, int]:

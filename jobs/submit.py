@@ -788,7 +788,7 @@ def wait_for(jobs: list, plan: Plan, folder: Path) -> int:  # type: ignore[type-
         first = failures[0]
         print(first if first.startswith(launch.CANCELLED) else f"error: {first}", file=sys.stderr)
         return 1
-    wrote_events = plan.script is None or next(folder.rglob("events.out.tfevents*"), None) is not None
+    wrote_events = plan.script is None or bool(RunDir(folder).event_files())  # what jobs.picture draws
     print(f"finished; TensorBoard: tensorboard --logdir {folder}" if wrote_events else "finished")
     return 0
 

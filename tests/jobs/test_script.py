@@ -494,6 +494,10 @@ def test_the_tensorboard_line_comes_when_the_script_wrote_events(tmp_path: Path)
     result = submit_in(tmp_path, "--wait", "--gpus-per-node", "1", "--", "python", "train.py")
     assert result.returncode == 0, result.stdout + result.stderr
     assert f"finished; TensorBoard: tensorboard --logdir {run_dir_of(result.stdout)}" in result.stdout
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    cmd = [sys.executable, "-m", "jobs.picture", str(run_dir_of(result.stdout))]
+    drawn = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
+    assert drawn.returncode == 0 and (run_dir_of(result.stdout) / "picture.png").is_file(), drawn.stderr
 
 
 @pytest.mark.parametrize(

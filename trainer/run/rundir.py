@@ -4,6 +4,8 @@ Torch-free: the submitter and the status commands read run directories too.
 """
 
 import json
+import os
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -192,3 +194,27 @@ class RunDir:
     def logs(self) -> Path:
         """submitit's folder: each task's output, the pickled function and its result."""
         return self.path / "logs"
+
+    def event_files(self) -> list[Path]:
+        """Every TensorBoard event file under the run, wherever it was written (the trainer's tensorboard/, a
+        script's RUN_DIR/tb or code/runs/...), oldest first by the time in its name. Regular files only, and
+        never through a link: the run folder is data, and a link in it may lead anywhere."""
+        found = []
+        for folder, _, names in os.walk(self.path):  # os.walk does not descend into a linked folder
+            found += [Path(folder, name) for name in names if name.startswith(EVENTS) and _regular(Path(folder, name))]
+        return sorted(found, key=lambda path: (_written_at(path.name), str(path)))
+
+
+EVENTS = "events.out.tfevents."  # SummaryWriter's file names: EVENTS + "<seconds>.<host>.<pid>.<n>"
+
+
+def _regular(path: Path) -> bool:
+    try:
+        return stat.S_ISREG(os.lstat(path).st_mode)
+    except OSError:  # gone since it was listed
+        return False
+
+
+def _written_at(name: str) -> int:
+    seconds = name[len(EVENTS) :].partition(".")[0]
+    return int(seconds) if seconds.isdigit() else 0
