@@ -243,6 +243,8 @@ def test_the_supervisor_closes_a_hung_attempt_and_the_ledger_counts_the_hang(tmp
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["ended"] == "failure" and summary["finished"] is False
     assert summary["ledger"]["hung"] == pytest.approx(7, abs=0.01), summary
+    assert ledger.read(tmp_path, state="FAILED") == summary["ledger"]  # the readers take the ended run's own
+    assert ledger.read(tmp_path, state="PENDING") != summary["ledger"]  # a --resume's job: up to now
     attempts_module.close(tmp_path, "cancelled", final=True)  # a second word changes nothing it said
     assert json.loads((tmp_path / "attempts.json").read_text())[0]["stop"]["reason"] == "failure"
 

@@ -153,14 +153,18 @@ def of_run(
 
 def read(run_dir: Path, state: str) -> dict[str, float] | None:
     """A run's ledger for jobs.status, jobs.list, jobs.top and jobs.picture, by its job's Slurm-style `state`:
-    summary.json's when the run finished; else from attempts.json (summary.json's as the run goes may be a
+    summary.json's when the run finished or ended (unless a --resume's job runs it again); else from attempts.json (summary.json's as the run goes may be a
     minute old), up to now
     while the job is pending or running, up to its last recorded moment when it is not. An attempt with no
     stop trains up to now only while the job is RUNNING; else up to its last progress. None when there is
     nothing to read (no attempt yet, or a record that cannot be read)."""
     files = RunDir(run_dir)
-    summary = json_or_none(files.summary) if files.finished() else None
-    if isinstance(summary, dict) and isinstance(summary.get("ledger"), dict):
+    summary = files.ended_summary()
+    if (
+        summary is not None
+        and (state not in LIVE or "ended" not in summary)
+        and isinstance(summary.get("ledger"), dict)
+    ):
         return sane(summary["ledger"])
     attempts = json_or_none(files.attempts)
     if not isinstance(attempts, list) or not all(isinstance(a, dict) and "started" in a for a in attempts):

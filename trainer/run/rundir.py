@@ -21,7 +21,7 @@ class Summary:
     line naming the file and how to mend it."""
 
     finished: bool
-    record: dict[str, Any] = field(default_factory=dict)  # the finished run's summary
+    record: dict[str, Any] = field(default_factory=dict)  # the finished run's summary, or an ended run's
     damage: str = ""
 
     def checked(self) -> "Summary":
@@ -47,8 +47,8 @@ def summary_verdict(path: Path) -> Summary:
     except FileNotFoundError:
         return Summary(False)
     said = None if problem else record.get("finished", True)
-    if said is False:
-        return Summary(False)
+    if said is False:  # a run going on, or one no job goes on with (the supervisor's final word, "ended")
+        return Summary(False, record if isinstance(record.get("ended"), str) else {})
     if not problem and said is not True:
         problem = f'not a valid {path.name} ("finished" is {json.dumps(said)}, neither true nor false)'
     elif not problem and not finished_shape(record):
@@ -100,6 +100,12 @@ class RunDir:
         """The run reached its steps (a script: its command ended with 0): summary.json's verdict (Summary). A
         damaged one is a UserError naming it: every reader says the same line."""
         return summary_verdict(self.summary).checked().finished
+
+    def ended_summary(self) -> dict[str, Any] | None:
+        """The final summary.json of a run that no job goes on with: finished, or ended (`"ended"`: failure,
+        cancelled, timeout, trainer.supervise.attempts.close); None while it may go on; a UserError when damaged."""
+        verdict = summary_verdict(self.summary).checked()
+        return verdict.record or None
 
     def finished_summary(self) -> dict[str, Any] | None:
         """The finished run's summary.json; None before it finished; a UserError when it is damaged."""
