@@ -353,3 +353,87 @@ def test_advice_from_the_login_node_names_the_run_as_the_laptop_knows_it(
     assert follow.elsewhere(str(tmp_path / "runs" / "r1"), "jobs.wait", follow_it=True) == 1  # streamed
     out, err = capsys.readouterr()
     assert out == said and "--resume runs/r1;" in err and "--offset" in asked[-1]
+
+
+@pytest.mark.parametrize(
+    ("code", "stderr", "answered", "drop"),
+    [
+        (-9, "", False, True),  # ssh itself killed mid-transfer
+        (255, "", True, True),  # it answered a moment ago
+        (255, "Connection to 127.0.0.1 closed by remote host.", False, True),
+        (255, "client_loop: send disconnect: Broken pipe", False, True),
+        (255, "ssh: connect to host x port 22: Connection refused", False, False),  # never reached
+        (255, "root@x: Permission denied (publickey).", False, False),
+        (1, "error: bad input", True, False),  # the agent's own refusal
+    ],
+)
+def test_a_dropped_connection_is_told_from_one_never_made(code: int, stderr: str, answered: bool, drop: bool) -> None:
+    from jobs.remote.ssh import dropped
+
+    assert dropped(code, stderr, answered) is drop
+
+
+def test_the_agent_packs_no_link_from_the_run_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A run's records and events go as plain files only: a link among them (to a file or a folder elsewhere
+    on the login node) is left out, never followed."""
+    from jobs.remote import agent
+
+    outside = tmp_path / "outside"
+    (outside / "tb").mkdir(parents=True)
+    (outside / "secret").write_text("not the run's")
+    (outside / "tb" / "events.out.tfevents.1").write_text("x")
+    run = tmp_path / "run"
+    (run / "tensorboard").mkdir(parents=True)
+    (run / "tensorboard" / "events.out.tfevents.2").write_text("y")
+    (run / "tensorboard" / "linked").symlink_to(outside / "tb")
+    (run / "tensorboard" / "events.out.tfevents.3").symlink_to(outside / "secret")
+    (run / "summary.json").symlink_to(outside / "secret")
+    (run / "attempts.json").write_text("[]")
+    out = io.BytesIO()
+    monkeypatch.setattr(sys, "stdout", io.TextIOWrapper(out))
+    agent.pack(str(run))
+    with tarfile.open(fileobj=io.BytesIO(out.getvalue())) as tar:
+        assert sorted(tar.getnames()) == ["attempts.json", "tensorboard/events.out.tfevents.2"]
+    (run / "tensorboard").rename(run / "tb")
+    (run / "tensorboard").symlink_to(outside / "tb")  # the events folder itself a link
+    out.seek(0), out.truncate()
+    agent.pack(str(run))
+    with tarfile.open(fileobj=io.BytesIO(out.getvalue())) as tar:
+        assert tar.getnames() == ["attempts.json"]
+
+
+class _LoginNode:
+    """A Connection's `call` for jobs.remote.submit.unqueued: the login node's answer to `job`."""
+
+    def __init__(self, seen: dict) -> None:  # type: ignore[type-arg]
+        self.seen = seen
+
+    def call(self, action: str, *args: str, timeout: float = 0) -> bytes:
+        assert action == "job"
+        return json.dumps(self.seen).encode()
+
+
+@pytest.mark.parametrize(
+    ("seen", "goes"),
+    [
+        ({"exists": False, "job_id": None, "submitting": False, "host": "login1"}, True),
+        ({"exists": True, "job_id": None, "submitting": False, "host": "login1"}, False),
+        ({"exists": False, "job_id": None, "submitting": True, "host": "login1"}, False),
+        ({"exists": False, "job_id": None, "submitting": False, "host": "login2"}, False),
+    ],
+)
+def test_a_retry_after_a_drop_that_queued_nothing_simply_works(tmp_path: Path, seen: dict, goes: bool) -> None:  # type: ignore[type-arg]
+    from jobs.remote import runs
+    from jobs.remote.submit import unqueued
+
+    login = Login("me@login", "/scratch/runs", [], "python3")
+    folder = tmp_path / "runs" / "r1"
+    runs.save(folder, runs.RemoteRun(login, "/scratch/runs/r1", "", "site", "/scratch/runs/r1/code"))
+    assert unqueued(_LoginNode(seen), folder, "/scratch/runs/r1", host="login1") is goes  # type: ignore[arg-type]
+    assert folder.exists() is not goes
+    runs.save(folder, runs.RemoteRun(login, "/scratch/runs/r1", "", "site", "/scratch/runs/r1/code"))
+    queued = seen | {"job_id": "42"}
+    with pytest.raises(UserError, match="r1 was queued as job 42 as the connection dropped"):
+        unqueued(_LoginNode(queued), folder, "/scratch/runs/r1", host="login1")  # type: ignore[arg-type]
+    runs.save(folder, runs.RemoteRun(login, "/scratch/runs/r1", "7", "site", "/scratch/runs/r1/code"))
+    assert unqueued(_LoginNode(seen), folder, "/scratch/runs/r1", host="login1") is False  # a settled run stays

@@ -157,10 +157,13 @@ def pack(run_dir: str) -> None:
     if not os.path.isdir(base):
         fail(f"{run_dir} is not a run directory on the cluster")
     with tarfile.open(fileobj=sys.stdout.buffer, mode="w|") as tar:
+        # Plain files only, never through a link: the run folder is data, and a link in it may point anywhere.
         for name in FETCHED:
-            if os.path.isfile(os.path.join(base, name)):
-                tar.add(os.path.join(base, name), arcname=name)
-        for root, _, files in os.walk(os.path.join(base, "tensorboard")):
+            path = os.path.join(base, name)
+            if os.path.isfile(path) and not os.path.islink(path):
+                tar.add(path, arcname=name)
+        events = os.path.join(base, "tensorboard")
+        for root, _, files in [] if os.path.islink(events) else os.walk(events):  # walk follows no link below
             for name in sorted(files):
                 path = os.path.join(root, name)
                 if os.path.isfile(path) and not os.path.islink(path):  # the laptop takes plain files only

@@ -198,7 +198,7 @@ class Connection:
             done = subprocess.run(self.argv(action, *args), input=data, capture_output=True, timeout=timeout)
         except subprocess.TimeoutExpired:
             raise UserError(f"{self.login.login} did not answer within {timeout:.0f} s; try again") from None
-        if done.returncode == SSH_FAILED and self.answered:  # it worked a moment ago: the connection dropped
+        if dropped(done.returncode, done.stderr.decode(errors="replace"), self.answered):
             said = " ".join(done.stderr.decode(errors="replace").split())[-200:] or "no word from ssh"
             raise UserError(
                 f"the connection to {self.login.login} dropped during {action} ({said}); nothing is lost: run the "
@@ -233,7 +233,13 @@ class Connection:
                     code = None
                 if code:
                     err.seek(0)
-                    raise UserError(self.explain(code, err.read().decode(errors="replace"))) from None
+                    said = err.read().decode(errors="replace")
+                    if dropped(code, said, self.answered):
+                        raise UserError(
+                            f"the connection to {self.login.login} dropped during {action}; nothing is lost: run "
+                            "the same command again"
+                        ) from None
+                    raise UserError(self.explain(code, said)) from None
                 raise UserError(f"what {self.login.login} sent was cut short ({exc}); try again") from None
             code = proc.wait()
             if code != 0:
@@ -255,6 +261,19 @@ class Connection:
         if code == 127 or "not found" in text:
             return f"{host} has no {self.login.python}: {text}; set python: in the profile to the cluster's interpreter"
         return f"{host}: {text}"
+
+
+# What ssh says when a connection that was up goes away (a network gone, the server's end killed).
+DROP_WORDS = ("connection closed", "closed by remote host", "connection reset", "broken pipe", "killed by signal")
+
+
+def dropped(code: int, stderr: str, answered: bool) -> bool:
+    """Whether a command's end was the connection's: ssh killed by a signal (its own end, a drop's), or ssh's
+    exit 255 after the login node had answered, or with words of a connection that went away."""
+    if code < 0:
+        return True
+    text = stderr.lower()
+    return code == SSH_FAILED and (answered or any(word in text for word in DROP_WORDS))
 
 
 def with_retries(what: str, attempt: Callable[[], int], give_up_s: float = 600.0) -> int:

@@ -18,7 +18,7 @@ import yaml
 from jobs.profiles import Profile
 from jobs.remote import follow, runs, sync
 from jobs.remote.runs import RemoteRun
-from jobs.remote.ssh import SSH_FAILED, Connection, Login
+from jobs.remote.ssh import Connection, Login, dropped
 from jobs.snapshot import git_diff, plan_snapshot
 from jobs.tracking import by_name
 from trainer.errors import UserError
@@ -157,7 +157,7 @@ def submit(
     where = f"{run_dir}/code" if fresh else cwd
     run = RemoteRun(login, run_dir, resume.job_id if resume else "", resume.profile if resume else profile.name, where)
     folder = resume_folder if resume and resume_folder else runs.local_folder(run.run_dir)
-    if not resume and folder.exists():
+    if not resume and folder.exists() and not unqueued(connection, folder, run_dir, host=str(hello.get("host", ""))):
         raise UserError(f"{folder} already exists here; pick another --name, or move that folder aside")
     runs.save(folder, run)  # first: whatever happens to the connection now, this machine knows the run
     run = dataclasses.replace(run, folder=runs.shown(folder))
@@ -231,6 +231,31 @@ def settle(
     )
 
 
+def unqueued(connection: Connection, folder: Path, run_dir: str, host: str) -> bool:
+    """Whether `folder` holds only the record of an earlier submit of this same run that a dropped connection
+    left unsettled, and the login node says nothing came of it (no run directory, no submit of it running):
+    then the record goes, and the same command, run again as advised, simply works. A job queued meanwhile is
+    said in one line."""
+    try:
+        record = runs.load(str(folder))
+    except UserError:
+        return False
+    if record is None or record.job_id or record.run_dir != run_dir:
+        return False
+    seen = json.loads(connection.call("job", run_dir, Path(run_dir).name, timeout=30) or b"null")
+    if isinstance(seen, dict) and str(seen.get("job_id") or "").isdigit():
+        raise UserError(
+            f"{folder.name} was queued as job {seen['job_id']} as the connection dropped: python -m jobs.status "
+            f"{folder.name} follows it"
+        )
+    if not (isinstance(seen, dict) and seen.get("exists") is False and seen.get("submitting") is False):
+        return False
+    if host and seen.get("host") != host:  # another login node behind the name cannot see the submit's processes
+        return False
+    _forget(folder)
+    return True
+
+
 def _forget(folder: Path) -> None:
     """Remove the record this submit made here: remote.json, and its folder if that is all it held."""
     (folder / runs.RECORD).unlink(missing_ok=True)
@@ -267,7 +292,7 @@ def submit_there(connection: Connection, cwd: str, run: RemoteRun, args: list[st
     argv = connection.argv("run", cwd, "jobs.submit", *args)
     done = subprocess.run(argv, capture_output=True, text=True, errors="replace")
     sys.stdout.write(follow.as_here(done.stdout, run))
-    if done.returncode == SSH_FAILED:  # it answered a moment ago: the connection dropped
+    if dropped(done.returncode, done.stderr, answered=True):  # it answered a moment ago: the connection dropped
         said = " ".join(done.stderr.split())[-200:] or "no word from ssh"
         raise Unsettled(f"the connection to {connection.login.login} dropped during the submit ({said})")
     if done.returncode != 0 and "error: " in done.stderr:  # refused there: one line, nothing queued
