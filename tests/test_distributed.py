@@ -1,5 +1,7 @@
 """The DDP settings reach DDP, and change how gradients travel, not what they are."""
 
+import dataclasses
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -133,3 +135,27 @@ def test_one_process_decides_at_the_vote_itself() -> None:
     vote, flag = StopVote(ONE_RANK, torch.device("cpu"), every=5), Flag()
     flag.raised = True
     assert [vote.at(step, flag, lambda: False) for step in (4, 5)] == ["", "stop"]  # type: ignore[arg-type]
+
+
+def test_rank_0_requeues_the_job_only_once_every_rank_has_the_decision(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Slurm's requeue ends every task at once: asked for before the decision's broadcast, a rank still in it
+    failed on its lost peer, a traceback at the stop. Rank 0 records the stop, broadcasts, then requeues."""
+    from trainer import distributed
+    from trainer.supervise import attempts
+    from trainer.supervise.signals import JobSettings
+
+    happened: list[str] = []
+    monkeypatch.setattr(distributed.dist, "broadcast", lambda tensor, src: happened.append("broadcast"))
+
+    def slurm(cmd: list[str], **kwargs: object) -> subprocess.CompletedProcess[str]:
+        happened.append(" ".join(cmd[:2]))
+        return subprocess.CompletedProcess(cmd, 0, "", "")
+
+    monkeypatch.setattr(attempts.subprocess, "run", slurm)
+    env = dataclasses.replace(TWO_RANKS, source="slurm", slurm_job_id="42", job_id="42")
+    record = attempts.Attempts(tmp_path)
+    record.start(0, 0)
+    assert distributed.decide(env, record, JobSettings(), 10, tmp_path, torch.device("cpu"), 1.0)
+    assert happened[-2:] == ["broadcast", "scontrol requeue"], happened

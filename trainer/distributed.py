@@ -19,7 +19,7 @@ from trainer.config import DistConfig
 from trainer.env.launcher import DistEnv
 from trainer.errors import UserError
 from trainer.run.rundir import RunDir
-from trainer.supervise.attempts import Attempts, record_stop
+from trainer.supervise.attempts import Attempts, record_stop, requeue
 from trainer.supervise.flag import StopFlag
 from trainer.supervise.signals import JobSettings
 from trainer.tasks import check_devices
@@ -406,12 +406,15 @@ def decide(
     device: torch.device,
     signalled_at: float | None = None,
 ) -> bool:
-    """Rank 0 records why the run stopped and whether to requeue; every rank learns the decision."""
+    """Rank 0 records why the run stopped and whether to requeue; every rank learns the decision, and then rank
+    0 requeues the job (Slurm's requeue ends every task: one still in the broadcast would fail on its peer)."""
     go_on = True
     if attempts is not None:
-        go_on = record_stop(env, attempts, settings, step, run_dir, signalled_at)
+        go_on = record_stop(env, attempts, settings, step, run_dir, signalled_at, requeue_now=False)
     if env.distributed:
         decision = torch.tensor([int(go_on)], device=device)
         dist.broadcast(decision, src=0)
         go_on = bool(decision.item())
+    if attempts is not None and go_on:
+        requeue(env)
     return go_on

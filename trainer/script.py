@@ -24,7 +24,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -165,7 +165,7 @@ def _clear_other_attempts(exits: Path, attempt_key: str) -> None:
     before rank 0 got here), so those stay, and so do words being written (write_text's hidden temporary file:
     removing one made a fast peer's rename fail, seen once in CI)."""
     for path in exits.glob("*rank_*"):
-        if not path.name.startswith((f"{attempt_key}_rank_", ".")):
+        if not path.name.startswith((f"{attempt_key}_rank_", f"{attempt_key}_frozen_", ".")):
             path.unlink(missing_ok=True)
 
 
@@ -367,7 +367,7 @@ def _run(
         for signum in sorted(set(received) - acted):
             acted.add(signum)
             if signum == requeue:
-                _pass_on(child.pid, requeue)
+                _pass_on(child.pid, requeue, lambda: _stop_together(Path(run_dir), env))
             else:
                 relay.stop_tree(child.pid)
         if requeue in received and not over and time.time() - received[requeue] > settings.grace_s:
@@ -456,17 +456,39 @@ def _wait(child: subprocess.Popen[bytes], timeout: float) -> int | None:
         return None
 
 
-def _pass_on(pid: int, signum: int) -> None:
+def _pass_on(pid: int, signum: int, together: Callable[[], None] = lambda: None) -> None:
     """The requeue signal to the command's processes that handle it; a command with none is stopped (it
-    would die of the signal's default action, failing the job) so the job is requeued all the same."""
-    handlers = [p for p in relay.tree(pid) if relay.catches(p, signum)]
+    would die of the signal's default action, failing the job) so the job is requeued all the same: frozen
+    first, and ended once `together` says every rank's is frozen too. A rank's command ended while a peer's
+    still ran made that peer fail on its lost connection, a traceback above the stop (seen on two nodes)."""
+    pids = relay.tree(pid)
+    handlers = [p for p in pids if relay.catches(p, signum)]
     name = signal.Signals(signum).name
     if handlers:
         relay.signal_all(handlers, signum)
         print(f"requeue signal: {name} passed on to {len(handlers)} process(es) of the command", flush=True)
     else:
         print(f"requeue signal: the command does not handle {name}; stopping it to requeue", flush=True)
+        relay.signal_all(pids, signal.SIGSTOP)  # its connections stay open: its peers wait, they do not fail
+        together()
         relay.stop_tree(pid)
+
+
+TOGETHER_S = 2 * relay.FALLBACK_S  # how long a frozen command waits for its peers' (a task on the shared file)
+
+
+def _stop_together(run_dir: Path, env: DistEnv) -> None:
+    """Say that this rank's command is frozen for the requeue, and wait until every rank's is, or has ended
+    (its exit word), for at most TOGETHER_S: a peer whose task is gone must not hold the stop."""
+    exits = RunDir(run_dir).exits
+    with contextlib.suppress(OSError, UserError):
+        write_text(exits / f"{env.attempt_key}_frozen_rank_{env.rank}", "")
+    deadline = time.monotonic() + TOGETHER_S
+    while time.monotonic() < deadline:
+        done = {p.name.rpartition("_")[2] for p in exits.glob(f"{env.attempt_key}_*rank_*")}
+        if len(done) >= env.world_size:
+            return
+        time.sleep(0.05)
 
 
 def _run_in_process(command: list[str], cwd: str, env: DistEnv, run_dir: str, settings: JobSettings) -> Ended:

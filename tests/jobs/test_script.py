@@ -8,6 +8,7 @@ import re
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -814,3 +815,57 @@ def test_a_failed_attempt_is_closed_and_the_run_says_it_ended(tmp_path: Path) ->
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["finished"] is False and summary["ended"] == "failure" and summary["failures"] == 1, summary
     assert summary["ledger"]["training"] >= 2.0 and summary["steps_recomputed"] == 0, summary
+
+
+# All-reduces without pause until stopped; a restart (its rank's mark left) finishes at once. Each rank leaves
+# its task's pid and its own.
+ALL_REDUCING = """
+import os
+import torch, torch.distributed as dist
+dist.init_process_group("gloo")
+rank, run_dir = dist.get_rank(), os.environ["RUN_DIR"]
+mark = os.path.join(run_dir, f"started{rank}")
+if not os.path.exists(mark):
+    open(mark, "w").write(f"{os.getppid()} {os.getpid()}")
+    while True:
+        dist.all_reduce(torch.ones(1000))
+dist.destroy_process_group()
+"""
+
+
+def test_a_rank_stopped_for_a_requeue_before_its_peer_leaves_no_peer_error(tmp_path: Path) -> None:
+    """The requeue signal reaches rank 1's task well before rank 0's (two nodes see it apart): rank 1's command,
+    which does not handle it, is frozen, not ended, until rank 0's is too, so rank 0's never fails on a lost
+    connection: no traceback in what jobs.wait shows, a requeue (not a failure), and the restart finishes."""
+    (tmp_path / "train.py").write_text(ALL_REDUCING)
+    result = submit_in(tmp_path, "--", "python", "train.py")
+    assert result.returncode == 0, result.stdout + result.stderr
+    run_dir = run_dir_of(result.stdout)
+    marks = [run_dir / f"started{rank}" for rank in (0, 1)]
+    poll("both ranks all-reducing", lambda: all(m.exists() and m.read_text() for m in marks), timeout=120)
+    (task0, command0), (task1, command1) = ([int(w) for w in m.read_text().split()] for m in marks)
+    os.kill(task1, signal.SIGUSR2)
+    poll("rank 1's command stopped", lambda: not _running(command1))
+    # Time for rank 0's command to fail on its lost peer, as it did when rank 1's was ended at once.
+    deadline = time.monotonic() + 5
+    while _running(command0) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(task0, signal.SIGUSR2)
+    waited = subprocess.run(
+        [sys.executable, "-m", "jobs.wait", str(run_dir)], cwd=ROOT, capture_output=True, text=True, timeout=300
+    )
+    assert waited.returncode == 0, waited.stdout + waited.stderr
+    assert "Traceback" not in waited.stdout + waited.stderr, waited.stdout + waited.stderr
+    attempts = json.loads((run_dir / "attempts.json").read_text())
+    assert [a["stop"]["reason"] for a in attempts] == ["timeout", "finished"], attempts
+    assert not (run_dir / "error.txt").exists()
+
+
+def _running(pid: int) -> bool:
+    """Whether `pid` runs: neither ended nor stopped (SIGSTOP)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state not in ("T", "t", "Z", "X")

@@ -295,14 +295,15 @@ def record_stop(
     step: int | None,
     run_dir: Path,
     signalled_at: float | None,
+    requeue_now: bool = True,
 ) -> bool:
     """Rank 0: record why the run stopped at `step` (None: a script, whose steps are its own) and requeue the
-    job, unless past max_num_timeout. Returns whether the run goes on (requeued).
+    job (unless `requeue_now` is False: the caller does, with requeue()), unless past max_num_timeout. Returns
+    whether the run goes on (requeued).
 
     Without a signal the command asked for it (a script's exit 144): "requested", counted against the same
     budget as time limits, so a script that always asks cannot loop for ever."""
-    # The Slurm job, however the ranks were started in it (srun tasks, or torchrun inside a task).
-    slurm_job = env.slurm_job_id if env.source in ("slurm", "torchrun") else None
+    slurm_job = _slurm_job(env)
     if signalled_at is None and step is None:
         reason = "requested"
     elif slurm_job:
@@ -325,10 +326,22 @@ def record_stop(
         print(f"error: {message}", file=sys.stderr, flush=True)
         return False
     print(f"{reason}: saved at step {step}, requeueing" if step is not None else f"{reason}: requeueing", flush=True)
-    if slurm_job:
+    if requeue_now:
+        requeue(env)
+    return True
+
+
+def _slurm_job(env: DistEnv) -> str | None:
+    """The Slurm job, however the ranks were started in it (srun tasks, or torchrun inside a task)."""
+    return env.slurm_job_id if env.source in ("slurm", "torchrun") else None
+
+
+def requeue(env: DistEnv) -> None:
+    """Ask Slurm to requeue the job (the local controller restarts on the tasks' exit code instead). Slurm then
+    ends every task: the ranks must have agreed to stop first, or one still talking to its peers fails."""
+    if slurm_job := _slurm_job(env):
         # Under PreemptMode=REQUEUE Slurm requeues by itself; asking again is then harmless.
         subprocess.run(["scontrol", "requeue", slurm_job], capture_output=True, timeout=60)
-    return True
 
 
 # Stops counted against max_num_timeout, and how the message names them.

@@ -142,10 +142,12 @@ def signal_all(pids: list[int], signum: int) -> None:
 
 
 def stop_tree(pid: int, wait_s: float = 3.0) -> None:
-    """SIGCONT and SIGTERM to `pid` and everything below it, SIGKILL to what is left after `wait_s`."""
+    """SIGTERM and SIGCONT to `pid` and everything below it, SIGKILL to what is left after `wait_s`. SIGTERM
+    first: a stopped process without a handler for it ends without running again (a frozen rank would
+    otherwise wake to its peer's lost connection and fail on it); one with a handler wakes to run it."""
     pids = tree(pid)
-    signal_all(pids, signal.SIGCONT)
     signal_all(pids, signal.SIGTERM)
+    signal_all(pids, signal.SIGCONT)
     deadline = time.monotonic() + wait_s
     while time.monotonic() < deadline and any(_alive(p) for p in pids):
         time.sleep(0.05)
