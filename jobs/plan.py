@@ -13,6 +13,7 @@ from jobs.snapshot import tool_dir, tool_environment
 from trainer.config import TrainConfig
 from trainer.env.launcher import GPUS_PER_TASK
 from trainer.errors import UserError
+from trainer.script import LATEST
 from trainer.supervise import signals
 from trainer.supervise.signals import JobSettings
 
@@ -128,6 +129,22 @@ def script_commands(command: list[str], points: list[list[str]]) -> list[list[st
             substituted.append(word)
         out.append(substituted)
     return out
+
+
+def restart_words(text: str | None) -> list[str]:
+    """--restart-args as the words the tasks add (trainer.script.with_restart_args); a quote left open or a
+    {LATEST...} that is not {LATEST:pattern} refused, as the tasks would pass it to the script as it is."""
+    try:
+        words = shlex.split(text or "")
+    except ValueError as exc:  # shlex's "No closing quotation"
+        raise UserError(f"--restart-args {text}: {str(exc).lower()}; close the quote or drop it") from None
+    for word in words:
+        if "{latest" in LATEST.sub("", word.replace("{RUN_DIR}", RUN_DIR_WORD)).lower():
+            raise UserError(
+                f"--restart-args {word} is not {{LATEST:PATTERN}} (the newest of the files or folders PATTERN "
+                "matches); write e.g. '--resume_from_checkpoint {LATEST:out/checkpoint-*}'"
+            )
+    return words
 
 
 def with_interpreter(command: list[str], python: str) -> list[str]:

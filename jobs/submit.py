@@ -22,6 +22,7 @@ from jobs.plan import (
     Plan,
     Script,
     make_plan,
+    restart_words,
     sbatch_script,
     script_commands,
     script_file,
@@ -483,7 +484,7 @@ def prepare_script(
             f"{args.overrides[0]} configures the built-in trainer; with a command, pass your script's own "
             "arguments after --"
         )
-    restart_args = shlex.split(args.restart_args) if args.restart_args else []
+    restart_args = restart_words(args.restart_args)
     cwd, code_dir, snapshot = os.getcwd(), None, None
     if args.resume:
         if command or args.sweep:

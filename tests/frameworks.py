@@ -151,6 +151,94 @@ dist.barrier()
 dist.destroy_process_group()
 """
 
+# timm's train.py's shape: --output and --experiment name its folder (a new date-time one each start without
+# --experiment), where its CheckpointSaver keeps last.pth.tar (written to tmp.pth.tar, then renamed) and
+# checkpoint-EPOCH.pth.tar; --resume PATH goes on from the epoch after the saved one (its version-2 checkpoints).
+TIMM = """
+import argparse, os, shutil, time
+import torch, torch.distributed as dist
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--output", default="")
+parser.add_argument("--experiment", default="")
+parser.add_argument("--epochs", type=int, default=20)
+parser.add_argument("--resume", default="")
+args = parser.parse_args()
+dist.init_process_group("gloo")
+rank = dist.get_rank()
+model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(4, 1))
+optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+start_epoch = 0
+if args.resume:
+    checkpoint = torch.load(args.resume, map_location="cpu")
+    model.module.load_state_dict(checkpoint["state_dict"])
+    optimizer.load_state_dict(checkpoint["optimizer"])
+    start_epoch = checkpoint["epoch"] + (checkpoint.get("version", 1) > 1)
+output_dir = os.path.join(args.output or "./output/train", args.experiment or time.strftime("%Y%m%d-%H%M%S"))
+os.makedirs(output_dir, exist_ok=True)
+run = os.environ["RUN_DIR"]
+open(os.path.join(run, f"world.{rank}"), "a").write(f"{dist.get_world_size()}\\n")
+if rank == 0:
+    open(os.path.join(run, "starts"), "a").write(f"{start_epoch * 10}\\n")
+for epoch in range(start_epoch, args.epochs):
+    for _ in range(10):
+        model(torch.ones(2, 4)).sum().backward()
+        optimizer.step()
+        time.sleep(0.05)
+    if rank == 0:
+        state = {"epoch": epoch, "arch": "linear", "state_dict": model.module.state_dict(), "version": 2}
+        torch.save(state | {"optimizer": optimizer.state_dict()}, os.path.join(output_dir, "tmp.pth.tar"))
+        os.replace(os.path.join(output_dir, "tmp.pth.tar"), os.path.join(output_dir, "last.pth.tar"))
+        shutil.copyfile(os.path.join(output_dir, "last.pth.tar"), os.path.join(output_dir, f"checkpoint-{epoch}.pth.tar"))
+dist.barrier()
+dist.destroy_process_group()
+"""
+
+# The Hugging Face Trainer's shape (run_clm.py's TrainingArguments): a checkpoint-STEP/ folder in --output_dir
+# every --save_steps (model, optimizer, trainer_state.json), resumed with --resume_from_checkpoint FOLDER. Its
+# folder is made whole before it is named here (a save cut short would be the newest; the Trainer writes in
+# place, so a real one cut short by a kill is a risk of its own). --output_dir is relative: in the working folder.
+HF_TRAINER = """
+import argparse, json, os, time
+import torch, torch.distributed as dist
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--output_dir", required=True)
+parser.add_argument("--max_steps", type=int, default=300)
+parser.add_argument("--save_steps", type=int, default=10)
+parser.add_argument("--resume_from_checkpoint", default=None)
+args = parser.parse_args()
+dist.init_process_group("gloo")
+rank = dist.get_rank()
+model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(4, 1))
+optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+global_step = 0
+if args.resume_from_checkpoint:
+    folder = args.resume_from_checkpoint
+    model.module.load_state_dict(torch.load(os.path.join(folder, "pytorch_model.bin")))
+    optimizer.load_state_dict(torch.load(os.path.join(folder, "optimizer.pt")))
+    global_step = json.load(open(os.path.join(folder, "trainer_state.json")))["global_step"]
+run = os.environ["RUN_DIR"]
+open(os.path.join(run, f"world.{rank}"), "a").write(f"{dist.get_world_size()}\\n")
+if rank == 0:
+    open(os.path.join(run, "starts"), "a").write(f"{global_step}\\n")
+while global_step < args.max_steps:
+    model(torch.ones(2, 4)).sum().backward()
+    optimizer.step()
+    optimizer.zero_grad()
+    time.sleep(0.05)
+    global_step += 1
+    if global_step % args.save_steps == 0 and rank == 0:
+        part = os.path.join(args.output_dir, f"tmp-checkpoint-{global_step}")
+        os.makedirs(part, exist_ok=True)
+        torch.save(model.module.state_dict(), os.path.join(part, "pytorch_model.bin"))
+        torch.save(optimizer.state_dict(), os.path.join(part, "optimizer.pt"))
+        json.dump({"global_step": global_step}, open(os.path.join(part, "trainer_state.json"), "w"))
+        os.replace(part, os.path.join(args.output_dir, f"checkpoint-{global_step}"))
+dist.barrier()
+dist.destroy_process_group()
+"""
+
 # name: (file, its text, the words after -- python FILE, the submit's own extra flags, what it saves)
 FRAMEWORKS = {
     "plain": ("train.py", PLAIN, [], [], "ckpt.pt"),
@@ -159,6 +247,16 @@ FRAMEWORKS = {
     "torchvision-references": (
         "train_classification.py", TORCHVISION_REFERENCES, ["--output-dir", "{RUN_DIR}"],
         ["--restart-args", "--resume {RUN_DIR}/checkpoint.pth"], "checkpoint.pth",
+    ),
+    "timm": (
+        "train_timm.py", TIMM, ["--output", "{RUN_DIR}", "--experiment", "resnet"],
+        ["--restart-args", "--resume {RUN_DIR}/resnet/last.pth.tar"], "resnet/last.pth.tar",
+    ),
+    # Saved once checkpoint-100/ is there: the newest is then checkpoint-100 or later by its number, where by
+    # name alone it would be checkpoint-90 (test_frameworks checks it resumed at 100 or later).
+    "hf-trainer": (
+        "run_clm.py", HF_TRAINER, ["--output_dir", "out"],
+        ["--restart-args", "--resume_from_checkpoint {LATEST:out/checkpoint-*}"], "code/out/checkpoint-100",
     ),
 }  # fmt: skip
 

@@ -15,6 +15,7 @@ on its exit code.
 """
 
 import contextlib
+import glob
 import json
 import os
 import re
@@ -150,14 +151,42 @@ def script_totals(attempts: Attempts) -> dict[str, Any]:
     return attempts.totals() | {"attempts": len(attempts.items), "attempt_s": ran}
 
 
+# In --restart-args: the newest of a pattern's matches (the Trainer's checkpoint-N/ folders), once one exists.
+LATEST = re.compile(r"\{LATEST:([^{}]+)\}")
+
+
 def with_restart_args(command: list[str], words: list[str], run_dir: str, cwd: str) -> list[str]:
     """`command` with {RUN_DIR} filled in, and `words` (--restart-args, the same) added once their last word
-    names a file that exists: the script's own checkpoint, after a start that saved one (never the first)."""
+    names a file that exists: the script's own checkpoint, after a start that saved one (never the first).
+    Words that hold {LATEST:pattern} are added once each pattern matches, the newest match in its place."""
     command, words = (
         [w.replace("{RUN_DIR}", run_dir) for w in command],
         [w.replace("{RUN_DIR}", run_dir) for w in words],
     )
+    patterns = [pattern for word in words for pattern in LATEST.findall(word)]
+    if patterns:
+        found = {pattern: newest(pattern, cwd) for pattern in patterns}
+        if None in found.values():
+            return command
+        return [*command, *(LATEST.sub(lambda m: found[m.group(1)] or "", word) for word in words)]
     return [*command, *words] if words and (Path(cwd) / words[-1]).is_file() else command
+
+
+def newest(pattern: str, cwd: str) -> str | None:
+    """The newest of the files or folders `pattern` matches, relative to `cwd` as the command reads it: by the
+    numbers in their names where only those differ (checkpoint-10 after checkpoint-9, whichever was written
+    last), else the last modified; None while nothing matches."""
+    matches = glob.glob(pattern, root_dir=cwd)
+    if len({re.sub(r"\d+", "#", match) for match in matches}) == 1:
+        return max(matches, key=lambda match: [int(n) for n in re.findall(r"\d+", match)])
+    return max(matches, key=lambda match: _mtime(os.path.join(cwd, match)), default=None)
+
+
+def _mtime(path: str) -> float:
+    try:
+        return os.stat(path).st_mtime
+    except OSError:  # removed since it was listed (the Trainer's save_total_limit drops its oldest)
+        return float("-inf")
 
 
 def _clear_other_attempts(exits: Path, attempt_key: str) -> None:

@@ -1,7 +1,8 @@
-"""README's framework matrix, locally: a plain torchrun-style script, Lightning, accelerate and a torchvision
-references-style script (tests/frameworks.py), each on 2 processes, preempted once after it saved (the requeue
-signal sent to the local controller, as Slurm's preemption sends it), requeued, resumed from its own save, and
-finished with every rank seeing the whole world. The same on the 2-node cluster: tests/slurm/test_frameworks.py."""
+"""README's framework matrix, locally: a plain torchrun-style script, Lightning, accelerate, a torchvision
+references-style script, a timm-style one and one shaped like the Hugging Face Trainer (tests/frameworks.py),
+each on 2 processes, preempted once after it saved (the requeue signal sent to the local controller, as
+Slurm's preemption sends it), requeued, resumed from its own save, and finished with every rank seeing the whole
+world. The same on the 2-node cluster: tests/slurm/test_frameworks.py."""
 
 import json
 import os
@@ -42,3 +43,5 @@ def test_a_frameworks_script_is_preempted_requeued_and_resumes_from_its_own_save
     assert summary["steps_recomputed"] is None and summary["ledger"]["recomputed_known"] is False, summary
     if name == "lightning":
         assert (run_dir / "final").read_text() == "12 96"  # its epoch and global step went on to the end
+    if name == "hf-trainer":
+        assert starts[1] >= 100, starts  # {LATEST:out/checkpoint-*}: checkpoint-100 is newer than checkpoint-90

@@ -1,5 +1,5 @@
 """README's framework matrix on the two-node cluster: each of tests/frameworks.py's scripts as its own job, 2
-nodes x 1 task, all four running at once, preempted together once each has saved, requeued, resumed from its
+nodes x 1 task, all running at once, preempted together once each has saved, requeued, resumed from its
 own save, and finished with both ranks seeing a world of 2."""
 
 import json
@@ -42,6 +42,8 @@ def test_each_frameworks_script_is_preempted_on_two_nodes_and_resumes(slurm_clus
         poll(f"{name}'s summary", lambda r=run_dir: RunDir(r).finished(), timeout=300)
         starts = frameworks.starts(run_dir)
         assert len(starts) == 2 and starts[0] == 0 and starts[1] > 0, (name, starts)
+        if name == "hf-trainer":  # {LATEST:out/checkpoint-*}: checkpoint-100 is newer than checkpoint-90
+            assert starts[1] >= 100, starts
         assert frameworks.worlds(run_dir, 2) == [{2}, {2}], name
         summary = json.loads((run_dir / "summary.json").read_text())
         assert summary["attempts"] == 2 and summary["preemptions"] == 1, (name, summary)
