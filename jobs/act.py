@@ -94,7 +94,7 @@ def dump_stacks(target: Target) -> str:
     run_dir, stamp = target.run_dir, time.strftime("%Y%m%d-%H%M%S")
     records = stacks.ranks_of(run_dir, None)
     if target.executor != "slurm":
-        how = stacks.dump_node(run_dir, stamp, None)  # the local executor's ranks run on this machine
+        how = stacks.dump_node(run_dir, stamp, None, stacks.Job(target.job_id, local=True))  # on this machine
     elif records and isinstance(records[0].get("python"), str):
         how = _dump_on_nodes(target, records, stamp)
     else:  # a run started by an older version records no interpreter: the signal alone
@@ -111,8 +111,8 @@ def dump_stacks(target: Target) -> str:
         )
         parts.append(f"ranks {_ranks(logged)} into their logs by faulthandler{why}")
     missed = sorted(int(r) for r, way in how.items() if way not in ("py-spy", "faulthandler"))
-    if missed:  # ended, or neither traced nor signalled (another user's): each rank's file says which
-        parts.append(f"ranks {_ranks(missed)} not dumped")
+    if missed:  # ended, not the job's process, or neither traced nor signalled: each rank's file says which
+        parts.append(f"ranks {_ranks(missed)} not dumped ({RunDir(run_dir).stacks / stamp}/rank_N.txt says why)")
     return f"stacks of job {target.job_id}: " + ("; ".join(parts) or "no rank was running")
 
 

@@ -2,8 +2,10 @@
 rank, else the signal and faulthandler's dump in the rank's log, each rank's file saying which."""
 
 import json
+import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -20,12 +22,16 @@ def training_step():
     time.sleep(120)
 training_step()
 """
+# This test process stands in for the local job's controller: the ranks are its children, their environment
+# names it as submitit's does.
+JOB = stacks.Job(str(os.getpid()), local=True)
+JOB_ENV = {**os.environ, "SUBMITIT_LOCAL_JOB_ID": JOB.id}
 
 
 @pytest.fixture
 def rank(tmp_path: Path):  # type: ignore[no-untyped-def]
     log = (tmp_path / "rank_0.err").open("w")
-    proc = subprocess.Popen([sys.executable, "-c", RANK], stdout=subprocess.PIPE, stderr=log, text=True)
+    proc = subprocess.Popen([sys.executable, "-c", RANK], stdout=subprocess.PIPE, stderr=log, text=True, env=JOB_ENV)
     assert proc.stdout is not None and proc.stdout.readline() == "ready\n"
     records = tmp_path / "run" / "provenance" / "ranks"
     records.mkdir(parents=True)
@@ -39,7 +45,7 @@ def rank(tmp_path: Path):  # type: ignore[no-untyped-def]
 
 @pytest.mark.skipif(stacks.py_spy() is None, reason="py-spy is not installed (pip install '.[stacks]')")
 def test_py_spy_reads_a_rank_from_outside_into_the_run_folder(tmp_path: Path, rank: subprocess.Popen) -> None:
-    how = stacks.dump_node(tmp_path / "run", "t1", "vm")  # this node's ranks only: rank 1 is on another
+    how = stacks.dump_node(tmp_path / "run", "t1", "vm", JOB)  # this node's ranks only: rank 1 is on another
     assert how == {"0": "py-spy"}
     text = (tmp_path / "run" / "stacks" / "t1" / "rank_0.txt").read_text()
     assert f"Process {rank.pid}" in text and "training_step" in text
@@ -50,7 +56,7 @@ def test_without_py_spy_the_rank_dumps_its_own_stacks_into_its_log(tmp_path: Pat
     folder = tmp_path / "out"
     folder.mkdir()
     record = {"rank": 0, "pid": rank.pid}
-    assert stacks.dump_rank(record, folder, None) == "faulthandler"
+    assert stacks.dump_rank(record, folder, None, JOB) == "faulthandler"
     assert "not installed" in (folder / "rank_0.txt").read_text()
     poll("faulthandler's dump", lambda: "training_step" in (tmp_path / "rank_0.err").read_text(), timeout=30)
 
@@ -63,7 +69,7 @@ def test_a_py_spy_that_may_not_trace_the_rank_falls_back_and_says_why(tmp_path: 
     refusing.chmod(0o755)
     folder = tmp_path / "out"
     folder.mkdir()
-    assert stacks.dump_rank({"rank": 0, "pid": rank.pid}, folder, str(refusing)) == "faulthandler"
+    assert stacks.dump_rank({"rank": 0, "pid": rank.pid}, folder, str(refusing), JOB) == "faulthandler"
     assert "py-spy: Error: Permission Denied" in (folder / "rank_0.txt").read_text()
     poll("faulthandler's dump", lambda: "training_step" in (tmp_path / "rank_0.err").read_text(), timeout=30)
 
@@ -71,7 +77,7 @@ def test_a_py_spy_that_may_not_trace_the_rank_falls_back_and_says_why(tmp_path: 
 def test_a_rank_that_ended_is_said_to_have_ended(tmp_path: Path) -> None:
     gone = subprocess.Popen([sys.executable, "-c", "pass"])
     gone.wait()
-    assert stacks.dump_rank({"rank": 3, "pid": gone.pid}, tmp_path, None) == "ended"
+    assert stacks.dump_rank({"rank": 3, "pid": gone.pid}, tmp_path, None, JOB) == "ended"
     assert "had ended" in (tmp_path / "rank_3.txt").read_text()
 
 
@@ -98,7 +104,8 @@ def test_a_rank_that_may_be_neither_traced_nor_signalled_is_said_so(
         raise PermissionError(1, "Operation not permitted")
 
     monkeypatch.setattr(stacks.os, "kill", refuse)
-    assert stacks.dump_rank({"rank": 5, "pid": 4321}, tmp_path, None) == "refused"
+    monkeypatch.setattr(stacks, "job_process", lambda pid, record, job: "")  # as if 4321 were the job's
+    assert stacks.dump_rank({"rank": 5, "pid": 4321}, tmp_path, None, JOB) == "refused"
     assert "the dump signal was refused too" in (tmp_path / "rank_5.txt").read_text()
 
 
@@ -117,14 +124,50 @@ def test_a_nodes_ranks_are_read_at_once(
     )
     waiting.chmod(0o755)
     records = tmp_path / "run" / "provenance" / "ranks"
-    others = [subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"]) for _ in range(2)]
+    others = [subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], env=JOB_ENV) for _ in range(2)]
     try:
         for r, proc in enumerate(others, start=1):
             (records / f"rank_{r}.json").write_text(json.dumps({"rank": r, "host": "vm", "pid": proc.pid}))
         monkeypatch.setattr(stacks, "py_spy", lambda: str(waiting))
         monkeypatch.setattr(stacks, "PY_SPY_S", 8)
-        assert stacks.dump_node(tmp_path / "run", "t2", "vm") == {"0": "py-spy", "1": "py-spy", "2": "py-spy"}
+        assert stacks.dump_node(tmp_path / "run", "t2", "vm", JOB) == {"0": "py-spy", "1": "py-spy", "2": "py-spy"}
     finally:
         for proc in others:
             proc.kill()
             proc.wait()
+
+
+@pytest.mark.parametrize("bystander", ["another job's", "not below the controller", "started after the record"])
+def test_a_record_naming_a_process_not_the_jobs_is_neither_traced_nor_signalled(
+    tmp_path: Path, bystander: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The rank records are the run folder's (data): a pid in them that is not this job's rank, whoever's it
+    is, is refused, its rank's file saying why; only /proc decides, never the record."""
+    log = (tmp_path / "bystander.err").open("w")
+    sibling = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    # The job's id as its environment says, but a controller it does not descend from (a sibling's pid).
+    env, job = {**os.environ, "SUBMITIT_LOCAL_JOB_ID": "1"}, JOB
+    if bystander == "not below the controller":
+        env, job = {**os.environ, "SUBMITIT_LOCAL_JOB_ID": str(sibling.pid)}, stacks.Job(str(sibling.pid), True)
+    written = time.time() - (60 if bystander == "started after the record" else 0)
+    env = JOB_ENV if bystander == "started after the record" else env
+    proc = subprocess.Popen([sys.executable, "-c", RANK], stdout=subprocess.PIPE, stderr=log, text=True, env=env)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline() == "ready\n"
+        records = tmp_path / "run" / "provenance" / "ranks"
+        records.mkdir(parents=True)
+        (records / "rank_0.json").write_text(json.dumps({"rank": 0, "host": "vm", "pid": proc.pid, "time": written}))
+        acted: list[object] = []
+        with monkeypatch.context() as patched:  # os.kill and subprocess.run themselves: only while it dumps
+            patched.setattr(stacks, "py_spy", lambda: "py-spy")
+            patched.setattr(stacks.subprocess, "run", lambda *args, **kwargs: acted.append(args))
+            patched.setattr(stacks.os, "kill", lambda *args: acted.append(args))
+            assert stacks.dump_node(tmp_path / "run", "t3", None, job) == {"0": "not the job's"}
+        said = (tmp_path / "run" / "stacks" / "t3" / "rank_0.txt").read_text()
+        assert said.startswith(f"pid {proc.pid} of rank 0's record is not job {job.id}'s: "), said
+        assert acted == []  # neither traced nor signalled
+    finally:
+        for process in (proc, sibling):
+            process.kill()
+            process.wait()
+        log.close()

@@ -1,6 +1,8 @@
 """jobs.top on a local job as a user runs it: the table while it trains, and what its keys do (the flags)."""
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 from jobs import top
@@ -37,6 +39,15 @@ def test_top_shows_each_rank_and_its_keys_save_dump_and_requeue(local_profile: P
         assert "ranks 0, 1 by py-spy in " in dumped, dumped  # py-spy is in the dev extra, beside this python
         (folder,) = (run_dir / "stacks").iterdir()
         assert all("train (trainer/train.py" in (folder / f"rank_{r}.txt").read_text() for r in (0, 1))
+        record = run_dir / "provenance" / "ranks" / "rank_1.json"  # the run folder's: a pid in it is data
+        bystander = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+        try:
+            record.write_text(json.dumps(json.loads(record.read_text()) | {"pid": bystander.pid}))
+            dumped = cli("jobs.top", str(run_dir), "--dump-stacks").stdout
+            assert "ranks 0 by py-spy in " in dumped and "; ranks 1 not dumped (" in dumped, dumped
+        finally:
+            bystander.kill()
+            bystander.wait()
 
         assert "it saves and is requeued" in cli("jobs.top", str(run_dir), "--requeue-now").stdout
         again = cli("jobs.top", str(run_dir), "--requeue-now")  # at once: refused (it killed both ranks once)

@@ -297,6 +297,8 @@ def test_top_saves_dumps_stacks_and_requeues_a_job_on_the_cluster(tmp_path: Path
     (folder,) = (run_dir / "stacks").iterdir()
     assert all("train (trainer/train.py" in (folder / f"rank_{r}.txt").read_text() for r in (0, 1))
     assert "it saves and is requeued" in cli("jobs.top", str(run_dir), "--requeue-now").stdout
+    again = cli("jobs.top", str(run_dir), "--requeue-now")  # at once: refused, one request is enough
+    assert again.returncode == 2 and "has not started its next attempt yet" in again.stderr, again.stderr
     release_when_requeued(job)
     data = summary(run_dir)
     first, second = attempts(run_dir)

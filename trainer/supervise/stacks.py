@@ -7,6 +7,8 @@ dump, seen here). It needs the right to trace the rank
 (the same user where the kernel's ptrace_scope is 0, or root): where that is refused, or py-spy is missing, the
 rank gets the dump signal instead and faulthandler writes its stacks into the rank's log. Each rank's file,
 `stacks/<stamp>/rank_N.txt`, holds py-spy's dump or the one line that says where the stacks went instead.
+The rank records are the run folder's, so data: a pid in them is traced or signalled only once /proc says it is
+that rank of this job (job_process), never another process that holds the number.
 
 Stdlib only: on Slurm it runs on each node as a step beside the job's (`srun --overlap`, one task per node),
 with the job's interpreter and the run's own copy of the trainer (`python -m trainer.supervise.stacks RUN STAMP`).
@@ -20,9 +22,11 @@ import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from trainer.run.atomic import json_or_none
+from trainer.run.failures import process_start_time
+from trainer.supervise import relay
 
 DUMP_SIGNAL = signal.SIGURG  # faulthandler's, in every rank of the trainer (trainer.supervise.live)
 PY_SPY_S = 60  # one rank's dump; py-spy pauses the process while it reads it
@@ -51,9 +55,45 @@ def ranks_of(run_dir: Path, node: str | None) -> list[dict[str, Any]]:
     return [r for r in records if (r.get("job_id"), r.get("restart")) == attempt]
 
 
-def dump_rank(record: dict[str, Any], folder: Path, tool: str | None) -> str:
-    """One rank's stacks into folder/rank_N.txt: "py-spy", "faulthandler" (the signal was sent) or "ended"."""
+class Job(NamedTuple):
+    """The job whose ranks are dumped: its id, and whether the local executor runs it (its id is then its
+    controller's pid, every rank a process below it)."""
+
+    id: str
+    local: bool
+
+
+def job_process(pid: int, record: dict[str, Any], job: Job) -> str:
+    """Why process `pid` is not the rank `record` names, of `job` ("" when it is). Taken from /proc, not from
+    the record: the task's environment names the job (SLURM_JOB_ID, or submitit's local job id), the process
+    started before the rank wrote its record (a later one only reuses its number), and a local job's rank
+    descends from the job's controller."""
+    if not job.id:
+        return "this step does not know its job's id (SLURM_JOB_ID)"
+    try:
+        environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    except FileNotFoundError:
+        return ""  # ended: dump_rank says so
+    except OSError as exc:
+        return f"its environment cannot be read ({exc.strerror or exc}): another user's process"
+    key = "SUBMITIT_LOCAL_JOB_ID" if job.local else "SLURM_JOB_ID"
+    if f"{key}={job.id}".encode() not in environ:
+        return f"its environment does not name job {job.id} ({key})"
+    written = record.get("time")
+    if isinstance(written, int | float) and process_start_time(pid) > written + 1.0:  # now, if /proc cannot say
+        return "it started after the rank wrote its record: another process has the rank's pid"
+    if job.local and not (job.id.isdigit() and pid in relay.tree(int(job.id))):
+        return f"it does not descend from job {job.id}'s controller"
+    return ""
+
+
+def dump_rank(record: dict[str, Any], folder: Path, tool: str | None, job: Job) -> str:
+    """One rank's stacks into folder/rank_N.txt: "py-spy", "faulthandler" (the signal was sent), "ended", or
+    "not the job's" (the record names a process that is not this job's rank: neither traced nor signalled)."""
     pid, out = record["pid"], folder / f"rank_{record['rank']}.txt"
+    if not_ours := job_process(pid, record, job):
+        out.write_text(f"pid {pid} of rank {record['rank']}'s record is not job {job.id}'s: {not_ours}; not dumped\n")
+        return "not the job's"
     why = "py-spy is not installed beside the job's python or on PATH"
     if tool is not None:
         try:
@@ -76,22 +116,23 @@ def dump_rank(record: dict[str, Any], folder: Path, tool: str | None) -> str:
     return "faulthandler"
 
 
-def dump_node(run_dir: Path, stamp: str, node: str | None) -> dict[str, str]:
-    """The stacks of every rank on `node` (None: every rank recorded, the local executor's one machine), by
-    rank: how each was taken."""
+def dump_node(run_dir: Path, stamp: str, node: str | None, job: Job) -> dict[str, str]:
+    """The stacks of every rank of `job` on `node` (None: every rank recorded, the local executor's one machine),
+    by rank: how each was taken."""
     folder = run_dir / "stacks" / stamp  # RunDir(run_dir).stacks: this module runs with the standard library alone
     folder.mkdir(parents=True, exist_ok=True)
     tool, records = py_spy(), ranks_of(run_dir, node)
     # A node's ranks all at once: one after another, eight ranks py-spy cannot read would take 8 x PY_SPY_S,
     # past the step's own limit (jobs.act), and the ranks' stacks would be minutes apart.
     with ThreadPoolExecutor(max_workers=min(max(len(records), 1), 32)) as pool:
-        how = list(pool.map(lambda r: dump_rank(r, folder, tool), records))
+        how = list(pool.map(lambda r: dump_rank(r, folder, tool, job), records))
     return {str(r["rank"]): h for r, h in zip(records, how, strict=True)}
 
 
 def main() -> None:
     run_dir, stamp = Path(sys.argv[1]), sys.argv[2]
-    how = dump_node(run_dir, stamp, os.environ.get("SLURMD_NODENAME") or None)
+    job = Job(os.environ.get("SLURM_JOB_ID", ""), local=False)  # srun's, for the step beside the job's (--jobid)
+    how = dump_node(run_dir, stamp, os.environ.get("SLURMD_NODENAME") or None, job)
     print(json.dumps(how), flush=True)
 
 
