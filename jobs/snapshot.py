@@ -14,6 +14,7 @@ working folder (tool_environment); your command's imports find your folder first
 """
 
 import fnmatch
+import importlib.machinery
 import json
 import os
 import shutil
@@ -22,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from trainer.errors import UserError
-from trainer.run.atomic import json_or_none, write_text
+from trainer.run.atomic import json_problem, write_text
 from trainer.run.prepare import CACHEDIR_SIGNATURE, CACHEDIR_TAG
 
 PACKAGES = ("trainer", "jobs")  # the tool's own code, which every task imports (from tool/, see tool_environment)
@@ -331,10 +332,23 @@ def manifest(code_dir: Path) -> Path:
     return code_dir.parent / "provenance" / "code_files.json"
 
 
-def copied_names(code_dir: Path) -> set[str] | None:
-    """The names a snapshot was made of; None for one made before manifests were kept, or unreadable."""
-    names = json_or_none(manifest(code_dir))
-    return set(names) if isinstance(names, list) and all(isinstance(n, str) for n in names) else None
+def copied_names(code_dir: Path) -> tuple[set[str] | None, str]:
+    """The names a snapshot was made of, or None and why they are not known (a snapshot of an older version
+    kept no list; a damaged list)."""
+    path = manifest(code_dir)
+    try:
+        names, problem = json_problem(path, lambda v: isinstance(v, list) and all(isinstance(n, str) for n in v))
+    except FileNotFoundError:
+        return None, f"{path} is missing (a snapshot of an older version keeps no list of its files)"
+    except OSError as exc:
+        return None, f"{path} cannot be read ({exc.strerror or exc})"
+    return (set(names), "") if not problem else (None, f"{path} is {problem}")
+
+
+def importable(path: Path) -> bool:
+    """Whether Python could import `path` from the folder it lies in: a module (source, bytecode, extension,
+    as this interpreter names them) or a package."""
+    return path.name.endswith(tuple(importlib.machinery.all_suffixes())) or _is_package(path)
 
 
 def _copy(files: list[tuple[Path, str]], destination: Path) -> None:

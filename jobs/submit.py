@@ -42,7 +42,9 @@ from jobs.snapshot import (
     git_state,
     ignored_entries,
     ignored_note,
+    importable,
     included_files,
+    manifest,
     plan_snapshot,
     tool_dir,
 )
@@ -385,6 +387,8 @@ def code_for(
         job = RunDir(folder).job
         record = read_json(job, f"remove it to resume with {code}", valid_record) if job.is_file() else {}
         code = Path(record.get("code", code))
+        if args.current_code:
+            check_own_code(folder, code)
         if not args.current_code or args.dry_run or not code.is_dir():
             return None, code if code.is_dir() else None
     elif not profile.snapshot or profile.executor == "debug":  # debug: your breakpoints in your files
@@ -417,6 +421,37 @@ def code_note(args: argparse.Namespace, folder: Path, code_dir: Path | None, sna
     )
 
 
+def check_own_code(folder: Path, code_dir: Path) -> None:
+    """--current-code moves the run's code/ (and what the run wrote there) within the run folder, which is data:
+    refused where job.json names a code folder that is not the run's (or its sweep's), or where one of the
+    paths it moves through is a link (it would move, or write, whatever lies at the other end)."""
+    fix = "or resume without --current-code (the run's own snapshot)"
+    if code_dir.name != "code" or code_dir.parent.resolve() not in (folder, folder.parent):
+        raise UserError(
+            f"--current-code: {RunDir(folder).job} names {code_dir} as the run's code, not its code/ folder; "
+            f'put "code": "{RunDir(folder).code}" back in it, {fix}'
+        )
+    for path in (code_dir, tool_dir(code_dir), code_dir.parent / "superseded", manifest(code_dir).parent):
+        if path.is_symlink():
+            raise UserError(
+                f"--current-code moves files only within the run folder, and {path} is a link (to "
+                f"{os.readlink(path)}); put the folder itself there, {fix}"
+            )
+
+
+def replace_code(snapshot: Snapshot, code_dir: Path) -> None:
+    """--current-code, once check_own_code let it: the run's snapshot set aside, `snapshot` copied in its place,
+    and what the run wrote into the old code/ moved into the new one; where the old snapshot's list of files is
+    missing or damaged, which files the run wrote is not known: none is moved, and a line says where they are."""
+    copied, problem = copied_names(code_dir)  # read before the new snapshot's list replaces it
+    old = supersede(code_dir)
+    copy_snapshot(snapshot, code_dir)
+    if copied is None:
+        print(f"warning: {problem}: what the run wrote into code/ stays in {old}", file=sys.stderr)
+    else:
+        carry_outputs(old, code_dir, copied)
+
+
 def supersede(code_dir: Path) -> Path:
     """Set a run's snapshot (code/ and tool/) aside under superseded/DATE-TIME/, for a --current-code resume;
     returns where its code/ went."""
@@ -428,18 +463,17 @@ def supersede(code_dir: Path) -> Path:
     return aside / code_dir.name
 
 
-def carry_outputs(old: Path, new: Path, copied: set[str] | None) -> None:
+def carry_outputs(old: Path, new: Path, copied: set[str]) -> None:
     """What the run wrote into its old code/ (a script's relative checkpoints, logs, TensorBoard's runs/: every
     file the old snapshot was not made of, `copied`) moves into the new one, where the resumed command looks
-    for it. A run whose snapshot kept no list (an older version's) moves nothing, and a name the new code
-    already uses stays in superseded/."""
-    if copied is None:
-        return
+    for it. Never a module or package, whatever the list says: the code that runs is the new snapshot's alone
+    (a list that left one out would bring back a module the project deleted). A name the new code already
+    uses stays in superseded/."""
     for root, dirs, files in os.walk(old):  # a link to a folder is moved as the link, never walked into
         here = Path(root)
         for entry in [*files, *(d for d in dirs if (here / d).is_symlink())]:
             name = (here / entry).relative_to(old).as_posix()
-            if name in copied or os.path.lexists(new / name):
+            if name in copied or importable(here / entry) or os.path.lexists(new / name):
                 continue
             with contextlib.suppress(OSError):  # a file where the new code has a folder, or the reverse
                 (new / name).parent.mkdir(parents=True, exist_ok=True)
@@ -622,10 +656,7 @@ def create_and_submit(request: Request) -> list:  # type: ignore[type-arg]
     if request.resuming:
         # config.yaml stays as it is: the job's rank 0 replaces it once it has loaded the checkpoint.
         if request.snapshot is not None and plan.code_dir is not None:  # --current-code
-            copied = copied_names(plan.code_dir)  # read before the new snapshot's list replaces it
-            old = supersede(plan.code_dir)
-            copy_snapshot(request.snapshot, plan.code_dir)
-            carry_outputs(old, plan.code_dir, copied)
+            replace_code(request.snapshot, plan.code_dir)
         jobs = launch.submit(plan)
         write_job_record(plan.run_dirs[0], jobs[0], plan, request.profile)
         return jobs
