@@ -12,12 +12,15 @@ from jobs.tracking import (
     Target,
     add_run_arguments,
     by_name,
+    down_nodes,
     failed_tasks,
     failure_line,
     find_all,
     full_disk_line,
     info,
     infos,
+    log_text,
+    lost_nodes,
     progress,
     requeue_line,
 )
@@ -58,8 +61,10 @@ def report(target: Target) -> str:
     if job.reason and job.state in ("PENDING", "REQUEUED", "REQUEUE_HOLD", "SUSPENDED"):
         state += f" (Slurm's reason: {job.reason})"
     lines = [f"job {target.job_id}: {state}", restarts_line(target, job), f"nodes: {job.nodes or '-'}"]
-    if job.restarts and target.executor == "slurm" and job.state not in ("COMPLETED", "CANCELLED"):
-        lines += [line] if (line := requeue_line(target.job_id)) else []  # why it went back: the lost node
+    requeued = None  # asked of accounting whatever Slurm's Restarts says: a node failure's requeue left it 0
+    if target.executor == "slurm" and job.state not in ("COMPLETED", "CANCELLED"):
+        requeued = requeue_line(target.job_id, log_text(target.log0, limit=None), job.state)
+        lines += [requeued[0]] if requeued else []
     if target.run_dir is not None:
         lines.append(f"run directory: {target.run_dir}")
         if not RunDir(target.run_dir).command.is_file():  # a script's steps and checkpoints are its own
@@ -71,12 +76,23 @@ def report(target: Target) -> str:
     if job.state in ("CANCELLED", "COMPLETED"):  # the ranks a cancel stopped, an earlier attempt's failure
         return "\n".join(lines)
     if job.state == "NODE_FAIL":  # the ranks on the lost node wrote nothing; the others only saw it go
-        return "\n".join([*lines, f"error: a node of the job failed (Slurm: NODE_FAIL, nodes {job.nodes or '-'})"])
+        return "\n".join([*lines, f"error: {node_failure(target, job)}"])
+    if requeued and requeued[1] == "NODE_FAIL" and job.state != "RUNNING":  # the same, until the next start
+        return "\n".join(lines)
     if error := failure_line(target) or (job.state == "FAILED" and target.run_dir and full_disk_line(target.run_dir)):
         lines.append(f"error: {error}")
     if job.state not in ("RUNNING", "COMPLETED", "PENDING"):
         lines += [f"failed task: {line}" for line in failed_tasks(target)]
     return "\n".join(lines)
+
+
+def node_failure(target: Target, job: JobInfo) -> str:
+    """A job Slurm ended NODE_FAIL: which node it lost (srun's line in rank 0's log, else the job's nodes Slurm
+    holds down now), and that Slurm did not requeue it."""
+    down = ", ".join(f"{node} is down ({why})" for node, why in down_nodes(job.nodes))
+    lost = lost_nodes(log_text(target.log0, limit=None)) or down
+    said = f"a node of the job failed (Slurm: NODE_FAIL, nodes {job.nodes or '-'})" + (f": {lost}" if lost else "")
+    return f"{said}; Slurm ended the job without requeueing it"
 
 
 @one_line_errors

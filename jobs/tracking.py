@@ -495,23 +495,50 @@ START_FAILURES = (
 )
 
 
-def requeue_line(job_id: str) -> str | None:
+def requeue_line(job_id: str, log: str = "", now: str = "") -> tuple[str, str] | None:
     """Why a job Slurm requeued went back to the queue: its previous attempt's state and nodes (sacct keeps
-    one record per attempt), and which of them Slurm holds down and why. None without accounting or
-    an earlier attempt."""
+    one record per attempt), the node srun lost (from `log`, rank 0's) when it ended NODE_FAIL, and which of
+    them Slurm holds down and why; with that attempt's state. None without accounting or an earlier attempt.
+    `now`: the job's state; PENDING after an attempt accounting has ended is a requeue whose next record
+    accounting does not list yet (seen for a node failure's)."""
     out = _slurm("sacct", "-j", job_id, "-D", "-X", "-n", "-P", "-o", "Start,State,NodeList").stdout
     records = sorted(line.split("|") for line in out.splitlines() if line.count("|") == 2)
     requeued = requeued_records(records)
+    if now == "PENDING" and records and records[-1][1].split(" ")[0] not in ("PENDING", "RUNNING", "REQUEUED"):
+        requeued = records
     if not requeued:
         return None
     _, state, nodes = requeued[-1]
-    line = f"requeued {len(requeued)} time(s); the last attempt ended {state.split(' ')[0]} on {nodes}"
+    state = state.split(" ")[0]
+    line = f"requeued {len(requeued)} time(s); the last attempt ended {state} on {nodes}"
+    if state == "NODE_FAIL" and (lost := lost_nodes(log)):
+        line += f": {lost}, and Slurm requeued the job"
+    return line + "".join(f"; {node} is down ({why})" for node, why in down_nodes(nodes)), state
+
+
+def down_nodes(nodes: str) -> list[tuple[str, str]]:
+    """Which of `nodes` (a hostlist) Slurm holds down or drained now, with its reason (sinfo -R)."""
     mine = set(_hosts(nodes))
     down = []
     for entry in _slurm("sinfo", "-h", "-R", "-o", "%N|%E").stdout.splitlines():
         hosts, _, why = entry.partition("|")
-        down += [f"; {node} is down ({why})" for node in _hosts(hosts) if node in mine]
-    return line + "".join(down)
+        down += [(node, why) for node in _hosts(hosts) if node in mine]
+    return down
+
+
+NODE_FAILURE = re.compile(r"srun: error: Node failure on (\S+)")
+
+
+def lost_nodes(log: str) -> str:
+    """The nodes srun lost in the latest attempt that lost any, as its lines in rank 0's log name them (durable,
+    unlike sinfo's down list, which forgets a node once it is back): "node2 lost (srun: Node failure on node2)",
+    or "" (pure)."""
+    found = list(NODE_FAILURE.finditer(log))
+    if not found:
+        return ""
+    start = log.rfind(ATTEMPT_START, 0, found[-1].start())  # that attempt's lines only
+    nodes = list(dict.fromkeys(m.group(1) for m in found if m.start() > start))
+    return f"{', '.join(nodes)} lost (srun: {'; '.join(f'Node failure on {n}' for n in nodes)})"
 
 
 def requeued_records(records: list[list[str]]) -> list[list[str]]:

@@ -12,8 +12,9 @@ import pytest
 
 from tests import userproject
 from tests.conftest import submit
-from tests.jobs.test_script import DDP, PLAIN, RAISES, REQUEUEING, STUBBORN, TORCHRUN
+from tests.jobs.test_script import ALL_REDUCING, DDP, PLAIN, RAISES, REQUEUEING, STUBBORN, TORCHRUN
 from tests.jobs.test_user_project import slurm_ddp
+from tests.slurm import cluster
 from tests.slurm.cluster import preempt_normal_jobs, release_when_requeued, squeue_state
 from tests.slurm.test_requeue import job_id_of, mini_profile
 from tests.slurm.test_slurm import cli, poll, run_dir_of
@@ -325,3 +326,53 @@ def _summary(run_dir: Path) -> dict:  # type: ignore[type-arg]
         return json.loads((run_dir / "summary.json").read_text())
     except (OSError, ValueError):
         return {}
+
+
+def test_a_preempted_script_on_two_nodes_leaves_no_peer_error(slurm_cluster: None, tmp_path: Path) -> None:
+    """A script without a handler, all-reducing without pause on two nodes, preempted: each node's task sees the
+    signal in its own time, and stops its command only once every rank's is frozen, so neither rank fails on
+    its lost peer: no traceback in either log, a preemption (not a failure), and the restart finishes."""
+    (tmp_path / "train.py").write_text(ALL_REDUCING)
+    args = ["--profile", str(mini_profile(tmp_path)), "--nodes", "2", "--gpus-per-node", "1"]
+    result = submit(*args, "--", "python", "train.py", cwd=tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    run_dir = run_dir_of(result)
+    marks = [run_dir / f"started{rank}" for rank in (0, 1)]
+    poll("both ranks all-reducing", lambda: all(m.exists() and m.read_text() for m in marks), timeout=120)
+    preempt_normal_jobs()
+    finish_releasing(run_dir)
+    attempts = json.loads((run_dir / "attempts.json").read_text())
+    assert [a["stop"]["reason"] for a in attempts] == ["preempted", "finished"], attempts
+    logs = {p.name: p.read_text() for p in (run_dir / "logs").glob("*_log.out")}
+    assert not any("Traceback" in text for text in logs.values()), logs
+    assert not (run_dir / "error.txt").exists()
+
+
+@pytest.mark.parametrize("requeue", [True, False], ids=["requeued", "ended"])
+def test_status_names_the_node_a_job_lost_and_what_slurm_did(
+    slurm_cluster: None, tmp_path: Path, requeue: bool
+) -> None:
+    """node2 set down under a two-node script job: Slurm requeues it (or, told not to, ends it NODE_FAIL), and
+    jobs.status names node2 and that, also once node2 is back (Slurm forgets a node's reason then)."""
+    (tmp_path / "train.py").write_text(ALL_REDUCING)
+    args = ["--profile", str(mini_profile(tmp_path)), "--nodes", "2", "--gpus-per-node", "1"]
+    result = submit(*args, "--", "python", "train.py", cwd=tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    run_dir, job = run_dir_of(result), job_id_of(run_dir_of(result))
+    if not requeue:
+        subprocess.run(["scontrol", "update", f"jobid={job}", "Requeue=0"], check=True)
+    poll("both ranks all-reducing", lambda: all((run_dir / f"started{r}").exists() for r in (0, 1)), timeout=120)
+    subprocess.run(["scontrol", "update", "nodename=node2", "state=down", "reason=test"], check=True)
+    try:
+        poll("Slurm to act on the lost node", lambda: squeue_state(job) in ("PENDING", ""), timeout=60)
+    finally:
+        subprocess.run(["scontrol", "update", "nodename=node2", "state=resume"], capture_output=True)
+    poll("both nodes back", lambda: cluster.node_states() == ["idle", "idle"], timeout=120)
+    status = cli("jobs.status", str(run_dir)).stdout
+    lost = "node2 lost (srun: Node failure on node2)"
+    assert "error: rank" not in status, status  # the ranks only saw node2 go
+    if requeue:
+        assert f"the last attempt ended NODE_FAIL on node[1-2]: {lost}, and Slurm requeued the job" in status, status
+    else:
+        assert f"job {job}: NODE_FAIL" in status, status
+        assert f"{lost}; Slurm ended the job without requeueing it" in status, status
