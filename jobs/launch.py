@@ -25,9 +25,7 @@ from jobs.tracking import (
     full_disk_line,
     info,
     local_exit_record,
-    log_text,
     slurm_info,
-    start_failure,
     tail,
 )
 from trainer.config import config_dict
@@ -247,10 +245,8 @@ def target_outcome(target: Target, results: Callable[[], Any] | None = None) -> 
             if first.killed and run_dir is not None and run_dir.is_dir():  # a killed rank wrote nothing
                 failures.record(run_dir, first)
             return first.line()
-        if line := failure_line(target):
+        if line := failure_line(target):  # a rank's error, or srun's words when no task started
             return line
-        if line := start_failure(log_text(log)):  # no task started: srun's words in the batch log
-            return f"job {target.job_id} failed: {line}"
         if failed := failed_tasks(target):
             return f"job {target.job_id} failed: {failed[0]}"
         if run_dir is not None and (line := full_disk_line(run_dir)):  # no rank could record anything

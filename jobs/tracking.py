@@ -468,11 +468,14 @@ def first_failure(target: Target) -> Failure | None:
 
 
 def failure_line(target: Target) -> str | None:
-    """Why a job failed, in one line."""
+    """Why a job failed, in one line: the rank that failed first, else error.txt, else what kept every task from
+    starting (srun's words in the batch log, with the fix: no Apptainer on the nodes, say)."""
     if (first := first_failure(target)) is not None:
         return first.line()
     # No rank record to read (damaged, or removed by hand): error.txt, written beside them, names the first.
-    return (log_text(RunDir(target.run_dir).error).strip() or None) if target.run_dir else None
+    if target.run_dir and (line := log_text(RunDir(target.run_dir).error).strip()):
+        return line
+    return f"job {target.job_id} failed: {line}" if (line := start_failure(log_text(target.log0))) else None
 
 
 # What the batch log says when a task could not start at all, and what to change (no rank wrote a record).

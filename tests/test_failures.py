@@ -15,7 +15,7 @@ import pytest
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-from jobs.tracking import Target, failure_line, killed_tasks
+from jobs.tracking import ATTEMPT_START, Target, failure_line, killed_tasks, lost_nodes
 from tests.conftest import ROOT, poll, submit
 from trainer.errors import UserError
 from trainer.run import failures
@@ -105,6 +105,40 @@ def test_local_exit_codes_name_killed_tasks(tmp_path: Path) -> None:
     host = socket.gethostname()
     target = Target("77", "local", run_dir, tmp_path)
     assert failure_line(target) == f"rank 1 on {host}: killed by signal 9 (SIGKILL)"
+
+
+# The batch log of a job whose tasks could not start: Apptainer named by a profile, missing on the nodes.
+NO_APPTAINER = """slurmstepd-node1: error: execve(): apptainer: No such file or directory
+srun: error: node1: task 0: Exited with exit code 2
+srun: error: node2: task 1: Exited with exit code 2
+"""
+
+
+def test_a_job_whose_tasks_could_not_start_is_named_by_every_reader(tmp_path: Path) -> None:
+    """No rank wrote a record: failure_line (jobs.status, a sweep's table, --wait and jobs.wait) says what srun
+    said and the fix, not 'Exited with exit code 2'."""
+    (tmp_path / "12_0_log.out").write_text(NO_APPTAINER)
+    (tmp_path / "run").mkdir()
+    line = failure_line(Target("12", "slurm", tmp_path / "run", tmp_path))
+    assert line is not None and line.startswith("job 12 failed: apptainer: No such file or directory on the nodes")
+    assert "set apptainer_command:" in line, line
+
+
+@pytest.mark.parametrize(
+    ("log", "lost"),
+    [
+        ("srun: error: Node failure on node2\nslurmstepd-node1: error: *** JOB 5 ON node1 CANCELLED\n", "node2"),
+        (  # an earlier attempt lost node1, the last one node3 and node4: the last one's
+            "srun: error: Node failure on node1\n" + ATTEMPT_START + "...\nsrun: error: Node failure on node3\n"
+            "srun: error: Node failure on node4\nsrun: error: Node failure on node3\n",
+            "node3, node4",
+        ),
+        ("srun: error: node2: task 1: Exited with exit code 143\n", ""),
+    ],
+)
+def test_the_node_srun_lost_is_read_from_its_line(log: str, lost: str) -> None:
+    said = lost_nodes(log)
+    assert said.startswith(f"{lost} lost (srun: Node failure on ") if lost else said == "", said
 
 
 def small_data(sample_root: Path, folder: Path, pairs: int) -> Path:

@@ -422,11 +422,16 @@ def test_tasks_that_cannot_start_say_why_in_the_outcome(
     tmp_path: Path, slurm_cluster: None, extra: str, message: str
 ) -> None:
     """A cluster without pyxis or Apptainer, or nodes without the profile's python: the job fails before any
-    task starts, and --wait's line says why with the fix (srun's words in the batch log), not "see the log"."""
+    task starts, and --wait's line says why with the fix (srun's words in the batch log), not "see the log";
+    so does jobs.status, not srun's "Exited with exit code 2"."""
     profile = cluster.mini_profile(tmp_path / "p.yaml", tmp_path / "runs", extra)
     result = submit("--profile", str(profile), "--wait", "--", "python", "-V", cwd=tmp_path)
     assert result.returncode == 1, result.stdout + result.stderr
     assert result.stderr.strip().splitlines()[-1].startswith("error: job ") and message in result.stderr, result.stderr
+    run_dir = run_dir_of(result)
+    status = cli("jobs.status", str(run_dir)).stdout
+    job = json.loads((run_dir / "job.json").read_text())["job_id"]
+    assert f"error: job {job} failed: " in status and message in status, status
 
 
 def test_a_node_without_the_profiles_network_interface_is_named_in_one_line(
