@@ -26,7 +26,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -109,6 +109,7 @@ def run(
         if in_process
         else _run(command, cwd, env, run_dir, settings, Reported(attempts))
     )
+    ended = after_the_signal(ended, env)
     if ended.terminated:  # a cancel, a requeue, a peer's failure: whoever stopped the job says why
         raise SystemExit(128 + signal.SIGTERM)
     exited = RunDir(folder).exits
@@ -142,6 +143,29 @@ def run(
         # The command's own start-up (imports, its process group) counts as training: the tool cannot see it.
         parts = ledger.of_run(folder, attempts.items, attempts.items[-1]["stop"]["time"], env.world_size)
         write_text(RunDir(folder).summary, _json(summary | script_totals(attempts) | {"ledger": parts}))
+
+
+SIGNAL_LAG_S = 3.0  # how long after its peer a node's task may see the requeue signal (the fan-out, a poll)
+
+
+def after_the_signal(ended: "Ended", env: DistEnv, wait_s: float = SIGNAL_LAG_S) -> "Ended":
+    """`ended`, signalled when its command failed on a peer's lost connection because the job is stopping for a
+    requeue: a peer's task saw the signal first and stopped its command, this one's had not seen it yet. Then
+    the error is a consequence of the tool's stop, said in one line on stderr, not this rank's failure."""
+    if ended.signalled or ended.terminated or ended.code in (0, REQUEUE_EXIT) or not env.attempt:
+        return ended
+    head, sep, message = ended.error.partition(": ")
+    if not ended.error or not failures.is_peer_error(head.rsplit(".", 1)[-1] if sep else "", message or head):
+        return ended
+    files = [relay.node_signal_file(env.attempt), relay.signal_file(env.attempt) or ""]
+    deadline = time.monotonic() + wait_s
+    while not any(os.path.exists(f) for f in files):
+        if time.monotonic() > deadline:
+            return ended
+        time.sleep(relay.POLL_S)
+    print(f"requeue signal: the command ended on a peer's lost connection ({ended.error}) as the job stopped "
+          "for a requeue: a consequence of the stop, not a failure", file=sys.stderr, flush=True)  # fmt: skip
+    return replace(ended, signalled_at=time.time(), error="", words="")
 
 
 def script_totals(attempts: Attempts) -> dict[str, Any]:
