@@ -55,6 +55,7 @@ from trainer.config import TrainConfig, build_config, config_dict, flat, from_di
 from trainer.data import filelist
 from trainer.errors import UserError, one_line_errors
 from trainer.run.atomic import read_json, try_lock, write_text
+from trainer.run.checkpoint_names import list_checkpoints
 from trainer.run.prepare import (
     check_name,
     check_run_root,
@@ -316,7 +317,7 @@ def prepare(argv: list[str] | None) -> Request:
         base = profile.trainer
     configs = [build_config([*args.overrides, *point], base=base) for point in points]
     trainer.tasks.check_devices(trainer.tasks.get(configs[0].task), profile.gpus_per_task)
-    finished = check_resume(folder, build_config(base=base), configs[0]) if args.resume else ""
+    finished = check_resume(folder, build_config(base=base), configs[0], profile) if args.resume else ""
     if not args.resume:
         folder = run_root / args.name if args.name else new_run_dir(run_root, section(configs[0].task))
         snapshot, code_dir = code_for(args, profile, folder, run_root)
@@ -634,7 +635,7 @@ def locked_on_resume(key: str, task: str) -> bool:
     return key in ("task", "data.image_size") or key.startswith(f"{task}.")
 
 
-def check_resume(run_dir: Path, old: TrainConfig, new: TrainConfig) -> str:
+def check_resume(run_dir: Path, old: TrainConfig, new: TrainConfig, profile: Profile) -> str:
     """Refuse a resume that cannot work; a line saying so when the run has nothing left to do, else ""."""
     before, after = flat(config_dict(old)), flat(config_dict(new))
     for key in before:
@@ -647,7 +648,36 @@ def check_resume(run_dir: Path, old: TrainConfig, new: TrainConfig) -> str:
     final_step = (RunDir(run_dir).finished_summary() or {}).get("final_step", 0)
     if final_step >= new.steps:
         return f"{run_dir} already finished at step {final_step} (steps={new.steps}); to train on, pass steps=N above {final_step}"
+    files = RunDir(run_dir)
+    if files.job.is_file() and list_checkpoints(files.checkpoints):  # none: it starts afresh, in any shape
+        record = read_json(files.job, f"move it aside and pass --profile to resume {run_dir}", valid_record)
+        if why := layout_change(record, profile):
+            raise UserError(why)
     return ""
+
+
+def layout_change(record: dict[str, Any], profile: Profile) -> str | None:
+    """Why `profile` cannot go on with the run whose job.json is `record`: the trainer's order of samples
+    (DistributedSampler's) depends on the number of processes, so on another number the checkpoint would go on
+    with other samples than the run's own. None: the same number, or job.json does not say (an old run)."""
+    ran, now = record.get("tasks"), profile.nodes * profile.tasks_per_node
+    if not isinstance(ran, int) or ran == now:
+        return None
+    shape = record.get("profile") if isinstance(record.get("profile"), dict) else {}
+    nodes, gpus = shape.get("nodes"), shape.get("gpus_per_node")
+    if isinstance(nodes, int) and isinstance(gpus, int):
+        before, fix = f"{ran}: {layout(nodes, gpus)}", f"--nodes {nodes} --gpus-per-node {gpus}"
+    else:
+        before, fix = str(ran), f"{ran} processes (--nodes x --gpus-per-node)"
+    return (
+        f"--resume cannot change the number of processes ({before} -> {now}: "
+        f"{layout(profile.nodes, profile.gpus_per_node)}): the order of the samples depends on it, so the run "
+        f"would not go on as it ran; resume with {fix} to go on exactly"
+    )
+
+
+def layout(nodes: int, gpus_per_node: int) -> str:
+    return f"{nodes} node{'s' * (nodes != 1)} x {gpus_per_node} GPU{'s' * (gpus_per_node != 1)}"
 
 
 def create_and_submit(request: Request) -> list:  # type: ignore[type-arg]

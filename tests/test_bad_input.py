@@ -421,3 +421,32 @@ def test_a_run_name_that_is_not_a_folder_name_is_refused_before_connecting(golde
     result = submit("--profile", str(profile), "--name", "..", cwd=tmp_path)
     assert_refused(result, golden, "--name", tmp_path / "runs")
     assert (tmp_path / "keep.txt").read_text() == "mine" and not (tmp_path / "remote.json").exists()
+
+
+RAN_ON_TWO = {"tasks": 2, "profile": {"nodes": 1, "gpus_per_node": 2}}
+
+
+@pytest.mark.parametrize(
+    ("record", "nodes", "gpus", "refused"),
+    [
+        (RAN_ON_TWO, 1, 2, False),
+        (RAN_ON_TWO, 2, 1, False),  # another layout of as many processes: the same order of samples
+        (RAN_ON_TWO, 1, 1, True),
+        ({"tasks": 4, "profile": {"nodes": 2, "gpus_per_node": 2}}, 2, 4, True),
+        ({"tasks": 2}, 1, 4, True),  # a job.json without its profile: the number alone
+        ({"profile": {"nodes": 1, "gpus_per_node": 2}}, 1, 1, False),  # no number recorded: not known, not refused
+    ],
+    ids=["same", "same-number", "fewer", "more-nodes", "no-profile", "no-tasks"],
+)
+def test_a_resume_on_another_number_of_processes_is_refused(
+    golden: Golden, record: dict[str, object], nodes: int, gpus: int, refused: bool
+) -> None:
+    from jobs.profiles import Profile
+    from jobs.submit import layout_change
+
+    why = layout_change(record, Profile("test", "slurm", nodes=nodes, gpus_per_node=gpus))
+    if refused:
+        assert why is not None and "--resume" in why
+        golden(why)
+    else:
+        assert why is None

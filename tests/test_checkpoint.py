@@ -8,8 +8,10 @@ from pathlib import Path
 import pytest
 import torch
 
+from tests.messages import Golden, raises
 from trainer import checkpoint
 from trainer.run import atomic
+from trainer.state import refuse_other_samples
 
 
 def state(step: int) -> dict[str, object]:
@@ -123,3 +125,27 @@ def test_a_file_written_not_durable_is_whole_but_never_fsynced(tmp_path: Path, m
     assert [p.name for p in tmp_path.iterdir()] == ["progress.json"]  # no temporary file left
     atomic.write_text(tmp_path / "summary.json", "{}")
     assert len(synced) == 2  # the file, then its folder's entry
+
+
+@pytest.mark.parametrize(
+    ("progress", "world", "samples", "refused"),
+    [
+        ({"samples": 90}, 1, 90, False),
+        ({"samples": 90}, 2, 90, True),
+        ({"samples": 90}, 1, 80, True),
+        ({}, 1, 80, False),  # an earlier version's checkpoint: its samples are not known
+        ({}, 2, 90, True),  # but its processes are, one random stream each
+    ],
+    ids=["same", "more-processes", "fewer-samples", "older-checkpoint", "older-checkpoint-more-processes"],
+)
+def test_a_checkpoint_goes_on_only_with_its_own_order_of_samples(
+    golden: Golden, progress: dict[str, int], world: int, samples: int, refused: bool
+) -> None:
+    """Saved by one process on 90 samples: another number of processes, or of samples, ends the run."""
+    saved = {**state(10), "progress": {**state(10)["progress"], **progress}, "rng": [torch.zeros(1)]}
+    source = Path("/runs/run/checkpoints/step_00000010.pt")
+    if not refused:
+        refuse_other_samples(saved, source, world, samples)
+        return
+    with raises(golden, str(source)):
+        refuse_other_samples(saved, source, world, samples)

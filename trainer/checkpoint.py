@@ -234,7 +234,7 @@ class Checkpointer:
         if resumed is None:
             return None
         loaded, path = resumed
-        state.load_state_dict(loaded, path, self.warn)
+        state.load_state_dict(loaded, path)
         return path
 
     def wait(self) -> None:

@@ -194,8 +194,7 @@ def gather_rng(env: DistEnv, device: torch.device) -> list[torch.Tensor]:
 
 
 def restore_rng(states: list[torch.Tensor], env: DistEnv, device: torch.device) -> None:
-    if len(states) != env.world_size:
-        return  # a different world size: the streams cannot match anyway
+    """This rank's streams as saved: one per process (trainer.state refuses a checkpoint of another number)."""
     state = states[env.rank].cpu()
     cpu_size = torch.get_rng_state().numel()
     torch.set_rng_state(state[:cpu_size])

@@ -1,6 +1,5 @@
 """The train state: everything a checkpoint holds, saved and restored by itself (torchtitan's Stateful)."""
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -9,6 +8,7 @@ import torch
 
 from trainer.distributed import gather_rng, restore_rng
 from trainer.env.launcher import DistEnv
+from trainer.errors import UserError
 
 # What a checkpoint must hold; one lacking any of them is not one of ours (trainer.checkpoint checks it).
 KEYS = ("model", "optimizer", "scheduler", "scaler", "progress", "rng", "meta", "best")
@@ -25,6 +25,7 @@ class TrainState:
     scaler: torch.amp.GradScaler
     env: DistEnv
     device: torch.device
+    samples: int = 0  # the training set's length: with the number of processes, it decides the samples' order
     step: int = 0
     epoch: int = 0
     batch_in_epoch: int = 0  # batches of `epoch` already trained: resume continues mid-epoch
@@ -47,7 +48,12 @@ class TrainState:
             "optimizer": self.optimizer.state_dict(),
             "scheduler": self.scheduler.state_dict(),
             "scaler": self.scaler.state_dict(),
-            "progress": {"step": self.step, "epoch": self.epoch, "batch_in_epoch": self.batch_in_epoch},
+            "progress": {
+                "step": self.step,
+                "epoch": self.epoch,
+                "batch_in_epoch": self.batch_in_epoch,
+                "samples": self.samples,
+            },
             "rng": gather_rng(self.env, self.device),
             "meta": {**(self.meta or {}), "step": self.step, "val_metrics": self.last_val},
             "best": self.best or {},
@@ -57,7 +63,8 @@ class TrainState:
         """What best.pt carries beside the weights."""
         return {**(self.meta or {}), "step": self.step, "val_metrics": self.last_val, "best": self.best}
 
-    def load_state_dict(self, state: dict[str, Any], source: Path, warn: Callable[[str], None]) -> None:
+    def load_state_dict(self, state: dict[str, Any], source: Path) -> None:
+        refuse_other_samples(state, source, self.env.world_size, self.samples)
         self.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
@@ -65,9 +72,27 @@ class TrainState:
         self.step, self.epoch, self.batch_in_epoch = (int(state["progress"][k]) for k in PROGRESS)
         self.best = state["best"] or None
         self.last_val = state["meta"].get("val_metrics")
-        if len(state["rng"]) != self.env.world_size:
-            warn(
-                f"{source} was saved by {len(state['rng'])} processes, this attempt has {self.env.world_size}: the "
-                "random streams start afresh, so the run no longer matches an uninterrupted one"
-            )
         restore_rng(state["rng"], self.env, self.device)
+
+
+def refuse_other_samples(state: dict[str, Any], source: Path, world_size: int, samples: int) -> None:
+    """A checkpoint goes on with the samples an uninterrupted run would see next (ResumableSampler) only on as
+    many processes as saved it (one random stream each) and on a training set of the same length (a checkpoint
+    of an earlier version does not say it: not checked). Anything else ends the run, rather than training on."""
+    saved_by, saved_on = len(state["rng"]), state["progress"].get("samples")
+    if saved_by != world_size:
+        raise UserError(
+            f"{source} was saved by {processes(saved_by)}, this attempt has {world_size}: the order of the samples "
+            f"depends on their number, so the run would not go on as it ran; resume on {processes(saved_by)} "
+            f"(--nodes N --gpus-per-node G with N x G = {saved_by}) to go on exactly"
+        )
+    if saved_on is not None and saved_on != samples:
+        raise UserError(
+            f"{source} was saved training on {saved_on} samples, the training data now holds {samples}: the run "
+            "would not go on with the samples it ran on; resume with the data it trained on to go on exactly, or "
+            "start a new run"
+        )
+
+
+def processes(count: int) -> str:
+    return f"{count} process{'es' * (count != 1)}"

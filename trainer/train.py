@@ -257,7 +257,7 @@ def setup(config: TrainConfig, env: DistEnv, device: torch.device, watchdog: Wat
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: lr_factor(s, config.steps, config.optim))
     scaler = torch.amp.GradScaler(device.type, enabled=config.amp == "fp16")
     autocast = torch.autocast(device.type, dtype=AMP_DTYPES.get(config.amp), enabled=config.amp != "off")
-    state = TrainState(model, optimizer, scheduler, scaler, env, device)
+    state = TrainState(model, optimizer, scheduler, scaler, env, device, samples=len(data.train))  # type: ignore[arg-type]
     state.meta = {"task": config.task, "config": config_dict(config), "classes": getattr(data.full, "classes", [])}
     files = RunDir(Path(config.run_dir))
     run = Run(

@@ -10,6 +10,7 @@ from typing import Any
 
 from tests import ranks
 from tests.conftest import ROOT, submit, write_profile
+from tests.messages import Golden, refused
 
 
 def strict_json(path: Path) -> Any:
@@ -48,17 +49,12 @@ def test_resume_with_more_steps_continues_and_reports_its_warnings(reference_cop
     old_job = json.loads((reference_copy / "job.json").read_text())
     newest = reference_copy / "checkpoints" / "step_00000048.pt"
     newest.write_bytes(newest.read_bytes()[:100])  # torn
-    # One process now: the checkpoint holds two processes' random streams.
-    result = resume(reference_copy, "steps=52", "--gpus-per-node", "1")
+    result = resume(reference_copy, "steps=52")
     assert result.returncode == 0, result.stdout + result.stderr
     assert f"warning: skipping checkpoint {newest}" in result.stdout
-    assert (
-        "warning: " + str(reference_copy / "checkpoints" / "step_00000040.pt") + " was saved by 2 processes"
-        in result.stdout
-    )
     first, second = attempts(reference_copy)
     assert first["stop"]["reason"] == "finished" and first["cost"]["time_lost_s"] == 0
-    assert second["resumed_step"] == 40 and len(second["warnings"]) == 2
+    assert second["resumed_step"] == 40 and len(second["warnings"]) == 1
     assert second["warnings"][0].startswith(f"skipping checkpoint {newest}")
     # Where the attempt's start-up went, in the order reached (benchmarks/startup.py reads these).
     startup = second["startup"]
@@ -117,14 +113,58 @@ def test_resume_without_profile_goes_on_in_the_shape_the_run_ran(reference_copy:
     """The run ran on 2 local processes from its own profile file; --resume alone takes that profile up again
     (not the default one), and a flag changes one field of it."""
     recorded = json.loads((reference_copy / "job.json").read_text())["profile"]
-    assert (recorded["executor"], recorded["gpus_per_node"]) == ("local", 2)
-    one = submit("--resume", str(reference_copy), "--gpus-per-node", "1", "--wait", "steps=52")
+    assert (recorded["executor"], recorded["gpus_per_node"], recorded["timeout_min"]) == ("local", 2, 60)
+    one = submit("--resume", str(reference_copy), "--time", "30", "--wait", "steps=52")
     assert one.returncode == 0, one.stdout + one.stderr
-    assert strict_json(reference_copy / "summary.json")["world_size"] == 1
-    assert json.loads((reference_copy / "job.json").read_text())["profile"]["gpus_per_node"] == 1
-    again = submit("--resume", str(reference_copy), "--wait", "steps=56")  # the last submission's shape: 1 process
+    assert json.loads((reference_copy / "job.json").read_text())["profile"]["timeout_min"] == 30
+    again = submit("--resume", str(reference_copy), "--wait", "steps=56")  # the last submission's shape
     assert again.returncode == 0, again.stdout + again.stderr
-    assert strict_json(reference_copy / "summary.json")["world_size"] == 1
+    assert json.loads((reference_copy / "job.json").read_text())["profile"] == recorded | {"timeout_min": 30}
+    assert strict_json(reference_copy / "summary.json")["world_size"] == 2
+
+
+def test_resume_on_another_number_of_processes_is_refused_at_submit(golden: Golden, reference_copy: Path) -> None:
+    """The order of the samples depends on the number of processes: a resume of this 2-process run on one is
+    refused, naming the run's own layout, and nothing is queued or written."""
+    job, config = (reference_copy / "job.json").read_text(), (reference_copy / "config.yaml").read_text()
+    result = resume(reference_copy, "steps=52", "--gpus-per-node", "1")
+    refused(result, golden, "--resume", "--nodes 1 --gpus-per-node 2")
+    assert (reference_copy / "job.json").read_text() == job and (reference_copy / "config.yaml").read_text() == config
+    assert len(attempts(reference_copy)) == 1
+
+
+def test_a_resume_on_training_data_of_another_length_ends_the_run(
+    reference_copy: Path, sample_root: Path, tmp_path: Path
+) -> None:
+    """The job's backstop (the run's data is known only there): rank 0 names what changed in error.txt and the
+    job ends before it trains or rewrites config.yaml."""
+    data = Path(shutil.copytree(sample_root / "pix2pix", tmp_path / "pairs"))
+    rows = (data / "pairs.csv").read_text().splitlines(keepends=True)
+    (data / "pairs.csv").write_text("".join(rows[:-8]))  # 8 pairs fewer
+    config = (reference_copy / "config.yaml").read_text()
+    checkpoints = sorted(p.name for p in (reference_copy / "checkpoints").iterdir())
+    result = resume(reference_copy, "steps=52", f"data.root={data}")
+    assert result.returncode != 0, result.stdout + result.stderr
+    newest = reference_copy / "checkpoints" / "step_00000048.pt"
+    error = (reference_copy / "error.txt").read_text()
+    assert f"{newest} was saved training on 230 samples, the training data now holds 223" in error, error
+    assert error.count("\n") == 1 and "Traceback" not in error
+    assert (reference_copy / "config.yaml").read_text() == config
+    assert sorted(p.name for p in (reference_copy / "checkpoints").iterdir()) == checkpoints
+    assert [a["stop"]["reason"] for a in attempts(reference_copy)] == ["finished"]
+
+
+def test_the_job_refuses_a_checkpoint_of_another_number_of_processes(tmp_path: Path, sample_root: Path) -> None:
+    """The backstop behind the submit's check (a run resumed under a profile that names another shape): every
+    rank ends with the one line, no step is trained."""
+    data = f"data.root={sample_root / 'pix2pix'}"
+    ranks.train(tmp_path / "run", data, "steps=2", world=2)
+    again = ranks.start(tmp_path / "run", data, "steps=3", world=1)
+    assert again.wait() == [1], again.log(0)
+    newest = tmp_path / "run" / "checkpoints" / "step_00000002.pt"
+    error = (tmp_path / "run" / "error.txt").read_text()
+    assert f"{newest} was saved by 2 processes, this attempt has 1" in error, error
+    assert not (tmp_path / "run" / "checkpoints" / "step_00000003.pt").exists()
 
 
 def test_a_resume_that_would_leave_slurm_without_a_profile_is_refused(reference_copy: Path) -> None:

@@ -433,8 +433,10 @@ def test_resume_goes_on_on_the_cluster_in_the_shape_the_run_ran(tmp_path: Path, 
     assert dry.returncode == 0, dry.stderr
     assert "#SBATCH --nodes=2\n" in dry.stdout and "#SBATCH --partition=normal\n" in dry.stdout, dry.stdout
     assert f"#SBATCH --chdir={run_dir}/code\n" in dry.stdout
-    one = submit("--resume", str(run_dir), "--dry-run", "--nodes", "1", "steps=8")
-    assert "#SBATCH --nodes=1\n" in one.stdout and "#SBATCH --partition=normal\n" in one.stdout, one.stdout
+    one = submit("--resume", str(run_dir), "--dry-run", "--time", "7", "steps=8")
+    assert "#SBATCH --time=7\n" in one.stdout and "#SBATCH --nodes=2\n" in one.stdout, one.stdout
+    fewer = submit("--resume", str(run_dir), "--dry-run", "--nodes", "1", "steps=8")  # other samples: refused
+    assert fewer.returncode == 2 and "resume with --nodes 2 --gpus-per-node 1 to go on" in fewer.stderr, fewer.stderr
     resumed = submit("--resume", str(run_dir), "--wait", "steps=8")
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
     record = json.loads((run_dir / "job.json").read_text())
