@@ -145,7 +145,11 @@ def stop_tree(pid: int, wait_s: float = 3.0) -> None:
     """SIGTERM and SIGCONT to `pid` and everything below it, SIGKILL to what is left after `wait_s`. SIGTERM
     first: a stopped process without a handler for it ends without running again (a frozen rank would
     otherwise wake to its peer's lost connection and fail on it); one with a handler wakes to run it."""
-    pids = tree(pid)
+    end(tree(pid), wait_s)
+
+
+def end(pids: list[int], wait_s: float) -> None:
+    """SIGTERM and SIGCONT to `pids` (in that order: see stop_tree), SIGKILL to those left after `wait_s`."""
     signal_all(pids, signal.SIGTERM)
     signal_all(pids, signal.SIGCONT)
     deadline = time.monotonic() + wait_s
@@ -176,17 +180,10 @@ def become_subreaper() -> bool:
 
 
 def end_descendants(grace_s: float) -> None:
-    """SIGCONT and SIGTERM to every process below this one, SIGKILL to what is left after `grace_s`, then the
-    zombies reaped: only once this process's own subprocesses were waited for (a reap here would take their
-    exit codes from subprocess)."""
+    """Every process below this one ended (end), then the zombies reaped: only once this process's own
+    subprocesses were waited for (a reap here would take their exit codes from subprocess)."""
     me = os.getpid()
-    pids = [p for p in tree(me) if p != me]
-    signal_all(pids, signal.SIGCONT)
-    signal_all(pids, signal.SIGTERM)
-    deadline = time.monotonic() + grace_s
-    while time.monotonic() < deadline and any(_alive(p) for p in pids):
-        time.sleep(0.05)
-    signal_all([p for p in pids if _alive(p)], signal.SIGKILL)
+    end([p for p in tree(me) if p != me], grace_s)
     with contextlib.suppress(ChildProcessError):
         while os.waitpid(-1, os.WNOHANG)[0] > 0:
             pass
