@@ -18,10 +18,21 @@ from trainer.run.rundir import RunDir
 pytestmark = pytest.mark.slurm
 
 
-def test_each_frameworks_script_is_preempted_on_two_nodes_and_resumes(slurm_cluster: None, tmp_path: Path) -> None:
+# Preempted together in groups: all six at once on this machine's 2 cores took so long to save once each that
+# the quickest had finished before the preemption (seen in CI).
+GROUPS = [
+    [n for n in frameworks.FRAMEWORKS if n not in ("timm", "hf-trainer")],
+    [n for n in frameworks.FRAMEWORKS if n in ("timm", "hf-trainer")],
+]
+
+
+@pytest.mark.parametrize("group", GROUPS, ids=["-".join(g) for g in GROUPS])
+def test_each_frameworks_script_is_preempted_on_two_nodes_and_resumes(
+    slurm_cluster: None, tmp_path: Path, group: list[str]
+) -> None:
     profile = mini_profile(tmp_path)
     runs = {}
-    for name in frameworks.FRAMEWORKS:
+    for name in group:
         folder = tmp_path / name
         folder.mkdir()
         command, flags = frameworks.write(folder, name)
