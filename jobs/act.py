@@ -54,8 +54,10 @@ def save_now(target: Target) -> str:
 def requeue_now(target: Target) -> str:
     """The requeue signal, as the time limit sends it: the ranks save where they are and the job is requeued
     (recorded as a preemption: time was left)."""
-    _running(target)
     name = _requeue_signal(target)
+    if target.executor == "slurm" and info(target).state in _BETWEEN_ATTEMPTS:
+        _not_requeueing(target, name)  # a second request as the first one requeues: say that, not "ended"
+    _running(target)
     _not_requeueing(target, name)
     if target.executor == "slurm":
         _scancel(["-b", "-s", name, target.job_id])  # to the batch shell, as sbatch's --signal=B: does
@@ -70,6 +72,9 @@ def requeue_now(target: Target) -> str:
         else "it saves and is requeued"
     )
     return f"sent SIG{name} to job {target.job_id}: {then}"
+
+
+_BETWEEN_ATTEMPTS = ("COMPLETING", "PENDING", "REQUEUED", "REQUEUE_HOLD", "CONFIGURING")
 
 
 def _not_requeueing(target: Target, name: str) -> None:
