@@ -38,6 +38,11 @@ def test_budgets_follow_the_longest_interval_seen_with_a_floor_or_one_setting() 
     dog.longest["step"] = 10.0
     assert dog.budget("step") == 60  # waiting on peers: two heartbeats longer, so a stuck rank finds itself first
     assert Watchdog(HangConfig(timeout_s=20), None, 0, "h").budget("startup") == 20  # type: ignore[arg-type]
+    # Joining the group is start-up: hang.first_s holds it, unless torch's own timeout (dist.timeout_s) ends first.
+    dog.rendezvous_s = 305.0
+    assert dog.budget("rendezvous") == 305 and HangConfig().first_s > 305
+    dog.settings = HangConfig(first_s=60)
+    assert dog.budget("rendezvous") == 60
 
 
 @pytest.mark.parametrize(
@@ -107,10 +112,10 @@ def test_a_join_that_failed_at_once_blames_no_absent_rank_one_that_timed_out_doe
     dog = Watchdog(HangConfig(), tmp_path, rank=0, host="node0", world_size=2)
     FileBoard(tmp_path, 0).put(Beat(0, "node0", -1, "rendezvous", time.time(), time.time()))
     dog.enter("rendezvous")
-    dog.blame_absent(RuntimeError("Unable to find address for: nosuch0"), timeout_s=300)
+    dog.blame(RuntimeError("Unable to find address for: nosuch0: Connection refused"), timeout_s=300)
     assert not (tmp_path / "error.txt").exists()
     dog.current = ("rendezvous", time.monotonic() - 300, time.time() - 300, 0)
-    dog.blame_absent(RuntimeError("Timed out after 300 seconds"), timeout_s=300)
+    dog.blame(RuntimeError("Timed out after 300 seconds"), timeout_s=300)
     assert (tmp_path / "error.txt").read_text().startswith("rank 1: hung: it kept the process group from forming")
 
 
@@ -150,3 +155,31 @@ def test_once_the_group_formed_heartbeats_go_to_the_store_and_no_file_is_left(tm
     dog.stop()
     assert not RunDir(tmp_path).heartbeats.exists()
     assert StoreBoard(store, 0, 2).read() == []  # a rank that left is not read as one that froze
+
+
+def test_a_collective_timeout_names_the_stopped_rank_it_waited_for_not_itself(tmp_path: Path) -> None:
+    """dist.timeout_s shorter than the hang budget: torch's timeout comes first on rank 0. Rank 1's heartbeat
+    stopped: rank 0 records rank 1's hang before its own timeout, so error.txt names rank 1. A peer that is
+    still beating, or an error of rank 0's own, blames no one."""
+    import time
+
+    from trainer.run import failures
+    from trainer.supervise.watchdog import StoreBoard
+
+    store = FakeStore()
+    dog = Watchdog(HangConfig(beat_s=2), tmp_path, rank=0, host="node1", world_size=2)
+    dog.board = StoreBoard(store, 0, 2)
+    dog.enter("step", 40)
+    now = time.time()
+    StoreBoard(store, 0, 2).put(Beat(0, "node1", 40, "step", now - 30, now - 1))
+    StoreBoard(store, 1, 2).put(Beat(1, "node2", 40, "step", now - 1, now - 1))  # beating: not stopped
+    dog.blame(RuntimeError("[gloo] Timed out waiting 30000ms for recv operation"), timeout_s=30)
+    assert not (tmp_path / "error.txt").exists()
+    StoreBoard(store, 1, 2).put(Beat(1, "node2", 38, "step", now - 40, now - 35))
+    dog.blame(ValueError("a bug of rank 0's own"), timeout_s=30)
+    assert not (tmp_path / "error.txt").exists()
+    dog.blame(RuntimeError("[gloo] Timed out waiting 30000ms for recv operation"), timeout_s=30)
+    failures.record(tmp_path, failures.describe(RuntimeError("Timed out waiting 30000ms"), 0, "node1", time.time()))
+    line = (tmp_path / "error.txt").read_text()
+    assert line.startswith("rank 1 on node2: hung: its heartbeat stopped 35 s ago at step 40"), line
+    assert "seen by rank 0 when torch timed out (RuntimeError, dist.timeout_s)" in line, line

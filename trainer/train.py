@@ -88,16 +88,14 @@ def train(
             watchdog.rendezvous_hint = f": its store file {store} may be stale or damaged; delete it"
         watchdog.enter("rendezvous")
         watchdog.beat_now()  # the supervisor sees where rank 0 is even if the join holds every thread
-        try:
-            group = process_group(env, config.dist.timeout_s, device, Path(config.run_dir), config.dist.init_method)
+        group = process_group(env, config.dist.timeout_s, device, Path(config.run_dir), config.dist.init_method)
+        with watchdog.blaming(config.dist.timeout_s):  # a rank absent or frozen is named, not this one's timeout
             cleanup.enter_context(group)
-        except Exception as exc:
-            watchdog.blame_absent(exc, config.dist.timeout_s)
-            raise
         watchdog.enter("startup")
         startup.mark("process_group_joined")
         if (store := beat_store(env, config.dist.init_method)) is not None:
             watchdog.use_store(store, env.first_node)  # off the shared filesystem from here on
+        cleanup.enter_context(watchdog.blaming(config.dist.timeout_s))  # a collective timed out: on whom it waited
         run = setup(config, env, device, watchdog)
         resume(run, cause)
         task, model, ddp, optimizer, state = run.task, run.model, run.ddp, run.optimizer, run.state

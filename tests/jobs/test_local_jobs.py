@@ -453,6 +453,23 @@ def test_a_stopped_rank_is_named_by_its_peers_watchdog_within_the_budget(
     assert line.strip() in cli("jobs.status", str(run_dir)).stdout
 
 
+def test_a_stopped_rank_is_named_when_torchs_timeout_comes_before_the_budget(
+    local_profile: Path, sample_root: Path, tmp_path: Path
+) -> None:
+    """dist.timeout_s=20, below the hang budget (hang.floor_s=120 by default): gloo's timeout comes first on
+    rank 0, which names rank 1 from its heartbeat, not its own timeout."""
+    proc, out = submit_long(local_profile, sample_root, tmp_path, "dist.timeout_s=20")
+    run_dir = poll("the run directory", lambda: (found := run_dirs(tmp_path / "runs")) and found[0])
+    tasks = started(run_dir)
+    os.kill(tasks[1][0], signal.SIGSTOP)
+    stopped = time.monotonic()
+    assert proc.wait(timeout=120) == 1, out.read_text()
+    assert time.monotonic() - stopped < 20 + 15, out.read_text()
+    line = (run_dir / "error.txt").read_text()
+    assert line.startswith(f"rank 1 on {socket.gethostname()}: hung: its heartbeat stopped "), line
+    assert "seen by rank 0 when torch timed out" in line, line
+
+
 def test_every_rank_frozen_at_once_is_named_by_the_supervisor(
     local_profile: Path, sample_root: Path, tmp_path: Path
 ) -> None:

@@ -277,34 +277,45 @@ class Watchdog:
             message = f"hung: it kept the process group from forming: {why}; seen by rank {self.rank}"
         else:
             stuck = Beat(self.rank, self.host, -1, "rendezvous", now - waited, now)
-            message = f"hung: the process group did not form in {waited:.0f} s (dist.timeout_s){self.rendezvous_hint}"
+            budget = "dist.timeout_s" if self.budget("rendezvous") == self.rendezvous_s else "hang.first_s"
+            message = f"hung: the process group did not form in {waited:.0f} s ({budget}){self.rendezvous_hint}"
         failure = failures.Failure(now, stuck.rank, stuck.host, "", message, False)
         self._say(f"hang: {failure.line()}")
         with contextlib.suppress(OSError, ValueError, UserError):
             failures.record(self.run_dir, failure)
 
-    def blame_absent(self, exc: BaseException, timeout_s: float) -> None:
-        """The process group did not form in dist.timeout_s (`exc`): record the rank that kept it from forming,
-        named by the heartbeats, before this rank records its own timeout (error.txt names the first). A join
-        that failed sooner failed for a cause of its own (a bad network interface): no rank is blamed for it."""
-        name, began, _, _ = self.current
-        waited = time.monotonic() - began if name == "rendezvous" else 0.0
-        if not self.settings.enabled or self.world_size < 2 or waited < 0.9 * timeout_s:
+    @contextmanager
+    def blaming(self, timeout_s: float) -> Iterator[None]:
+        """Around what torch may time out (the group's forming, the collectives): see `blame`."""
+        try:
+            yield
+        except Exception as exc:
+            self.blame(exc, timeout_s)
+            raise
+
+    def blame(self, exc: BaseException, timeout_s: float) -> None:
+        """torch gave up waiting on a peer (`exc`, dist.timeout_s, before this rank's hang budget): record the
+        rank it waited for, named by the heartbeats, before this rank records its own timeout (error.txt names
+        the first). While the group forms: one absent or frozen, when the join ran out its time (a join that
+        failed sooner failed for a cause of its own, a bad network interface). Later: one whose heartbeat
+        stopped, or rank 0's store that does not answer; a peer that failed records its own cause."""
+        name, began, _, step = self.current
+        if not self.settings.enabled or self.world_size < 2 or not failures.is_peer_error(*_words(exc)):
             return
-        now = time.time()
-        found = absent(
-            self._ours(FileBoard(self.run_dir, self.rank).read()),
-            self.world_size,
-            now,
-            2 * self.settings.beat_s + CHECK_S,
-        )
-        if found is None:
+        now, stale_s = time.time(), 2 * self.settings.beat_s + CHECK_S
+        if name == "rendezvous":
+            if time.monotonic() - began < 0.9 * timeout_s:
+                return
+            found = absent(self._ours(FileBoard(self.run_dir, self.rank).read()), self.world_size, now, stale_s)
+            message = "hung: it kept the process group from forming: {why}; seen by rank {rank} ({kind})"
+        else:
+            found, _ = self._suspect(name, step, now - (time.monotonic() - began), now, stopped_only=True)
+            message = "hung: {why}; seen by rank {rank} when torch timed out ({kind}, dist.timeout_s)"
+        if found is None or found[0].rank == self.rank:
             return
         stuck, why = found
-        message = (
-            f"hung: it kept the process group from forming: {why}; seen by rank {self.rank} ({type(exc).__name__})"
-        )
-        failure = failures.Failure(now, stuck.rank, stuck.host, "", message, False)
+        text = message.format(why=why, rank=self.rank, kind=type(exc).__name__)
+        failure = failures.Failure(now, stuck.rank, stuck.host, "", text, False)
         self._say(f"hang: {failure.line()}")
         with contextlib.suppress(OSError, ValueError, UserError):
             failures.record(self.run_dir, failure)
@@ -330,8 +341,8 @@ class Watchdog:
             self.enter("step", step)
 
     def budget(self, name: str) -> float:
-        if name == "rendezvous" and self.rendezvous_s:  # the group's own timeout names a rank first (absent)
-            return self.rendezvous_s
+        if name == "rendezvous" and self.rendezvous_s:  # start-up's budget, or the group's own timeout first
+            return min(self.settings.timeout_s or self.settings.first_s, self.rendezvous_s)
         if self.settings.timeout_s:
             budget = self.settings.timeout_s
         elif name not in self.longest:
@@ -437,6 +448,28 @@ class Watchdog:
         with contextlib.suppress(OSError):
             os.write(2, (text + "\n").encode())
 
+    def _suspect(
+        self, name: str, step: int, since: float, now: float, stopped_only: bool = False
+    ) -> tuple[tuple[Beat, str] | None, bool]:
+        """The rank this one waits for, by this attempt's heartbeats, and whether rank 0's store did not answer
+        (then rank 0 is named); `stopped_only`: only a rank whose heartbeat stopped, never the one behind."""
+        stale_s = 2 * self.settings.beat_s + CHECK_S
+        try:
+            beats = within(STORE_WAIT_S, (self.board or FileBoard(self.run_dir, self.rank)).read)
+            beats = [b for b in self._ours(beats) if b.rank < self.world_size and b.section != "hung"]
+            found = culprit(beats, now, stale_s)
+            if stopped_only and found is not None and now - found[0].written <= stale_s:
+                return None, False
+            return found, False
+        except (OSError, RuntimeError, TimeoutError):
+            if not isinstance(self.board, StoreBoard):
+                return None, False  # a stalled shared filesystem (heartbeat files): no rank's beat to go by
+            zero = Beat(0, self.store_host, step, name, since, now)  # rank 0, which holds the store, is silent
+            why = (
+                f"the job's store on rank 0 does not answer {zero.where()} (rank 0 stopped or frozen, or its node gone)"
+            )
+            return (zero, why), True
+
     def _hung(self, name: str, waited: float, step: int) -> None:
         me = Beat(self.rank, self.host, step, name, time.time() - waited, time.time())
         self._say(
@@ -455,18 +488,7 @@ class Watchdog:
         if name == "rendezvous":
             self._record_rendezvous(waited, now)
             return
-        silent_store = False
-        try:
-            beats = within(STORE_WAIT_S, (self.board or FileBoard(self.run_dir, self.rank)).read)
-            beats = [b for b in self._ours(beats) if b.rank < self.world_size and b.section != "hung"]
-            found = culprit(beats, now, stale_s=2 * self.settings.beat_s + CHECK_S)
-        except (OSError, RuntimeError, TimeoutError):
-            found = None  # a stalled shared filesystem (heartbeat files): no rank's beat to go by
-            silent_store = isinstance(self.board, StoreBoard)
-            if silent_store:  # rank 0, which holds the store, does not answer
-                zero = Beat(0, self.store_host, step, name, me.since, now)
-                found = (zero, f"the job's store on rank 0 does not answer {zero.where()} (rank 0 stopped or "
-                               "frozen, or its node gone)")  # fmt: skip
+        found, silent_store = self._suspect(name, step, me.since, now)
         stuck, why = found if found else (me, f"no progress for {waited:.0f} s {me.where()}")
         message = f"hung: {why}; seen by rank {self.rank} after {waited:.0f} s (budgets: hang.timeout_s, hang.factor)"
         failure = failures.Failure(now, stuck.rank, stuck.host, "", message, False)
@@ -480,6 +502,10 @@ class Watchdog:
             failures.record(self.run_dir, failure)
         except (OSError, ValueError, UserError) as exc:
             self._say(f"warning: could not record the hang: {exc}")
+
+
+def _words(exc: BaseException) -> tuple[str, str]:
+    return failures.cause(type(exc).__name__, str(exc))
 
 
 def end_children() -> None:
