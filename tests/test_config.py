@@ -113,14 +113,14 @@ def table_rows(table: str) -> dict[str, list[str]]:
 
 
 def readme_table(marker: str) -> str:
-    """The table trainer/README.md holds between `<!-- {marker} -->` and `<!-- end {marker} -->`."""
-    text = (ROOT / "trainer" / "README.md").read_text()
+    """The table jobs/reference/settings.md holds between `<!-- {marker} -->` and `<!-- end {marker} -->`."""
+    text = (ROOT / "jobs" / "reference" / "settings.md").read_text()
     found = re.search(rf"<!-- {re.escape(marker)} -->\n(.*?)<!-- end {re.escape(marker)} -->", text, re.DOTALL)
-    assert found, f"trainer/README.md lacks the <!-- {marker} --> block"
+    assert found, f"jobs/reference/settings.md lacks the <!-- {marker} --> block"
     return found.group(1).strip("\n") + "\n"
 
 
-def test_help_settings_describes_every_key_and_is_the_table_in_the_trainer_readme() -> None:
+def test_help_settings_describes_every_key_and_is_the_table_in_the_settings_reference() -> None:
     table = help_settings()
     rows = table_rows(table)
     assert list(rows) == valid_keys()

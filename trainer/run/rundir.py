@@ -143,10 +143,12 @@ class RunDir:
 
     @property
     def checkpoints(self) -> Path:
+        """step_NNNNNNNN.pt, each with its .sha256, the newest checkpoint.keep kept; best.pt (+ .sha256)."""
         return self.path / "checkpoints"
 
     @property
     def tensorboard(self) -> Path:
+        """Rank 0's TensorBoard events: scalars, image grids and hparams."""
         return self.path / "tensorboard"
 
     @property
@@ -166,7 +168,7 @@ class RunDir:
 
     @property
     def provenance(self) -> Path:
-        """Where the run came from: submit.json, git.diff, environment.json, ranks/, the Slurm records."""
+        """Where the run came from: submit.json, git.diff, environment.json, collect_env.txt, ranks/, Slurm's records."""
         return self.path / "provenance"
 
     @property
@@ -181,6 +183,7 @@ class RunDir:
 
     @property
     def live(self) -> Path:
+        """Every rank's latest heartbeat, written by rank 0 once a second while jobs.top watches."""
         return self.path / "live.json"
 
     @property
@@ -198,7 +201,8 @@ class RunDir:
 
     @property
     def logs(self) -> Path:
-        """submitit's folder: each task's output, the pickled function and its result."""
+        """submitit's folder: each task's output (<job>_<rank>_log.out/.err), the pickled function and its result;
+        the sbatch script, the signal files, <job>_exit_codes.json and slot_<k>.lock (local)."""
         return self.path / "logs"
 
     def event_files(self) -> list[Path]:
