@@ -1,5 +1,5 @@
 """torch's environment report (provenance/collect_env.txt), by a child of rank 0: after the attempt's first step
-(started with the ranks, it slowed every rank's start: benchmarks/RESULTS.md, section 13), or as the attempt fails
+(started with the ranks, it slowed every rank's start: benchmarks/RESULTS.md, start-up), or as the attempt fails
 before one, so that a run that never trained has it too."""
 
 from pathlib import Path

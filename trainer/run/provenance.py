@@ -159,7 +159,7 @@ def report_environment(run_dir: Path) -> None:
     """Rank 0, once per process and run: torch's environment report, by a child (collect_env). Started after the
     attempt's first step, or as it fails before one: started with the ranks, its own import of torch and its
     pip and nvidia-smi slowed every rank's start by about 1 s on the 2-core test cluster (benchmarks/RESULTS.md,
-    section 13), nice 10 or not."""
+    start-up), nice 10 or not."""
     if run_dir in _REPORTED:
         return
     _REPORTED.add(run_dir)
