@@ -66,9 +66,8 @@ def arguments_table(parser: argparse.ArgumentParser) -> list[str]:
 
 
 def usage(parser: argparse.ArgumentParser) -> str:
-    parser.formatter_class = partial(argparse.HelpFormatter, width=110)  # not the terminal's width
-    first, *rest = parser.format_usage().removeprefix("usage: ").replace(" [-h]", "").rstrip().splitlines()
-    return "\n".join([first, *(line[len("usage: ") :] for line in rest)])
+    parser.formatter_class = partial(argparse.HelpFormatter, width=10_000)  # one line, whatever the terminal
+    return parser.format_usage().removeprefix("usage: ").replace(" [-h]", "").strip()
 
 
 def commands_page() -> str:
@@ -92,7 +91,7 @@ def commands_page() -> str:
             continue
         parser = parser_of(name)
         lines += ["", f"## jobs.{name}", "", cell(COMMANDS[name]).capitalize() + ".", ""]
-        lines += ["<!-- fragment: a synopsis -->", "```text", usage(parser), "```", "", *arguments_table(parser)]
+        lines += [f"`{usage(parser)}`", "", *arguments_table(parser)]
     lines += [
         "",
         "## settings",

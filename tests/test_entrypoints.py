@@ -140,14 +140,15 @@ def test_a_job_is_sent_plain_values_only(tmp_path: Path) -> None:
     assert b"trainer.config" not in pickle.dumps((config, job)) and job["signal"] == "USR2"
 
 
-def test_the_submit_synopsis_in_jobs_readme_names_every_flag_of_its_help() -> None:
-    """jobs/README.md's `python -m jobs.submit` synopsis and `--help` name the same flags (it once lacked four)."""
+def test_the_submit_reference_names_every_flag_of_its_help() -> None:
+    """jobs/reference/commands.md's `jobs.submit` section and `--help` name the same flags (a hand-written
+    synopsis once lacked four)."""
     import re
     import subprocess
     import sys
 
-    text = (ROOT / "jobs" / "README.md").read_text()
-    block = re.search(r"^python -m jobs\.submit .*?(?=^python -m jobs\.status)", text, re.M | re.S)
+    text = (ROOT / "jobs" / "reference" / "commands.md").read_text()
+    block = re.search(r"^## jobs\.submit$.*?(?=^## jobs\.status$)", text, re.M | re.S)
     assert block is not None
     help_text = subprocess.run(
         [sys.executable, "-m", "jobs.submit", "--help"], cwd=ROOT, capture_output=True, text=True, check=True
