@@ -29,6 +29,7 @@ from trainer.run.checkpoint_names import has_checksum, list_checkpoints
 from trainer.run.failures import Failure
 from trainer.run.prepare import NAME, is_job_id, not_a_run
 from trainer.run.rundir import RunDir
+from trainer.supervise import procfs
 
 TERMINAL = {
     "ENDED",  # a forgotten job without accounting, neither finished nor failed by its run directory
@@ -201,24 +202,24 @@ def find(target: str, profile: str | None = None) -> Target:
 def run_processes(run_dir: Path, log_dir: Path | None) -> list[int]:
     """Live processes of a run on this machine: its tasks and controller (their command line names its logs
     folder) and what they started (RUN_DIR in their environment)."""
-    needles = [f"RUN_DIR={run_dir}\0".encode()] + ([str(log_dir).encode() + b"\0"] if log_dir else [])
+    needles = [f"RUN_DIR={run_dir}"] + ([str(log_dir)] if log_dir else [])
     found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+    for pid in procfs.pids():
+        if pid == os.getpid():
             continue
         try:
-            text = (entry / "cmdline").read_bytes() + b"\0" + (entry / "environ").read_bytes()
+            words = procfs.cmdline(pid) + procfs.environ(pid)
         except OSError:
             continue  # ended, or another user's
-        if any(n in text for n in needles) and _alive(entry.name):
-            found.append(int(entry.name))
+        if any(word.endswith(n) for word in words for n in needles) and _alive(str(pid)):
+            found.append(pid)
     return sorted(found)
 
 
 def local_controller_folder(pid: str) -> Path | None:
     """The log folder of the local controller running as `pid` (a local job's id), or None: no such job here."""
     try:
-        args = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")
+        args = procfs.cmdline(pid)
     except OSError:
         return None
     for i, arg in enumerate(args[:-1]):
@@ -341,11 +342,10 @@ def is_local_job(target: Target) -> bool:
     """
     if not _alive(target.job_id):
         return False
-    cmdline = Path(f"/proc/{target.job_id}/cmdline")
-    if not cmdline.parent.exists():
+    if not procfs.available():
         return True  # no /proc to check with (macOS): trust the PID
     try:
-        args = cmdline.read_bytes().decode(errors="replace").split("\0")
+        args = procfs.cmdline(target.job_id)
     except OSError:
         return False  # ended since
     folder = str(target.log_dir) if target.log_dir else None
@@ -360,12 +360,7 @@ def _alive(pid: str) -> bool:
         return False
     except PermissionError:
         return True  # another user's: it exists
-    if not Path("/proc/self/stat").exists():
-        return True  # no /proc to tell a zombie by (macOS)
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
-    except OSError:
-        return False  # reaped since
+    return procfs.alive(pid) or not procfs.available()  # no /proc to tell a zombie by (macOS): it exists
 
 
 def info(target: Target) -> JobInfo:

@@ -14,7 +14,7 @@ from trainer.env.rendezvous import agree_port
 from trainer.errors import UserError
 from trainer.run import failures, provenance, startup
 from trainer.run.rundir import RunDir
-from trainer.supervise import live, relay
+from trainer.supervise import live, procfs, relay
 from trainer.supervise.flag import StopFlag
 from trainer.supervise.signals import JobSettings
 
@@ -77,7 +77,7 @@ def run(config: dict[str, Any], job: dict[str, Any] | None = None) -> dict[str, 
     provenance.record_start(run_dir, env)  # after torch's import: its versions are read from it
     cause = None
     if env.is_main:
-        cause = failures.clear(run_dir, failures.process_start_time())  # from an earlier, failed attempt
+        cause = failures.clear(run_dir, procfs.start_time())  # from an earlier, failed attempt
     try:
         # Built here, not unpickled: your task's file is imported now, with the handler above in place, and a
         # settings error is recorded like any other failure.

@@ -38,7 +38,7 @@ from trainer.requeue import PROGRESS_ENV, REQUEUE_EXIT
 from trainer.run import failures, ledger, provenance
 from trainer.run.atomic import write_text
 from trainer.run.rundir import RunDir
-from trainer.supervise import relay, signals
+from trainer.supervise import procfs, relay, signals
 from trainer.supervise.attempts import Attempts, leave, record_stop
 from trainer.supervise.signals import JobSettings
 from trainer.supervise.watchdog import CHECK_S, Beat, CommandWatch, culprit, progress_path, read_beats
@@ -98,7 +98,7 @@ def run(
         provenance.report_environment(folder)
     attempts = Attempts(folder) if env.is_main else None
     if env.is_main:
-        cause = failures.clear(folder, failures.process_start_time())
+        cause = failures.clear(folder, procfs.start_time())
         _clear_other_attempts(RunDir(folder).exits, env.attempt_key)
         RunDir(folder).progress.unlink(missing_ok=True)  # an earlier attempt's: this one's steps are its own
         assert attempts is not None

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import IO, Any, BinaryIO
 
 from trainer.errors import UserError
+from trainer.supervise import procfs
 
 
 def current_umask() -> int:
@@ -21,12 +22,8 @@ def current_umask() -> int:
     Setting it and putting it back (the only portable way) is process-wide: a thread creating a file in
     between would get the wrong mode. Linux shows it in /proc.
     """
-    try:
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("Umask:"):
-                return int(line.split()[1], 8)
-    except (OSError, ValueError, IndexError):
-        pass
+    if (found := procfs.status("self", "Umask")) is not None:  # Linux 4.7 and later
+        return int(found, 8)
     mask = os.umask(0o022)
     os.umask(mask)
     return mask

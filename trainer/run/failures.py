@@ -8,9 +8,7 @@ the earliest of those reported. `error.txt` holds the root cause's one line, `ra
 
 import contextlib
 import json
-import os
 import re
-import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -183,18 +181,6 @@ def main(argv: Sequence[str]) -> int:
     if node:
         print(node)
     return 0
-
-
-def process_start_time(pid: int | str = "self") -> float:
-    """When this process (or `pid`) started (wall clock), from /proc; now where /proc cannot say. Measured back
-    from now by the seconds since it started (uptime, 10 ms steps), not from the boot time /proc/stat gives in
-    whole seconds: a restart within a second of the failure it follows must not take that failure for its own."""
-    try:
-        ticks = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19])
-        uptime = float(Path("/proc/uptime").read_text().split()[0])
-        return time.time() - (uptime - ticks / os.sysconf("SC_CLK_TCK"))
-    except (OSError, ValueError, IndexError):
-        return time.time()
 
 
 if __name__ == "__main__":

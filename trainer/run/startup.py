@@ -6,7 +6,7 @@ an attempt was slow to start (a torch import from a slow filesystem, a process g
 
 import time
 
-from trainer.run.failures import process_start_time
+from trainer.supervise.procfs import start_time
 
 MARKS: dict[str, float] = {}
 
@@ -19,5 +19,5 @@ def mark(name: str) -> None:
 
 def seconds() -> dict[str, float]:
     """Each mark in seconds after this process started, in the order reached, plus the start itself."""
-    start = process_start_time()
+    start = start_time()
     return {"process_start": round(start, 3)} | {name: round(t - start, 3) for name, t in MARKS.items()}

@@ -14,5 +14,6 @@ Who owns what (README.md beside this file has the table):
 - signals, flag, relay: the requeue signal's one spelling, the flag its handler sets, its way from the batch
   shell to the tasks. The ranks' vote to stop on it is a collective: trainer.distributed.StopVote.
 - attempts: attempts.json, each attempt's start and stop, and rank 0's requeue.
+- procfs: this machine's processes as Linux's /proc shows them, its one reader (here, and for jobs.status).
 The few-line API a user's own script calls stays trainer.requeue.
 """

@@ -20,6 +20,7 @@ from typing import Any
 
 from trainer.run.atomic import json_or_none, write_text
 from trainer.run.rundir import RunDir
+from trainer.supervise import procfs
 from trainer.supervise.stacks import DUMP_SIGNAL
 
 WATCHED_S = 5.0  # a request older than this: nobody watches any more
@@ -81,8 +82,5 @@ def read(run_dir: Path) -> dict[str, Any] | None:
 
 def host_memory_mb() -> float:
     """This process's resident memory now (Linux's /proc), else its peak (getrusage)."""
-    try:
-        pages = int(Path("/proc/self/statm").read_text().split()[1])
-        return pages * os.sysconf("SC_PAGE_SIZE") / 2**20
-    except (OSError, IndexError, ValueError):
-        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    resident = procfs.resident_bytes()
+    return resident / 2**20 if resident is not None else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024

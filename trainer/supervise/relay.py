@@ -22,6 +22,8 @@ import threading
 import time
 from pathlib import Path
 
+from trainer.supervise import procfs
+
 # Set by the batch script (jobs.plan): LOG_DIR/attempt_JOB_RESTART, the prefix of this attempt's files there:
 # .signal (the batch shell got the requeue signal), .failed (srun failed and the script requeued the job).
 ATTEMPT = "SLURM_DDP_ATTEMPT"
@@ -98,23 +100,10 @@ def watch(path: str | None, signum: int, every: float = POLL_S, fallback: str | 
     return thread
 
 
-def _children() -> dict[int, list[int]]:
-    tree: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
-        except (OSError, IndexError, ValueError):
-            continue  # ended meanwhile
-        tree.setdefault(ppid, []).append(int(entry.name))
-    return tree
-
-
 def tree(pid: int) -> list[int]:
     """`pid` and every process below it (torchrun's workers run in sessions of their own: a process group
     would miss them)."""
-    children, found, todo = _children(), [], [pid]
+    children, found, todo = procfs.children(), [], [pid]
     while todo:
         current = todo.pop()
         found.append(current)
@@ -125,12 +114,9 @@ def tree(pid: int) -> list[int]:
 def catches(pid: int, signum: int) -> bool:
     """Whether process `pid` has a handler installed for `signum` (its SigCgt mask)."""
     try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("SigCgt:"):
-                return bool(int(line.split()[1], 16) >> (signum - 1) & 1)
-    except (OSError, ValueError):
-        pass
-    return False
+        return bool(int(procfs.status(pid, "SigCgt") or "0", 16) >> (signum - 1) & 1)
+    except ValueError:
+        return False
 
 
 def signal_all(pids: list[int], signum: int) -> None:
@@ -153,17 +139,9 @@ def end(pids: list[int], wait_s: float) -> None:
     signal_all(pids, signal.SIGTERM)
     signal_all(pids, signal.SIGCONT)
     deadline = time.monotonic() + wait_s
-    while time.monotonic() < deadline and any(_alive(p) for p in pids):
+    while time.monotonic() < deadline and any(procfs.alive(p) for p in pids):
         time.sleep(0.05)
-    signal_all([p for p in pids if _alive(p)], signal.SIGKILL)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return False
-    return state not in ("Z", "X")
+    signal_all([p for p in pids if procfs.alive(p)], signal.SIGKILL)
 
 
 PR_SET_CHILD_SUBREAPER = 36

@@ -25,8 +25,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from trainer.run.atomic import json_or_none
-from trainer.run.failures import process_start_time
-from trainer.supervise import relay
+from trainer.supervise import procfs, relay
 
 DUMP_SIGNAL = signal.SIGURG  # faulthandler's, in every rank of the trainer (trainer.supervise.live)
 PY_SPY_S = 60  # one rank's dump; py-spy pauses the process while it reads it
@@ -71,16 +70,16 @@ def job_process(pid: int, record: dict[str, Any], job: Job) -> str:
     if not job.id:
         return "this step does not know its job's id (SLURM_JOB_ID)"
     try:
-        environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+        environ = procfs.environ(pid)
     except FileNotFoundError:
         return ""  # ended: dump_rank says so
     except OSError as exc:
         return f"its environment cannot be read ({exc.strerror or exc}): another user's process"
     key = "SUBMITIT_LOCAL_JOB_ID" if job.local else "SLURM_JOB_ID"
-    if f"{key}={job.id}".encode() not in environ:
+    if f"{key}={job.id}" not in environ:
         return f"its environment does not name job {job.id} ({key})"
     written = record.get("time")
-    if isinstance(written, int | float) and process_start_time(pid) > written + 1.0:  # now, if /proc cannot say
+    if isinstance(written, int | float) and procfs.start_time(pid) > written + 1.0:  # now, if /proc cannot say
         return "it started after the rank wrote its record: another process has the rank's pid"
     if job.local and not (job.id.isdigit() and pid in relay.tree(int(job.id))):
         return f"it does not descend from job {job.id}'s controller"

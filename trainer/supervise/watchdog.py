@@ -35,7 +35,7 @@ from trainer.errors import UserError
 from trainer.run import failures
 from trainer.run.atomic import write_text
 from trainer.run.rundir import RunDir
-from trainer.supervise import live
+from trainer.supervise import live, procfs
 from trainer.supervise.watch import write_beat
 
 HANG_EXIT = 75  # what a rank that detected a hang exits with
@@ -540,14 +540,7 @@ TICKS_PER_S = os.sysconf("SC_CLK_TCK")
 
 
 def _cpu_ticks(pids: list[int]) -> int:
-    total = 0
-    for pid in pids:
-        try:
-            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-            total += int(fields[11]) + int(fields[12])  # utime, stime
-        except (OSError, IndexError, ValueError):
-            continue  # ended meanwhile
-    return total
+    return sum(procfs.cpu_ticks(pid) for pid in pids)  # one that ended meanwhile counts 0
 
 
 def _output_bytes() -> int:
@@ -606,7 +599,4 @@ class CommandWatch:
 
 
 def _state(pid: int) -> str:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return ""
+    return procfs.state(pid) or ""
