@@ -13,7 +13,7 @@ from typing import Any
 from jobs.remote import runs
 from jobs.remote.ssh import Connection
 from jobs.status import point_progress
-from jobs.tracking import Target, find, local_info, point_dirs, run_dir_info, slurm_infos
+from jobs.tracking import Target, find, local_info, point_dirs, printable, run_dir_info, slurm_infos
 from trainer.errors import UserError, one_line_errors
 from trainer.run import ledger
 from trainer.run.rundir import RunDir
@@ -172,13 +172,8 @@ def far_rows(folders: list[Path]) -> list[dict[str, Any]]:
     return out
 
 
-def printable(text: str) -> str:
-    """A cell as one line of plain text: a newline or a terminal escape in a name shows as \\n or \\x1b."""
-    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
-
-
 def table(rows: list[dict[str, Any]]) -> str:
-    cells = [COLUMNS, *[tuple(printable(str(r.get(c, ""))) for c in COLUMNS) for r in rows]]
+    cells = [COLUMNS, *[tuple(printable(str(r.get(c, "")), escaped=True) for c in COLUMNS) for r in rows]]
     widths = [max(len(c[i]) for c in cells) for i in range(len(COLUMNS) - 1)]
     return "\n".join(
         ("  ".join(v.ljust(w) for v, w in zip(c[:-1], widths, strict=True)) + "  " + c[-1]).rstrip() for c in cells

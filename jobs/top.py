@@ -26,7 +26,7 @@ from typing import Any
 from jobs import act, cancel
 from jobs.remote import follow, runs
 from jobs.remote.ssh import Connection
-from jobs.tracking import TERMINAL, JobInfo, Target, add_run_arguments, by_name, find, info, run_settings
+from jobs.tracking import TERMINAL, JobInfo, Target, add_run_arguments, by_name, find, info, printable, run_settings
 from trainer.errors import UserError, one_line_errors
 from trainer.run import failures, ledger
 from trainer.run.atomic import json_or_none
@@ -200,7 +200,7 @@ def cells(row: dict[str, Any]) -> list[str]:
             text = f"{value:.0f}"
         else:
             text = str(value)
-        out.append("".join(c if c.isprintable() else "?" for c in text))
+        out.append(printable(text))
     if row.get("mark") and row["mark"] != row.get("state"):  # a hung rank's state says so already
         out[2] += f" ({row['mark']})"
     return out
@@ -309,7 +309,7 @@ def do_there(run: runs.RemoteRun) -> Any:
         except subprocess.TimeoutExpired:
             return f"error: the login node did not answer {action} within 60 s"
         said = (done.stdout + done.stderr).strip().splitlines()
-        return "".join(c if c.isprintable() else "?" for c in (said[-1] if said else f"exit {done.returncode}"))
+        return printable(said[-1] if said else f"exit {done.returncode}")
 
     return do
 
@@ -380,7 +380,7 @@ def remote_frames(run: runs.RemoteRun, every_s: float, between: Any = None) -> A
                     return
             said = ssh.stderr.read().decode(errors="replace").strip().splitlines()  # the stream ended: why
             if ssh.wait() != 0 and not shown:
-                line = "".join(c if c.isprintable() else "?" for c in (said[-1] if said else "no reason given"))
+                line = printable(said[-1] if said else "no reason given")
                 raise UserError(f"jobs.top on {run.login} failed: {line.removeprefix('error: ')}")
         finally:
             ssh.kill()

@@ -45,6 +45,12 @@ TERMINAL = {
 }
 
 
+def printable(text: str, escaped: bool = False) -> str:
+    """Text a run's files or a login node gave, as one line of plain text for a terminal: a newline or a
+    terminal escape in it shows as `?`, or, `escaped`, as `\\n` or `\\x1b` (a cell that names a run)."""
+    return "".join(c if c.isprintable() else (repr(c)[1:-1] if escaped else "?") for c in text)
+
+
 @dataclass(frozen=True)
 class Target:
     job_id: str
