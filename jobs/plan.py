@@ -209,7 +209,7 @@ def shell_value(value: object) -> str:
 
 
 def interface_variables(profile: Profile) -> dict[str, str]:
-    """network_interface for NCCL, gloo and the tasks' MASTER_ADDR (trainer.env.rendezvous.agree_address)."""
+    """network_interface for NCCL, gloo and the tasks' MASTER_ADDR (trainer.env.rendezvous.agree_port)."""
     name = profile.network_interface
     return dict.fromkeys(INTERFACE_VARS, name) if name else {}
 

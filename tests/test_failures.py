@@ -37,7 +37,7 @@ class Unreadable(Dataset[torch.Tensor]):
 
 
 def test_a_failed_step_is_held_against_a_node_only_for_a_hang_a_kill_or_a_hardware_error(tmp_path: Path) -> None:
-    """What the batch script's restart loop counts against a node (python -m trainer.run.failures RUN SINCE)."""
+    """What the policy counts against a node (trainer.supervise.policy): the root cause's node, for these causes."""
 
     def suspect(failure: Failure, since: float = 0.0) -> str | None:
         shutil.rmtree(tmp_path / "errors", ignore_errors=True)
@@ -49,10 +49,6 @@ def test_a_failed_step_is_held_against_a_node_only_for_a_hang_a_kill_or_a_hardwa
     assert suspect(Failure(10.0, 0, "node2", "RuntimeError", "CUDA error: an illegal memory access", False)) == "node2"
     assert suspect(Failure(10.0, 0, "node2", "ValueError", "shapes do not match", False)) is None  # the code's
     assert suspect(Failure(10.0, 1, "node3", "", "hung: no progress", False), since=11.0) is None  # an older step's
-    out = subprocess.run(
-        [sys.executable, "-m", "trainer.run.failures", str(tmp_path), "0"], capture_output=True, text=True, cwd=ROOT
-    )
-    assert (out.returncode, out.stdout) == (0, "node3\n")
 
 
 def test_a_loader_workers_error_keeps_its_message() -> None:

@@ -163,7 +163,7 @@ def clear(run_dir: Path, before: float) -> Failure | None:
 
 
 def suspect_node(run_dir: Path, since: float) -> str | None:
-    """The node to hold against a step that failed after `since` (the batch script's restart loop counts them):
+    """The node to hold against a step that failed after `since` (the policy counts them, trainer.supervise.policy):
     the root cause's, when it is a hang, a task killed by a signal, or a hardware or driver error."""
     first = root_cause([f for f in read(run_dir) if f.time >= since])
     if first is None:
@@ -173,17 +173,3 @@ def suspect_node(run_dir: Path, since: float) -> str | None:
     if first.killed or first.message.startswith("hung:") or NODE_WORDS.search(f"{first.kind} {first.message}"):
         return first.host
     return None
-
-
-def main(argv: Sequence[str]) -> int:
-    """`python -m trainer.run.failures RUN_DIR SINCE`: print suspect_node's answer, or nothing."""
-    node = suspect_node(Path(argv[0]), float(argv[1]))
-    if node:
-        print(node)
-    return 0
-
-
-if __name__ == "__main__":
-    import sys
-
-    raise SystemExit(main(sys.argv[1:]))

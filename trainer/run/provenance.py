@@ -3,8 +3,8 @@
 At submit (jobs.submit): submit.json (command line, folder, resolved profile, git commit and dirty flag) and
 git.diff. In the job: ranks/rank_N.json (each rank's host, written by the rank itself at every attempt),
 environment.json (rank 0: Python, torch, CUDA, cuDNN, NCCL and every installed package's version) and
-scontrol_JOBID.txt (rank 0: `scontrol show job` as the attempt starts); the batch script's teardown adds
-sacct_JOBID.txt when srun ends (jobs.plan.sacct_lines). Torch-free: a script's task records this without importing torch. Nothing
+scontrol_JOBID.txt (rank 0: `scontrol show job` as the attempt starts); the batch step's supervisor adds
+sacct_JOBID.txt when srun ends (trainer.supervise.slurm.record_sacct). Torch-free: a script's task records this without importing torch. Nothing
 here may fail a job: a record that cannot be written is a warning.
 """
 

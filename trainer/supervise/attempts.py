@@ -124,7 +124,7 @@ class Attempts:
             if stop is None:  # it ended without saving: killed, node failure, crash, or requeued from outside
                 reached = last_progress(self.progress_path)
                 if env and env.in_job_restart and previous.get("slurm_restart_count", 0) == restart_count:
-                    why = {"reason": "failure"}  # the batch script (or controller) starts again only after one
+                    why = {"reason": "failure"}  # the supervisor (or local controller) starts again only after one
                 else:
                     why = unrecorded_stop(env, previous.get("slurm_restart_count", 0)) if env else {"reason": "failure"}
                 stop = why | {
@@ -263,7 +263,7 @@ def last_progress(path: Path) -> dict[str, Any]:
 def unrecorded_stop(env: DistEnv, restart_count: int) -> dict[str, str]:
     """Why the attempt at `restart_count` ended without recording a stop: "requeued" when Slurm requeued it from
     outside (a hand `scontrol requeue`), "preempted" when Slurm says so, else "failure" (a crash, a killed task,
-    a lost node, or srun failing and the batch script requeueing the job: requeue_on_failure), with Slurm's own
+    a lost node, or srun failing and the supervisor requeueing the job: requeue_on_failure), with Slurm's own
     state of that attempt where accounting has it (NODE_FAIL: a lost node)."""
     if not env.slurm_job_id or not env.attempt:
         return {"reason": "failure"}
