@@ -7,7 +7,7 @@ import re
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import yaml
 
@@ -290,12 +290,15 @@ class Profile:
                 f"setup: lines run in Slurm's batch script; the {self.executor} executor starts the processes from "
                 "your shell, with its environment: run them there before submitting (or set env:), and drop setup"
             )
-        setup_commands(tuple(self.setup))
+        object.__setattr__(self, "_setup_commands", setup_commands(tuple(self.setup)))
+
+    # Kept as a value: the plan (jobs.plan) builds the batch script from it and runs no program itself.
+    _setup_commands: ClassVar[tuple[tuple[int, str], ...]] = ()
 
     @property
     def setup_commands(self) -> tuple[tuple[int, str], ...]:
-        """The setup lines as whole shell commands (jobs.profiles.setup_commands), read once, at load."""
-        return setup_commands(tuple(self.setup))
+        """The setup lines as whole shell commands (jobs.profiles.setup_commands), read by bash once, at load."""
+        return self._setup_commands
 
     def _check_mappings(self) -> None:
         """env and sbatch_args keys become shell names and option names: they must be nothing more."""

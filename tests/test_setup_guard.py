@@ -80,3 +80,21 @@ def test_what_bash_cannot_run_as_written_is_refused_at_submit(
 def test_setup_in_a_local_profile_is_refused_not_ignored(golden: Golden, tmp_path: Path) -> None:
     profile = write_profile(tmp_path, f"executor: local\nrun_root: {tmp_path / 'runs'}\nsetup: [export A=1]\n")
     assert_refused(submit("--profile", str(profile), "--", "python", "-c", "pass"), golden, "setup", tmp_path / "runs")
+
+
+def test_the_plan_runs_no_program_bash_read_the_setup_lines_at_load(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from jobs import profiles
+    from jobs.plan import make_plan, sbatch_script
+
+    path = write_profile(tmp_path, "executor: slurm\nsetup: ['if true; then', '  export A=1', fi]\n")
+    profile = profiles.load_profile(str(path))
+    profiles.setup_commands.cache_clear()  # what bash read at load is the profile's own, not a cache's
+
+    def no_program(*args: object, **kwargs: object) -> None:
+        raise AssertionError(f"the plan ran {args[0]}")
+
+    monkeypatch.setattr(subprocess, "run", no_program)
+    script = sbatch_script(make_plan(profile, [], tmp_path / "logs", False, "py"))
+    assert "slurm_ddp_setup=(1 'if true; then\n  export A=1\nfi')" in script
