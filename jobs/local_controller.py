@@ -24,16 +24,16 @@ from typing import Any
 import submitit
 from submitit.local import local
 
-from trainer.env.launcher import IN_JOB_RESTART, LOCAL_PORT, WATCH_BEAT
+from trainer.env.attempt import Attempt
+from trainer.env.launcher import LOCAL_PORT
 from trainer.env.rendezvous import any_free_port
 from trainer.run import failures
 from trainer.run.atomic import try_lock, write_text
-from trainer.supervise import relay, signals
-from trainer.supervise.attempts import close
-from trainer.supervise.policy import Ended, Policy, State, decide
-from trainer.supervise.relay import ATTEMPT, die_with_parent, stopped_file
+from trainer.supervise import agent, relay, signals
+from trainer.supervise.agent import Exit
+from trainer.supervise.policy import Decision, Policy, State
+from trainer.supervise.relay import die_with_parent
 from trainer.supervise.signals import JobSettings
-from trainer.supervise.watch import beat_path, name_and_end
 
 RESTARTS_IN_JOB = "SLURM_DDP_RESTARTS_IN_JOB"  # the profile's restarts_in_job, for the controller
 GRACE_S = 3.0  # between SIGTERM and SIGKILL when stopping tasks (Slurm's KillWait, shortened)
@@ -68,16 +68,18 @@ class Controller(local.Controller):  # type: ignore[misc]
         # as a Slurm job's do when a higher-priority job needs its nodes.
         self.preempted = False
         signal.signal(self.requeue_signal, self._preempt)
-        self.beat = Path(os.devnull)  # rank 0's node-local heartbeat, one per start (run)
         self.timed_out = False  # this start's tasks were still running at the time limit
-        self.hung = False  # this start was ended as frozen (trainer.supervise.watch)
+        self.hung = False  # this start was ended as frozen (the agent named every rank frozen)
+        self.requeues, self.max_num_timeout = 0, signals.DEFAULT_MAX_NUM_TIMEOUT
+        self.signal_at = self.deadline = 0.0
+        self.nodes: set[str] = set()  # no node is held against a failure on one machine
         self.run_dir = Path(os.environ[RUN_DIR]) if os.environ.get(RUN_DIR) else None
 
     def _cancel(self, signum: int, frame: Any) -> None:
-        self.cancelled = True  # acted on by wait(), which polls: nothing blocking in a handler
+        self.cancelled = True  # acted on by poll(): nothing blocking in a handler
 
     def _preempt(self, signum: int, frame: Any) -> None:
-        # Acted on by wait(). A second request while this start stops for the first is absorbed: kept, it would
+        # Acted on by poll(). A second request while this start stops for the first is absorbed: kept, it would
         # reach the next start's tasks before their handler is in place, and kill them (the signal's default).
         self.preempted = self.preempted or not self.signalled
 
@@ -105,41 +107,71 @@ class Controller(local.Controller):  # type: ignore[misc]
                 task.kill()
             task.wait()
 
-    def wait(self, freq: int = 24) -> Sequence[int | None]:
-        """Wait until every task ended, one failed, the job was cancelled, or the time limit came.
+    # The agent's backend (trainer.supervise.agent): a start is this machine's processes.
 
-        Exit codes: negative, killed by that signal; None, stopped here (a peer failed, cancelled, time limit).
-        """
-        start = time.monotonic()
-        signal_at, deadline = start + self.timeout_s - self.signal_delay_s, start + self.timeout_s
+    def attempt(self, in_job: int, start: int) -> Attempt:
+        return Attempt(self.folder, self.pid, self.requeues, in_job, start)
+
+    def start(self, attempt: Attempt, extra: list[str]) -> None:
         self.signalled = self.timed_out = self.hung = False
-        next_look = start
-        while True:
-            codes = [t.poll() for t in self.tasks]
-            failed = any(c not in (None, 0, local.LOCAL_REQUEUE_RETURN_CODE) for c in codes)
-            if all(c is not None for c in codes):
-                break
-            if self.cancelled or failed or time.monotonic() >= deadline:
-                self.timed_out = not (self.cancelled or failed)
-                running = [t for t, c in zip(self.tasks, codes, strict=True) if c is None]
-                self._stop(running, PEER_NOTICE_S if failed and not self.cancelled else 0.0)
-                break
-            if time.monotonic() >= next_look:  # every rank frozen: no rank's watchdog can name it
-                next_look = time.monotonic() + 1.0
-                if name_and_end(self.beat, time.time()):
-                    self.hung = True  # named: the kills that follow are this controller's
-                    self._stop([t for t, c in zip(self.tasks, codes, strict=True) if c is None])
-                    codes = [t.poll() for t in self.tasks]
-                    break
-            due = not self.signalled and (time.monotonic() >= signal_at or self.preempted)
-            if due and self._catching([t for t, c in zip(self.tasks, codes, strict=True) if c is None]):
-                self.preempted = False
-                self._forward_signal(self.requeue_signal)
-                self.signalled = True
-            time.sleep(1.0 / freq)
+        now = time.monotonic()
+        self.signal_at, self.deadline = now + self.timeout_s - self.signal_delay_s, now + self.timeout_s
+        self.start_tasks()
+
+    def poll(self, freq: int = 24) -> Exit | None:
+        """Whether every task ended, one failed, the job was cancelled, or the time limit came; the requeue
+        signal sent when due. Exit codes: negative, killed by that signal; None, stopped here (a peer failed,
+        cancelled, the time limit)."""
+        codes = [t.poll() for t in self.tasks]
+        running = [t for t, c in zip(self.tasks, codes, strict=True) if c is None]
+        failed = any(c not in (None, 0, local.LOCAL_REQUEUE_RETURN_CODE) for c in codes)
+        if not running:
+            return self.ended(codes)
+        if self.cancelled or failed or time.monotonic() >= self.deadline:
+            self.timed_out = not (self.cancelled or failed)
+            self._stop(running, PEER_NOTICE_S if failed and not self.cancelled else 0.0)
+            return self.ended(codes)
+        due = not self.signalled and (time.monotonic() >= self.signal_at or self.preempted)
+        if due and self._catching(running):
+            self.preempted = False
+            self._forward_signal(self.requeue_signal)
+            self.signalled = True
+        time.sleep(1.0 / freq)
+        return None
+
+    def stop(self) -> None:
+        self.hung = True  # named by the agent: the kills that follow are this controller's
+        self._stop([t for t in self.tasks if t.poll() is None])
+
+    def ended(self, codes: list[int | None]) -> Exit:
         record = {"codes": codes, "cancelled": self.cancelled}  # a requeue overwrites it
         write_text(exit_codes_path(self.folder, self.pid), json.dumps(record) + "\n")
-        return codes
+        if self.cancelled:
+            return Exit(1, cancelled=True)
+        self.record_killed(codes)
+        if local.LOCAL_REQUEUE_RETURN_CODE in codes and self.requeues < self.max_num_timeout:
+            self.requeues += 1
+            return Exit(0, requeued=True)
+        status = int(any(c != 0 for c in codes))
+        return Exit(status, self.signalled, "timeout" if self.timed_out else "failure")
+
+    def clean_up(self) -> None:
+        self.kill_tasks()
+        # Then whatever the tasks started and left (the environment report's child, loader workers, a command's
+        # daemon): nothing of a start outlives it, as nothing outlives a Slurm step.
+        relay.end_descendants(GRACE_S)
+
+    def room(self) -> list[str] | None:
+        return None  # one machine: no node to leave out
+
+    def remember(self, state: State) -> None:
+        pass  # no requeue through a queue: nothing survives the controller
+
+    def may_go_on(self, ended: Exit, run_dir: Path | None) -> bool:
+        return False  # the controller's own requeues come back through poll; its end is the run's
+
+    def act(self, decision: Decision, attempt: Attempt, ended: Exit) -> int:
+        return ended.status
 
     def start_tasks(self) -> None:
         """submitit's, with a free port for each start (not one from the job id, which something may hold),
@@ -185,41 +217,10 @@ class Controller(local.Controller):  # type: ignore[misc]
             write_text(exit_codes_path(self.folder, self.pid), json.dumps({"codes": [], "cancelled": True}) + "\n")
             return
         # Up to max_num_timeout restarts after a signal (submitit's own controller allows 6 in all, whatever
-        # the profile says), and up to restarts_in_job after a failed start, as the batch script's loop on Slurm.
-        max_num_timeout = int(os.environ.get("SUBMITIT_LOCAL_MAX_NUM_TIMEOUT", signals.DEFAULT_MAX_NUM_TIMEOUT))
-        restarts_in_job = int(os.environ.get(RESTARTS_IN_JOB, "0"))
-        policy, state, requeues, starts = Policy(restarts_in_job=restarts_in_job), State(), 0, 0
-        while True:
-            in_job = state.in_job
-            os.environ[IN_JOB_RESTART] = str(in_job)
-            attempt = str(self.folder / f"attempt_{self.pid}_{requeues}_{in_job}")
-            os.environ[ATTEMPT] = attempt  # where a task marks a stop on purpose (trainer.supervise.relay)
-            self.beat = beat_path(self.pid, starts)  # rank 0's node-local heartbeat (trainer.supervise.watch)
-            os.environ[WATCH_BEAT], starts = str(self.beat), starts + 1
-            try:
-                self.start_tasks()
-                codes = self.wait()
-            finally:
-                self.kill_tasks()
-                # Then whatever the tasks started and left (the environment report's child, loader workers, a
-                # command's daemon): nothing of a start outlives it, as nothing outlives a Slurm step.
-                relay.end_descendants(GRACE_S)
-                self.beat.unlink(missing_ok=True)
-            if self.cancelled:
-                self.close("cancelled", final=True)
-                break
-            self.record_killed(codes)
-            if local.LOCAL_REQUEUE_RETURN_CODE in codes and requeues < max_num_timeout:
-                requeues, state = requeues + 1, State()  # as on Slurm: a requeued job's restarts begin anew
-                continue
-            # The batch step's policy (trainer.supervise), on one node: no node to hold, no queue to go back to.
-            ended = Ended(int(any(c != 0 for c in codes)), self.signalled, stopped_file(attempt).exists())
-            decision = decide(policy, state, ended)
-            if decision.say:
-                print("\n".join(decision.say), flush=True)
-            self.close("timeout" if self.timed_out else "failure", final=decision.action != "restart")
-            if decision.action != "restart":
-                break
+        # the profile says), and up to restarts_in_job after a failed start, as the batch step on Slurm.
+        self.max_num_timeout = int(os.environ.get("SUBMITIT_LOCAL_MAX_NUM_TIMEOUT", signals.DEFAULT_MAX_NUM_TIMEOUT))
+        policy = Policy(restarts_in_job=int(os.environ.get(RESTARTS_IN_JOB, "0")))
+        agent.run(self, policy, State(), self.run_dir)
 
     def record_killed(self, codes: Sequence[int | None]) -> None:
         """A task killed by a signal from outside (the OOM killer, a kill -9) writes nothing, and its peers
@@ -239,16 +240,6 @@ class Controller(local.Controller):  # type: ignore[misc]
                     failures.record(self.run_dir, failure)
                 except Exception as exc:
                     print(f"warning: could not record rank {rank}'s kill: {exc}", flush=True)
-
-    def close(self, reason: str, final: bool) -> None:
-        """The attempt's stop where rank 0 recorded none, and with `final` the run's ended summary
-        (trainer.supervise.attempts.close); a record that cannot be written must not keep the job running."""
-        if self.run_dir is None:
-            return
-        try:
-            close(self.run_dir, reason, final)
-        except Exception as exc:
-            print(f"warning: could not close the attempt in {self.run_dir}: {exc}", flush=True)
 
 
 class LocalExecutor(submitit.LocalExecutor):  # type: ignore[misc]

@@ -189,13 +189,13 @@ def test_a_peer_error_as_the_job_stops_for_a_requeue_is_the_stops_consequence(
     """A rank's command failed on its lost peer before its task saw the requeue signal (a peer's task saw it
     first and stopped its command): once the signal's file is there, the rank stopped for the requeue, not
     failed. Without the signal, or with an error of its own, it failed."""
+    from trainer.env import attempt as attempts
     from trainer.env.launcher import DistEnv
     from trainer.script import Ended, after_the_signal
-    from trainer.supervise import relay
 
     attempt = str(tmp_path / "attempt_5_0")
     env = DistEnv("slurm", 0, 0, 2, 1, 0, 2, "node1", 20005, "5", 1, attempt=attempt)
-    monkeypatch.setattr(relay, "node_signal_file", lambda attempt: str(tmp_path / "node.signal"))
+    monkeypatch.setattr(attempts, "node_local", lambda name: tmp_path / "node.signal")
     gloo = Ended(1, error="RuntimeError: [gloo/transport/tcp/pair.cc:534] Read error: Connection reset by peer")
     own = Ended(1, error="ValueError: bad batch at step 3")
     assert after_the_signal(gloo, env, wait_s=0.2) == gloo

@@ -104,9 +104,13 @@ def test_the_signals_node_local_copy_is_left_until_the_job_ends_its_steps(tmp_pa
     poll("the node-local file", node_file.exists, timeout=10)
     proc.terminate()
     assert proc.wait(timeout=10) == 0 and not node_file.exists()
-    cmd = relay.fan_out_command("/logs/attempt_7_0", "7", 3)
+    from trainer.env.attempt import Attempt
+
+    attempt = Attempt(Path("/logs"), "7", 0)
+    cmd = relay.fan_out_command(attempt.node_signal, "7", 3)
     assert cmd[:8] == ["srun", "--overlap", "--jobid=7", "-N", "3", "--ntasks", "3", "--ntasks-per-node=1"]
-    assert cmd[-1] == relay.node_signal_file("/logs/attempt_7_0") and cmd[-1].endswith("/slurm-ddp-attempt_7_0.signal")
+    assert cmd[-1] == str(Attempt.of("/logs/attempt_7_0").node_signal)
+    assert cmd[-1].endswith("/slurm-ddp-attempt_7_0.signal")
     # srun would read the running step's task count, CPUs and GPUs from these: the fan-out asks for its own.
     environ = {"SLURM_NTASKS": "16", "SLURM_CPUS_PER_TASK": "8", "SLURM_CONF": "/etc/s.conf", "PATH": "/bin"}
     assert relay.fan_out_environment(environ) == {"SLURM_CONF": "/etc/s.conf", "PATH": "/bin"}

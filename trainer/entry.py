@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from trainer.config import TrainConfig, from_dict
+from trainer.env.attempt import Attempt, mark_stopped
 from trainer.env.launcher import DistEnv, resolve
 from trainer.env.rendezvous import agree_port
 from trainer.errors import UserError
@@ -61,11 +62,11 @@ def run(config: dict[str, Any], job: dict[str, Any] | None = None) -> dict[str, 
         env = agree_port(env, run_dir)
     except UserError as exc:  # a node without the profile's network interface: restarting does not mend it
         record_error(run_dir, env, exc)
-        relay.mark_stopped(env.attempt)
+        mark_stopped(env.attempt)
         raise
     # On Slurm the batch shell, not this task, gets the signal, and leaves a file. Rank 0 alone watches for it:
     # the ranks' stop vote is a MAX (trainer.distributed.StopVote), and the others stay off the shared filesystem.
-    relay.watch(relay.signal_file(env.attempt) if env.is_main else None, stop_flag.signum)
+    relay.watch(Attempt.of(env.attempt).signal if env.is_main and env.attempt else None, stop_flag.signum)
     # submitit's task ignores SIGTERM; a cancel (scancel, jobs.cancel) must stop training now, not at SIGKILL.
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     live.dump_stacks_on_signal()  # jobs.top's dump key
@@ -88,7 +89,7 @@ def run(config: dict[str, Any], job: dict[str, Any] | None = None) -> dict[str, 
             if env.is_main:  # an attempt that failed before its first step: torch's report may say why
                 provenance.report_environment(run_dir)
         if isinstance(exc, UserError):  # bad input, a full disk: a restart in the allocation fails the same way
-            relay.mark_stopped(env.attempt)
+            mark_stopped(env.attempt)
         raise
     finally:
         # Done, one way or another: a requeue signal now (the local controller's, a late one) must not kill

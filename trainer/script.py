@@ -30,6 +30,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from trainer.env.attempt import Attempt, exit_word
 from trainer.env.launcher import DistEnv, resolve, torchrun_variables
 from trainer.env.rendezvous import agree_port
 from trainer.errors import UserError
@@ -116,7 +117,7 @@ def run(
     if ended.code == 0 or ended.code == REQUEUE_EXIT or ended.signalled:
         # This rank's word for rank 0, which waits for every rank's before it requeues: a rank whose command
         # finished before the signal came says so too, or rank 0 would wait out PEER_WAIT_S past the limit.
-        write_text(exited / f"{env.attempt_key}_rank_{env.rank}", str(ended.code))
+        write_text(exited / exit_word(env.attempt_key, env.rank), str(ended.code))
     if ended.code == REQUEUE_EXIT or ended.signalled:
         # Asked for (exit 144), or the command ended after the requeue signal, whatever its code: it saved what
         # it could and stopped (an exit 0 from a handler too: Lightning's), or was stopped for the requeue
@@ -157,7 +158,7 @@ def after_the_signal(ended: "Ended", env: DistEnv, wait_s: float = SIGNAL_LAG_S)
     head, sep, message = ended.error.partition(": ")
     if not ended.error or not failures.is_peer_error(head.rsplit(".", 1)[-1] if sep else "", message or head):
         return ended
-    files = [relay.node_signal_file(env.attempt), relay.signal_file(env.attempt) or ""]
+    files = [Attempt.of(env.attempt).node_signal, Attempt.of(env.attempt).signal]
     deadline = time.monotonic() + wait_s
     while not any(os.path.exists(f) for f in files):
         if time.monotonic() > deadline:
@@ -409,7 +410,7 @@ def _run(
         return Ended(127 if isinstance(exc, FileNotFoundError) else 126, cannot_start=exc.strerror or str(exc))
     # On Slurm the batch step, not this task, gets the signal: its node-local copy here, the shared file after.
     if env.attempt:
-        relay.watch(relay.node_signal_file(env.attempt), requeue, fallback=relay.signal_file(env.attempt))
+        relay.watch(Attempt.of(env.attempt).node_signal, requeue, fallback=Attempt.of(env.attempt).signal)
     acted: set[int] = set()
     watch = CommandWatch(settings.script_hang_s, progress)
     hung, checked, beat_due = "", time.monotonic(), 0.0
@@ -535,7 +536,7 @@ def _stop_together(run_dir: Path, env: DistEnv) -> None:
     (its exit word), for at most TOGETHER_S: a peer whose task is gone must not hold the stop."""
     exits = RunDir(run_dir).exits
     with contextlib.suppress(OSError, UserError):
-        write_text(exits / f"{env.attempt_key}_frozen_rank_{env.rank}", "")
+        write_text(exits / exit_word(env.attempt_key, env.rank, frozen=True), "")
     deadline = time.monotonic() + TOGETHER_S
     while time.monotonic() < deadline:
         done = {p.name.rpartition("_")[2] for p in exits.glob(f"{env.attempt_key}_*rank_*")}

@@ -82,6 +82,9 @@ def train(
         # Before the group forms: a rank frozen meanwhile is named by its heartbeat file, not blamed on rank 0.
         watchdog = start_watchdog(config, env)
         cleanup.callback(watchdog.stop)
+        top = live.Channel(Path(config.run_dir), watchdog.beats_now, env.attempt_key, env.world_size)
+        if env.is_main and watchdog.settings.enabled:  # jobs.top reads the heartbeats: none without the watchdog
+            cleanup.callback(top.start().stop)
         watchdog.rendezvous_s = config.dist.timeout_s + 5.0
         if config.dist.init_method == "file" and env.distributed:
             store = rendezvous_file(env, Path(config.run_dir))
@@ -142,7 +145,7 @@ def train(
             # A collective too, started every stop_check_every steps and read a step later: all ranks stop (or
             # save) at the same step. jobs.top's save request is taken when a vote starts.
             if step < config.steps:
-                agreed = vote.at(step, stop_flag, watchdog.take_save)
+                agreed = vote.at(step, stop_flag, top.take_save)
             else:  # trained: the vote under way is read on every rank and set aside
                 agreed = vote.drain() and ""
             if agreed == "save" and not saved:  # asked for with jobs.top: a checkpoint now, and train on

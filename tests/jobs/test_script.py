@@ -656,7 +656,7 @@ def test_a_frozen_rank_of_a_script_is_named_by_every_task(tmp_path: Path, frozen
         proc = subprocess.Popen([*args, "--", "python", "ddp.py"], cwd=tmp_path, env=env, stdout=out, stderr=out)
     try:
         # The script runs in the run's code snapshot, and writes there.
-        pid = int(poll("rank 1's pid", lambda: [p.read_text() for p in tmp_path.glob("runs/*/code/pid_1")])[0])
+        pid = int(poll("rank 1's pid", lambda: [p.read_text() for p in tmp_path.glob("runs/*/code/pid_1")], 240)[0])
         task = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])  # its parent
         for stopped in [task, pid] if frozen == "task" else [pid]:
             os.kill(stopped, signal.SIGSTOP)

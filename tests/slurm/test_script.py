@@ -75,7 +75,7 @@ def test_a_scripts_tasks_take_the_signal_from_a_copy_on_their_node(slurm_cluster
     """The supervisor leaves the requeue signal on every node of the job (srun --overlap): each task reads it
     there within a second, not from the shared log folder (looked at every 10 s), and the copy is gone once
     the job has been requeued."""
-    from trainer.supervise.relay import node_signal_file
+    from trainer.env.attempt import Attempt
 
     (tmp_path / "notes.py").write_text(NOTES_THE_SIGNAL)
     args = ["--profile", str(mini_profile(tmp_path)), "--nodes", "2", "--gpus-per-node", "1"]
@@ -84,7 +84,7 @@ def test_a_scripts_tasks_take_the_signal_from_a_copy_on_their_node(slurm_cluster
     run_dir, job_id = run_dir_of(result), job_id_of(run_dir_of(result))
     poll("both ranks up", lambda: (run_dir / "up0").exists() and (run_dir / "up1").exists())
     preempt_normal_jobs()
-    node_file = Path(node_signal_file(str(run_dir / "logs" / f"attempt_{job_id}_0")))
+    node_file = Attempt(run_dir / "logs", job_id, 0).node_signal
     poll("the signal's copy on the nodes", node_file.exists, timeout=60)
     notes = [run_dir / "got0", run_dir / "got1"]
     poll("both ranks to get the signal", lambda: all(n.exists() and n.read_text() for n in notes), timeout=60)

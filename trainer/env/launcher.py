@@ -12,14 +12,11 @@ import os
 import socket
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 
+from trainer.env.attempt import ATTEMPT, IN_JOB_RESTART, WATCH_BEAT, Attempt
 from trainer.env.hostlist import expand_hostlist
 from trainer.errors import UserError
-from trainer.supervise.relay import ATTEMPT
-
-# Set by the batch script's restart loop (jobs.plan) and the local controller: how many times the tasks were
-# started again in this allocation after a failed step.
-IN_JOB_RESTART = "SLURM_DDP_IN_JOB_RESTART"
 
 # Ports derived from the job id stay in [10000, 30000): clear of well-known ports and of
 # Linux's default ephemeral range (32768-60999), where a derived port could already be taken.
@@ -29,9 +26,6 @@ DEFAULT_PORT = 29500
 LOCAL_PORT = "SLURM_DDP_LOCAL_PORT"  # set by the local controller for each start of its tasks
 # The profile's gpus_per_task, exported by the batch script and the local executor: devices per process.
 GPUS_PER_TASK = "SLURM_DDP_GPUS_PER_TASK"
-# Set by the supervisor (trainer.supervise) for each start of the tasks: a node-local file where rank 0 leaves its
-# heartbeat too, for the supervisor to see when every rank froze (trainer.supervise.watch).
-WATCH_BEAT = "SLURM_DDP_WATCH_BEAT"
 # The profile's network_interface: MASTER_ADDR is node 0's address on it (trainer.env.rendezvous)
 IFNAME_VAR = "SLURM_DDP_NETWORK_INTERFACE"
 
@@ -77,7 +71,7 @@ class DistEnv:
     def attempt_key(self) -> str:
         """One start of this job's tasks: job id, Slurm's requeue count, restart in the allocation. What each
         start agrees on anew (its port, its store) is named by it, so no start reads an earlier one's."""
-        return f"{self.job_id}_{self.restart_count}_{self.in_job_restart}"
+        return Attempt(Path(), str(self.job_id), self.restart_count, self.in_job_restart).key
 
     @property
     def is_main(self) -> bool:

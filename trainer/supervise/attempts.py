@@ -1,7 +1,6 @@
 """Why a run stopped, the history of its attempts, and the requeue (torch-free: scripts' tasks use it too)."""
 
 import json
-import os
 import re
 import subprocess
 import sys
@@ -9,12 +8,12 @@ import time
 from pathlib import Path
 from typing import Any
 
+from trainer.env.attempt import Attempt, mark_stopped
 from trainer.env.launcher import DistEnv
 from trainer.errors import UserError
 from trainer.run import failures, ledger
 from trainer.run.atomic import json_or_none, read_json, write_text
 from trainer.run.rundir import RunDir
-from trainer.supervise.relay import earlier_attempt, mark_stopped
 from trainer.supervise.signals import JobSettings
 
 TIMEOUT_SLACK_S = 30  # Slurm checks time limits periodically: the signal can come a little late
@@ -267,7 +266,7 @@ def unrecorded_stop(env: DistEnv, restart_count: int) -> dict[str, str]:
     state of that attempt where accounting has it (NODE_FAIL: a lost node)."""
     if not env.slurm_job_id or not env.attempt:
         return {"reason": "failure"}
-    if os.path.exists(earlier_attempt(env.attempt, env.slurm_job_id, restart_count) + ".failed"):
+    if Attempt.of(env.attempt).earlier(restart_count).failed.exists():
         return {"reason": "failure"}
     try:
         out = subprocess.run(

@@ -3,7 +3,7 @@
 Slurm sends the profile's signal to the batch shell alone (`#SBATCH --signal=B:USR2@N`): sent to the job's
 steps, it would reach every process of every task, children included, and a script without a handler (nearly
 every script) would die of it instead of being requeued. The supervisor in the batch step
-(trainer.supervise.slurm) writes `$SLURM_DDP_ATTEMPT.signal` in the job's log folder, which every node sees,
+(trainer.supervise.slurm) writes the attempt's `.signal` file (trainer.env.attempt) in the job's log folder, which every node sees,
 and rank 0 of the trainer watches it. For a `-- COMMAND` script every task watches: on the shared filesystem
 that would be 5 stat calls a second from each of thousands of ranks (and NFS may hide a new file for up to a
 minute), so the supervisor also leaves a node-local copy on every node of the job (`srun --overlap ... touch`),
@@ -24,22 +24,9 @@ from pathlib import Path
 
 from trainer.supervise import procfs
 
-# Set by the batch script (jobs.plan): LOG_DIR/attempt_JOB_RESTART, the prefix of this attempt's files there:
-# .signal (the batch shell got the requeue signal), .failed (srun failed and the script requeued the job).
-ATTEMPT = "SLURM_DDP_ATTEMPT"
 POLL_S = 0.2
 FALLBACK_S = 10.0  # a task's look at the shared signal file: 0.1 metadata calls a second
 PR_SET_PDEATHSIG = 1
-
-
-def signal_file(attempt: str | None) -> str | None:
-    return f"{attempt}.signal" if attempt else None
-
-
-def node_signal_file(attempt: str) -> str:
-    """The node-local copy of `attempt`'s signal file, the same name on every node of the job."""
-    folder = "/dev/shm" if os.path.isdir("/dev/shm") else "/tmp"
-    return os.path.join(folder, f"slurm-ddp-{os.path.basename(attempt)}.signal")
 
 
 # Leaves the file, and removes it when the job ends its steps (SIGTERM, as a requeue or the job's end does) or
@@ -48,12 +35,12 @@ KEEP_S = 120
 FAN_OUT = f"""f=$1; trap 'rm -f "$f"; exit 0' TERM INT; touch "$f"; sleep {KEEP_S} & wait $!; rm -f "$f" """
 
 
-def fan_out_command(attempt: str, job_id: str, nodes: int) -> list[str]:
+def fan_out_command(node_file: Path, job_id: str, nodes: int) -> list[str]:
     """srun's command that leaves the node-local signal file on each of the job's nodes for as long as the
     job runs: a step of its own beside the running one (--overlap), one task per node."""
     n = str(max(nodes, 1))
     step = ["srun", "--overlap", f"--jobid={job_id}", "-N", n, "--ntasks", n, "--ntasks-per-node=1"]
-    return [*step, "--kill-on-bad-exit=0", "-o", "/dev/null", "bash", "-c", FAN_OUT, "bash", node_signal_file(attempt)]
+    return [*step, "--kill-on-bad-exit=0", "-o", "/dev/null", "bash", "-c", FAN_OUT, "bash", str(node_file)]
 
 
 def fan_out_environment(environ: dict[str, str]) -> dict[str, str]:
@@ -62,24 +49,9 @@ def fan_out_environment(environ: dict[str, str]) -> dict[str, str]:
     return {k: v for k, v in environ.items() if not k.startswith(("SLURM_", "SBATCH_", "SRUN_")) or k == "SLURM_CONF"}
 
 
-def stopped_file(attempt: str) -> Path:
-    """`attempt.stopped`: the run stopped on purpose (a budget spent, bad input): starting the tasks again in
-    the allocation (restarts_in_job) would only stop them again, so the batch script and the controller don't."""
-    return Path(f"{attempt}.stopped")
-
-
-def mark_stopped(attempt: str | None) -> None:
-    if attempt:
-        with contextlib.suppress(OSError):
-            stopped_file(attempt).touch()
-
-
-def earlier_attempt(attempt: str, job_id: str, restart_count: int) -> str:
-    """The file prefix of the same job's attempt at `restart_count` (Slurm keeps the job id on a requeue)."""
-    return os.path.join(os.path.dirname(attempt), f"attempt_{job_id}_{restart_count}")
-
-
-def watch(path: str | None, signum: int, every: float = POLL_S, fallback: str | None = None) -> threading.Thread | None:
+def watch(
+    path: Path | None, signum: int, every: float = POLL_S, fallback: Path | None = None
+) -> threading.Thread | None:
     """Raise `signum` in this process once `path` exists, or `fallback` (looked at every FALLBACK_S) does (a
     daemon thread; nothing without a path)."""
     if not path:

@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import tempfile
 from pathlib import Path
 
 from trainer.errors import UserError
@@ -22,12 +21,6 @@ from trainer.run.failures import Failure, record
 MARGIN_S, MARGIN_SHARE = 4.0, 0.05
 STORE_WAIT_S = 5.0  # trainer.supervise.watchdog.STORE_WAIT_S: how long a peer waits for a store that does not answer
 CHECK_S = 1.0  # trainer.supervise.watchdog.CHECK_S: how often a rank's watchdog looks at its budget
-
-
-def beat_path(job_id: str, start: int) -> Path:
-    """A node-local file for rank 0's heartbeat in the supervisor's `start`-th start of the tasks."""
-    folder = "/dev/shm" if os.path.isdir("/dev/shm") else tempfile.gettempdir()
-    return Path(folder) / f"slurm-ddp-beat-{job_id}-{os.getpid()}-{start}.json"
 
 
 def write_beat(path: Path, beat: dict) -> None:

@@ -35,7 +35,7 @@ from trainer.errors import UserError
 from trainer.run import failures
 from trainer.run.atomic import write_text
 from trainer.run.rundir import RunDir
-from trainer.supervise import live, procfs
+from trainer.supervise import procfs
 from trainer.supervise.watch import write_beat
 
 HANG_EXIT = 75  # what a rank that detected a hang exits with
@@ -235,11 +235,6 @@ class Watchdog:
     # assignment) and when its step last changed.
     stats: dict[str, float] | None = None
     progressed: float = 0.0
-    # Rank 0: jobs.top's save requests seen and taken (counters: the live thread adds, the training thread
-    # takes; a request made before this process started is an earlier attempt's, and not taken again).
-    _saves_seen: int = 0
-    _saves_taken: int = 0
-    _asked: float = field(default_factory=time.time)
     _stop: threading.Event = field(default_factory=threading.Event)
     _local_lock: threading.Lock = field(default_factory=threading.Lock)
     _threads: list[threading.Thread] = field(default_factory=list)
@@ -250,9 +245,6 @@ class Watchdog:
         if self.settings.enabled:
             # Two threads: a heartbeat write that blocks (a hung shared filesystem) must not stop the check.
             threads = [(self._watch, "hang-watchdog"), (self._beats, "hang-heartbeat")]
-            # Rank 0's third: what jobs.top asks for, on the shared filesystem, apart from the heartbeats (a
-            # stalled filesystem must not stop the node-local beat the supervisor reads).
-            threads += [(self._live, "jobs-top")] if self.rank == 0 else []
             for target, name in threads:
                 self._threads.append(threading.Thread(target=target, name=name, daemon=True))
                 self._threads[-1].start()
@@ -384,33 +376,13 @@ class Watchdog:
             if self._stop.wait(self.settings.beat_s):
                 return
 
-    def _live(self) -> None:
-        """Rank 0, each second: while jobs.top asks (one stat), every rank's beat into live.json, and a save
-        asked for counted for the training thread's next vote."""
-        while not self._stop.wait(1.0):
-            if not live.watched(self.run_dir):
-                continue
-            self._share()
-            asked = live.save_asked(self.run_dir)
-            if asked > self._asked:
-                self._asked, self._saves_seen = asked, self._saves_seen + 1
-
-    def take_save(self) -> bool:
-        """Whether jobs.top asked for a save since the last call (rank 0; the others never)."""
-        seen = self._saves_seen
-        asked, self._saves_taken = seen > self._saves_taken, seen
-        return asked
-
-    def _share(self) -> None:
-        name, _, since, step = self.current  # rank 0's own, as of now
+    def beats_now(self) -> list[dict]:
+        """Rank 0's beat as of now and every other rank's latest of this attempt, for jobs.top (live.Channel);
+        raises when the store or the heartbeat files cannot be read."""
+        name, _, since, step = self.current
         own = Beat(self.rank, self.host, step, name, since, time.time(), self.attempt, self.progressed, self.stats)
-        try:
-            board = self.board or FileBoard(self.run_dir, self.rank)
-            others = [b for b in within(STORE_WAIT_S, board.read) if b.rank != self.rank]
-            beats = [own.__dict__] + [b.__dict__ for b in self._ours(others)]
-            live.share(self.run_dir, beats, self.attempt, self.world_size)
-        except (OSError, UserError, RuntimeError, TimeoutError, ValueError):
-            pass  # the view waits for the next second; training is not disturbed
+        others = within(STORE_WAIT_S, (self.board or FileBoard(self.run_dir, self.rank)).read)
+        return [own.__dict__] + [b.__dict__ for b in self._ours(others) if b.rank != self.rank]
 
     def beat_now(self) -> None:
         """Rank 0's node-local heartbeat written now, by the calling thread: before a call that may hold every

@@ -1,0 +1,130 @@
+"""The one supervisor loop, in the shape of torch's elastic agent: start the tasks, monitor them, ask the policy
+what follows, act. Two backends run it: a Slurm job's batch step, whose tasks are an srun step
+(trainer.supervise.slurm), and the local profile's controller, whose tasks are processes (jobs.local_controller).
+What they share is here, once: the attempt (trainer.env.attempt names it), the hang no rank can name (every rank frozen at once), the
+failure held against a node, the attempt's record closed, the policy. Standard library only: the batch step runs
+on the node's own python3.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol, TypeVar
+
+from trainer.env.attempt import Attempt
+from trainer.run import failures
+from trainer.supervise.attempts import close
+from trainer.supervise.policy import Decision, Ended, Policy, State, decide, step_args
+from trainer.supervise.watch import name_and_end
+
+T = TypeVar("T")
+LOOK_S = 1.0  # how often rank 0's node-local heartbeat is looked at while the tasks run
+
+
+@dataclass(frozen=True)
+class Exit:
+    """How one start's tasks ended, as its backend saw it."""
+
+    status: int  # srun's status, or 1 when a local task failed; a negative one: killed by that signal
+    signalled: bool = False  # the requeue signal came during this start
+    reason: str = "failure"  # how an attempt rank 0 did not close is recorded: failure, timeout
+    cancelled: bool = False  # the job was cancelled: nothing follows
+    requeued: bool = False  # the tasks asked for a requeue that the backend makes itself (the local controller)
+
+
+class Backend(Protocol):
+    """What the loop asks of the place the tasks run."""
+
+    nodes: set[str]  # the job's nodes: only one of these is held against a failure
+
+    def attempt(self, in_job: int, start: int) -> Attempt: ...
+    def start(self, attempt: Attempt, extra: list[str]) -> None: ...
+    def poll(self) -> Exit | None: ...  # waits a moment; None while the tasks run
+    def stop(self) -> None: ...  # end every task now: a hang was named
+    def clean_up(self) -> None: ...  # after every start, however it ended
+    def room(self) -> list[str] | None: ...  # the partition's nodes, for a requeue without one
+    def remember(self, state: State) -> None: ...  # what survives a requeue
+    def may_go_on(self, ended: Exit, run_dir: Path | None) -> bool: ...  # a requeue may still follow the end
+    def act(self, decision: Decision, attempt: Attempt, ended: Exit) -> int: ...  # the job's exit status
+
+
+def careful(what: str, act: Callable[[], T]) -> T | None:
+    """`act()`, or None with a warning: a full disk must not keep the supervisor from requeueing, or from
+    exiting with the tasks' status."""
+    try:
+        return act()
+    except Exception as exc:
+        with contextlib.suppress(OSError):
+            print(f"warning: could not {what}: {exc}", flush=True)
+        return None
+
+
+def say(lines: Sequence[str]) -> None:
+    for line in lines:
+        print(line, flush=True)
+
+
+def monitor(backend: Backend, attempt: Attempt) -> Exit:
+    """Until the tasks end. Each rank's watchdog names a hang inside the job; when every rank froze at once
+    (a stalled filesystem, a stopped job) none can: rank 0's node-local heartbeat going silent past the time
+    its peers would have named it is named here, and the tasks are ended."""
+    next_look = time.monotonic()
+    while (ended := backend.poll()) is None:
+        if time.monotonic() >= next_look:
+            next_look = time.monotonic() + LOOK_S
+            if name_and_end(attempt.beat, time.time()):
+                backend.stop()
+    return ended
+
+
+def held_node(backend: Backend, run_dir: Path | None, since: float) -> str | None:
+    """The node the start's failure is held against: one of the job's (never a name from elsewhere)."""
+    if run_dir is None:
+        return None
+    node = careful("read the failure records", lambda: failures.suspect_node(run_dir, since))
+    return node if node in backend.nodes else None
+
+
+def close_attempt(run_dir: Path | None, reason: str, final: bool) -> None:
+    if run_dir is not None:
+        careful(f"close the attempt in {run_dir}", lambda: close(run_dir, reason, final))
+
+
+def run(backend: Backend, policy: Policy, state: State, run_dir: Path | None) -> int:
+    """Start the tasks until the policy says otherwise; the job's exit status."""
+    starts = 0
+    while True:
+        attempt = backend.attempt(state.in_job, starts)
+        starts += 1
+        os.environ.update(attempt.environ())  # the tasks inherit it
+        began = time.time()
+        try:
+            backend.start(attempt, step_args(policy, state))
+            ended = monitor(backend, attempt)
+        finally:
+            backend.clean_up()
+            with contextlib.suppress(OSError):
+                attempt.beat.unlink()
+        if ended.cancelled:
+            close_attempt(run_dir, "cancelled", final=True)
+            return ended.status
+        if ended.requeued:
+            state = State()  # as on Slurm: a requeued job's restarts begin anew
+            continue
+        stopped = attempt.stopped.exists()
+        failed = ended.status != 0 and not ended.signalled and not stopped
+        node = held_node(backend, run_dir, began) if failed and policy.tracks_nodes else None
+        room = backend.room() if node is not None else None
+        decision = decide(policy, state, Ended(ended.status, ended.signalled, stopped, node), room)
+        say(decision.say)
+        backend.remember(state)
+        # The attempt closed (rank 0 records a requeue's stop itself); the run's end when nothing follows.
+        final = decision.action == "end" and (stopped or not backend.may_go_on(ended, run_dir))
+        close_attempt(run_dir, ended.reason, final)
+        if decision.action != "restart":
+            return backend.act(decision, attempt, ended)
