@@ -25,8 +25,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tests.conftest import run_dirs  # noqa: E402
-from tests.jobs.test_local_jobs import HANG, LONG, job_pid, ranks  # noqa: E402
+from tests.support import HANG, LONG, job_pid, ranks, run_dirs  # noqa: E402
 
 STEP_BUDGET_S, GROUP_TIMEOUT_S = 10.0, 20.0
 

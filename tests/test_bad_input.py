@@ -9,18 +9,10 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-from tests.conftest import ROOT, run_dirs, write_profile
-from tests.conftest import submit_here as submit  # refusals: in this process
-from tests.messages import Golden, case_id, refused
+from tests.messages import Golden, case_id
+from tests.support import PILLOWS, ROOT, assert_refused, write_profile
+from tests.support import submit_here as submit
 from trainer.errors import UserError
-
-
-def assert_refused(result, golden: Golden, named: str, run_root: Path, outside: str = "", **placeholders: str) -> None:  # type: ignore[no-untyped-def]
-    """A refusal (tests/messages.py: exit 2, one line naming `named`, its words in the golden file) that left no
-    run behind."""
-    refused(result, golden, named, outside=outside, **placeholders)
-    assert run_dirs(run_root) == []
-    assert not any(p.name != "sample_data" for p in run_root.glob("*"))  # no CACHEDIR.TAG: it comes with a run
 
 
 @pytest.fixture
@@ -145,10 +137,6 @@ def test_bad_profiles(golden: Golden, text: str, named: str, tmp_path: Path) -> 
 def test_missing_profile(golden: Golden, tmp_path: Path) -> None:
     assert_refused(submit("--profile", "nonexistent"), golden, "nonexistent", tmp_path)
     assert_refused(submit("--profile", str(tmp_path / "x.yaml")), golden, "x.yaml", tmp_path)
-
-
-# Pillow's own words for a file it cannot decode, quoted in ours (they change with Pillow's version).
-PILLOWS = r"is corrupt \((.*)\); replace"
 
 
 def corrupt(root: Path) -> None:

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from jobs.tracking import run_settings
-from tests.conftest import ROOT, submit
 from tests.messages import Golden, raises, refused
+from tests.support import ROOT, submit
 from trainer.entry import record_error
 from trainer.env.launcher import resolve
 from trainer.errors import UserError

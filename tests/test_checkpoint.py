@@ -9,23 +9,10 @@ import pytest
 import torch
 
 from tests.messages import Golden, raises
+from tests.support import state
 from trainer import checkpoint
 from trainer.run import atomic
 from trainer.state import refuse_other_samples
-
-
-def state(step: int) -> dict[str, object]:
-    """The shape train() saves."""
-    return {
-        "model": {"w": torch.full((3,), float(step))},
-        "optimizer": {},
-        "scheduler": {},
-        "scaler": {},
-        "progress": {"step": step, "epoch": 0, "batch_in_epoch": step},
-        "rng": {},
-        "meta": {},
-        "best": {},
-    }
 
 
 def load(folder: Path) -> tuple[dict[str, object], Path]:

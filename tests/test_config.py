@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT
 from tests.messages import Golden, case_id, raises
+from tests.support import ROOT
 from trainer.config import TrainConfig, build_config, from_dict, parse_overrides, valid_keys
 from trainer.errors import UserError
 

@@ -5,9 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT, submit
 from tests.messages import Golden
-from tests.test_bad_input import assert_refused
+from tests.support import ROOT, assert_refused, submit
 
 
 @pytest.mark.parametrize("runtime", ["pyxis", "apptainer"])

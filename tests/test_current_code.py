@@ -10,9 +10,8 @@ import pytest
 
 from jobs.snapshot import Snapshot
 from jobs.submit import replace_code
-from tests.conftest import submit_here, write_profile
 from tests.messages import Golden, refused
-from tests.test_run_names import script_run
+from tests.support import script_run, submit_here, write_profile
 
 # What a script run leaves in its code/: the snapshot's files, and what the script wrote there by a relative
 # path (its checkpoint, TensorBoard's runs/), which the resumed command looks for.

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import submit
+from tests.support import submit
 from trainer.config import build_config
 from trainer.data import filelist
 from trainer.errors import UserError

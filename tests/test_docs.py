@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT, submit
+from tests.support import ROOT, submit
 
 DOCS = ["README.md", "jobs/README.md", "trainer/README.md", "trainer/supervise/README.md", "tests/README.md"]
 RUNNABLE = ("python", "yaml")
@@ -101,7 +101,7 @@ def test_profile_examples_pass_a_dry_run(block: Block, tmp_path: Path) -> None:
 def test_each_test_the_ten_minute_suite_names_exists() -> None:
     """A renamed test would leave the suite's one whole job for its flow silently: each CORE entry names a test
     function of its file (or the start of one's name)."""
-    from tests.conftest import CORE
+    from tests.support import CORE
 
     for entry in CORE:
         path, name = entry.split("::")

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from tests import ranks
-from tests.conftest import ROOT, submit, write_profile
+from tests.support import ROOT, submit, write_profile
 from trainer.errors import UserError
 
 

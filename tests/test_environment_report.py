@@ -5,7 +5,7 @@ before one, so that a run that never trained has it too."""
 from pathlib import Path
 
 from tests import ranks
-from tests.conftest import poll
+from tests.support import poll
 
 BROKEN = """
 class Broken:

@@ -16,7 +16,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 from jobs.tracking import ATTEMPT_START, Target, failure_line, killed_tasks, lost_nodes
-from tests.conftest import ROOT, poll, submit
+from tests.support import ROOT, poll, run_dir_of, submit
 from trainer.errors import UserError
 from trainer.run import failures
 from trainer.run.failures import Failure, describe, root_cause
@@ -146,11 +146,6 @@ def small_data(sample_root: Path, folder: Path, pairs: int) -> Path:
             shutil.copy(sample_root / "pix2pix" / name, folder / name)
     (folder / "pairs.csv").write_text("\n".join(rows) + "\n")
     return folder
-
-
-def run_dir_of(stdout: str) -> Path:
-    [line] = [line for line in stdout.splitlines() if line.startswith("run directory:")]
-    return Path(line.split(":", 1)[1].strip())
 
 
 @pytest.mark.job

@@ -7,25 +7,12 @@ from pathlib import Path
 import pytest
 
 from jobs.tracking import progress
+from tests.support import TIMELINE
 from trainer.run import ledger
 from trainer.run.ledger import PARTS
 from trainer.run.rundir import RunDir
 from trainer.supervise import attempts as attempts_module
 from trainer.supervise.attempts import Attempts
-
-# Submitted at 0. Attempt 1: its process at 10, its first step at 15, 4 s blocked on saves, preempted at 100 at
-# step 90 (saved there). Requeued: attempt 2's process at 160, first step at 166, a failure at 200 (last
-# progress at step 120), the hang named at 230. In the same allocation attempt 3's process at 240, first step at
-# 244, resumed at step 100 (20 steps again), finished at 344 at step 200, 2 s on saves.
-TIMELINE = [
-    {"started": 15.0, "startup": {"process_start": 10.0}, "resumed_step": None, "checkpoint_s": 4.0,
-     "stop": {"reason": "preempted", "step": 90, "time": 100.0}, "cost": {"steps_recomputed": 0}, "world_size": 4},
-    {"started": 166.0, "startup": {"process_start": 160.0}, "resumed_step": 90,
-     "stop": {"reason": "failure", "step": 120, "time": 200.0, "error": "rank 1 on n2: hung: x", "hung_at": 230.0},
-     "cost": {"steps_recomputed": 20}, "world_size": 4},
-    {"started": 244.0, "startup": {"process_start": 240.0}, "resumed_step": 100, "in_job_restart": 1,
-     "checkpoint_s": 2.0, "stop": {"reason": "finished", "step": 200, "time": 344.0}, "world_size": 4},
-]  # fmt: skip
 
 
 def test_each_interval_goes_to_its_part_and_the_parts_add_up_to_the_wall_time() -> None:

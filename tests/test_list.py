@@ -5,7 +5,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.conftest import ROOT
+from tests.support import ROOT
 
 
 def listing(root: Path) -> subprocess.CompletedProcess[str]:

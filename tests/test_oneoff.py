@@ -7,9 +7,8 @@ from pathlib import Path
 import pytest
 
 from jobs.oneoff import minutes, refuse_beyond_partition
-from tests.conftest import submit, write_profile
 from tests.messages import Golden, raises
-from tests.test_bad_input import assert_refused
+from tests.support import assert_refused, submit, write_profile
 
 SLURM = "executor: slurm\npartition: gpu\nmail_user: ada@example.org\nrun_root: {root}\n"
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT
+from tests.support import ROOT
 
 tomllib = pytest.importorskip("tomllib")  # Python 3.11+
 

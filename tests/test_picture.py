@@ -12,9 +12,8 @@ from PIL import Image
 from torch.utils.tensorboard import SummaryWriter
 
 from jobs import picture
-from tests.conftest import ROOT
 from tests.messages import Golden, refused
-from tests.test_ledger import TIMELINE
+from tests.support import ROOT, TIMELINE
 from trainer.run import ledger
 
 

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.conftest import ROOT, poll
-from tests.test_checkpoint import state as checkpoint_state
+from tests.support import ROOT, poll
+from tests.support import state as checkpoint_state
 from trainer import checkpoint
 from trainer.supervise.attempts import Attempts, parse_time_left, stop_reason
 
@@ -171,8 +171,6 @@ def test_the_requeue_module_copied_alone_into_a_project_works(tmp_path: Path) ->
     """README: trainer/requeue/__init__.py is a few lines you may copy instead of importing the project. The
     copy, alone in a folder and with the project not installed (-S), imports and takes the profile's signal."""
     import shutil
-
-    from tests.conftest import ROOT
 
     shutil.copy(ROOT / "trainer" / "requeue" / "__init__.py", tmp_path / "requeue.py")
     script = "import os, signal, requeue\nrequeue.install()\nos.kill(os.getpid(), signal.SIGUSR1)\nprint(requeue.requested())\n"

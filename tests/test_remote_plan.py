@@ -17,8 +17,8 @@ from jobs.remote.ssh import Login, ssh_argv
 from jobs.remote.submit import cluster_profile, with_after, with_profile, with_resume
 from jobs.remote.sync import changed_tar, digest
 from jobs.snapshot import Snapshot
-from tests.conftest import ROOT
 from tests.messages import Golden, raises
+from tests.support import ROOT
 from trainer.errors import UserError
 
 

@@ -7,10 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import submit_here as submit
-from tests.conftest import write_profile
 from tests.messages import Golden, case_id
-from tests.test_bad_input import assert_refused
+from tests.support import assert_refused, write_profile
+from tests.support import submit_here as submit
 from trainer.script import with_restart_args
 
 COMMAND = ["python", "train.py", "--output_dir", "{RUN_DIR}/out"]

@@ -7,30 +7,12 @@ import importlib
 import io
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import submit_here, write_profile
 from tests.messages import Golden, refused
-
-JOB = "999999001"  # beyond any pid_max: a local job whose controller is long gone
-
-
-def script_run(folder: Path, job_id: str = JOB) -> Path:
-    """A finished local `-- python train.py` run's records, as its job leaves them (no config.yaml: a script
-    run has none)."""
-    logs = folder / "logs"
-    logs.mkdir(parents=True)
-    command = [sys.executable, "train.py"]
-    (folder / "command.json").write_text(json.dumps({"command": command, "cwd": str(folder), "restart_args": []}))
-    record = {"job_id": job_id, "executor": "local", "log": str(logs / f"{job_id}_0_log.out"), "tasks": 1}
-    (folder / "job.json").write_text(json.dumps(record))
-    (logs / f"{job_id}_0_log.out").write_text(f"hello from {folder.name}\n")
-    (logs / f"{job_id}_exit_codes.json").write_text(json.dumps({"codes": [0]}))
-    (folder / "summary.json").write_text(json.dumps({"command": command, "finished": True}))
-    return folder
+from tests.support import JOB, script_run, submit_here, write_profile
 
 
 def command(name: str, *args: str) -> subprocess.CompletedProcess[str]:

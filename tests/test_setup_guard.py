@@ -10,10 +10,9 @@ import pytest
 
 from jobs.plan import guarded_setup
 from jobs.profiles import setup_commands
-from tests.conftest import submit_here as submit
-from tests.conftest import write_profile
 from tests.messages import Golden, case_id
-from tests.test_bad_input import assert_refused
+from tests.support import assert_refused, write_profile
+from tests.support import submit_here as submit
 
 # What the tool writes after the setup lines in the batch script (jobs.plan.slurm_parameters): a line a trailing
 # backslash or an open here-document would take as its own.

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import poll
+from tests.support import poll
 from trainer.supervise import stacks
 
 # A rank as the trainer sets one up: faulthandler on the dump signal, writing to its stderr (its log).

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support import poll
 from trainer.supervise.policy import Ended, Policy, State, decide, step_args
 
 
@@ -96,7 +97,6 @@ def test_rank_0s_silence_is_named_only_once_its_peers_would_have_named_it(tmp_pa
 def test_the_signals_node_local_copy_is_left_until_the_job_ends_its_steps(tmp_path: Path) -> None:
     """The fan-out's command (run by srun on each node) leaves the file, and removes it on the SIGTERM with
     which Slurm ends a job's steps (a requeue, the job's end)."""
-    from tests.conftest import poll
     from trainer.supervise import relay
 
     node_file = tmp_path / "attempt_7_0.signal"
@@ -123,7 +123,6 @@ def test_a_task_takes_the_signal_from_the_node_file_at_once_or_the_shared_one_la
     FALLBACK_S, so that thousands of ranks make no more than 0.1 metadata calls a second on the share."""
     import signal
 
-    from tests.conftest import poll
     from trainer.supervise import relay
 
     got: list[float] = []

@@ -9,9 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT, run_dirs, submit
 from tests.messages import Golden, case_id, raises
-from tests.test_bad_input import PILLOWS, assert_refused
+from tests.support import PILLOWS, ROOT, assert_refused, run_dirs, submit
 from trainer.config import build_config, config_dict
 
 

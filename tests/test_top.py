@@ -11,8 +11,8 @@ import pytest
 
 from jobs import top
 from jobs.tracking import Target
-from tests.conftest import ROOT
 from tests.messages import Golden
+from tests.support import ROOT
 
 NOW = 1000.0
 

@@ -15,8 +15,8 @@ import torch.multiprocessing as mp
 from torch.utils.data import TensorDataset
 
 from tests import ranks
-from tests.conftest import ROOT, submit
 from tests.messages import Golden, case_id, raises
+from tests.support import ROOT, submit
 from trainer.config import build_config
 from trainer.env.launcher import DistEnv
 from trainer.tasks.classify import TASK as CLASSIFY

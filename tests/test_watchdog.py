@@ -4,8 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import poll
 from tests.messages import Golden, raises
+from tests.support import poll
 from trainer.config import HangConfig, build_config
 from trainer.supervise.watchdog import Beat, Watchdog, culprit
 

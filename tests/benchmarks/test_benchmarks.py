@@ -1,11 +1,8 @@
 """Each benchmark runs once at a tiny size: proof that it still works, not a judgement of speed."""
 
-import subprocess
-import sys
-
 import pytest
 
-from tests.conftest import ROOT
+from tests.support import run_benchmark
 
 TINY = [
     ["submit_speed.py", "--repeats", "1"],
@@ -23,18 +20,6 @@ TINY = [
     ["hang_naming.py", "--only", "one-rank"],
     ["resume_memory.py", "--width", "4", "--rounds", "1"],
 ]
-
-
-def run_benchmark(script: str, *args: str) -> subprocess.CompletedProcess[str]:
-    result = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / script), *args],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
-    return result
 
 
 @pytest.mark.parametrize("args", TINY, ids=[" ".join(a) for a in TINY])

@@ -2,7 +2,7 @@
 
 import pytest
 
-from tests.benchmarks.test_benchmarks import run_benchmark
+from tests.support import run_benchmark
 
 pytestmark = pytest.mark.slurm  # on the one cluster, in its xdist group
 

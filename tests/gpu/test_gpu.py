@@ -2,13 +2,13 @@
 there is no CUDA device or too few. The ranks are forked (tests/ranks.py) as in the CPU tests: NCCL then joins
 them, the trainer's device is cuda:LOCAL_RANK."""
 
-import json
 from pathlib import Path
 
 import pytest
 import torch
 
 from tests import ranks
+from tests.support import summary
 
 GPUS = torch.cuda.device_count() if torch.cuda.is_available() else 0
 needs = {n: pytest.mark.skipif(GPUS < n, reason=f"needs {n} CUDA device(s), this machine has {GPUS}") for n in (1, 2)}
@@ -23,10 +23,6 @@ def args(sample_root: Path, *more: str) -> list[str]:
 # Runs compared bit for bit: cuDNN's and cuBLAS's default kernels differ run to run on a GPU (seen on an H100:
 # 12 steps of one seed, twice, gave two weights).
 EXACT = ("deterministic=true",)
-
-
-def summary(run_dir: Path) -> dict:
-    return json.loads((run_dir / "summary.json").read_text())
 
 
 def test_an_nccl_group_of_one_all_reduces_on_the_gpu() -> None:

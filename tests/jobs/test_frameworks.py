@@ -14,8 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests import frameworks
-from tests.conftest import ROOT, poll
-from tests.slurm.test_slurm import run_dir_of
+from tests.support import ROOT, poll, run_dir_of
 
 
 @pytest.mark.parametrize("name", list(frameworks.FRAMEWORKS))

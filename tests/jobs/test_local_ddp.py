@@ -11,7 +11,7 @@ import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from tests import ranks
-from tests.conftest import REFERENCE, ROOT, poll, run_dirs, submit
+from tests.support import REFERENCE, ROOT, poll, run_dir_of, run_dirs, submit, summary
 from trainer.run.rundir import RunDir
 
 SMALL = ["steps=24", "log.every=4", "log.image_every=12", "checkpoint.every=8", "batch_size=4"]
@@ -21,14 +21,7 @@ def run_local(profile: Path, sample_root: Path, *extra: str, timeout: float = 30
     args = ["--profile", str(profile), "--wait", f"data.root={sample_root / 'pix2pix'}", *SMALL, *extra]
     result = submit(*args, timeout=timeout)
     assert result.returncode == 0, result.stdout + result.stderr
-    [run_dir] = [
-        Path(line.split(":", 1)[1].strip()) for line in result.stdout.splitlines() if line.startswith("run directory:")
-    ]
-    return run_dir
-
-
-def summary(run_dir: Path) -> dict:
-    return json.loads((run_dir / "summary.json").read_text())
+    return run_dir_of(result)
 
 
 def test_a_two_process_run_writes_scalars_images_checkpoints_validation_and_summary(reference_run: Path) -> None:

@@ -3,7 +3,6 @@ caller's environment. Real two-process runs (gloo on CPU) where the controller i
 
 import json
 import os
-import re
 import signal
 import socket
 import subprocess
@@ -15,43 +14,24 @@ from pathlib import Path
 import pytest
 
 from tests import ranks as forked
-from tests.conftest import ROOT, poll, process_start, run_dirs, submit, write_profile
 from tests.messages import Golden
-from tests.test_bad_input import assert_refused
+from tests.support import (
+    HANG,
+    LONG,
+    NAN,
+    ROOT,
+    assert_refused,
+    cli,
+    job_pid,
+    poll,
+    process_start,
+    ranks,
+    run_dir_of,
+    run_dirs,
+    submit,
+    write_profile,
+)
 from trainer.supervise import relay
-
-LONG = ["steps=100000", "log.every=1", "checkpoint.every=100000", "batch_size=2", "log.image_every=0"]
-
-
-def cli(module: str, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}
-    return subprocess.run(
-        [sys.executable, "-m", module, *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120
-    )
-
-
-def run_dir_of(output: str) -> Path:
-    [line] = [line for line in output.splitlines() if line.startswith("run directory:")]
-    return Path(line.split(":", 1)[1].strip())
-
-
-def job_pid(run_dir: Path) -> int:
-    return int(json.loads((run_dir / "job.json").read_text())["job_id"])
-
-
-def ranks(controller: int) -> dict[int, tuple[int, int]]:
-    """rank -> (PID, start time) of the local job's tasks, found by the job id submitit gives each."""
-    found = {}
-    for proc in Path("/proc").glob("[0-9]*"):
-        try:
-            environ = dict(item.split(b"=", 1) for item in (proc / "environ").read_bytes().split(b"\0") if b"=" in item)
-        except OSError:
-            continue
-        if environ.get(b"SUBMITIT_LOCAL_JOB_ID") == str(controller).encode() and (
-            start := process_start(int(proc.name))
-        ):
-            found[int(environ[b"SUBMITIT_LOCAL_GLOBALID"])] = (int(proc.name), start)
-    return found
 
 
 def alive(pid: int, start: int) -> bool:
@@ -416,10 +396,6 @@ def submit_long(
     return proc, out
 
 
-# A step's budget of 10 s (its floor: steps take far less); start-up and first times keep hang.first_s.
-HANG = ["hang.floor_s=10", "hang.factor=2", "hang.beat_s=2"]
-
-
 @pytest.mark.parametrize("rank", [1, 0])
 def test_a_stopped_rank_is_named_by_its_peers_watchdog_within_the_budget(
     local_profile: Path, sample_root: Path, tmp_path: Path, rank: int
@@ -613,7 +589,6 @@ def test_a_deadlocked_loader_worker_is_named_and_the_job_restarts_in_place_to_th
 
 def test_a_run_that_stops_on_purpose_is_not_started_again_in_its_allocation(tmp_path: Path) -> None:
     """log.nonfinite=stop ends the run with a UserError: a restart would end the same way, so none is made."""
-    from tests.jobs.test_user_task import NAN
 
     (tmp_path / "regress.py").write_text(NAN)
     text = f"executor: local\ngpus_per_node: 1\nrestarts_in_job: 2\nrun_root: {tmp_path / 'runs'}\n"
@@ -631,7 +606,7 @@ def test_jobs_wait_reattaches_to_a_local_run_and_jobs_list_shows_it(local_profil
     data = f"data.root={sample_root / 'pix2pix'}"
     result = submit("--profile", str(local_profile), data, "steps=8", "log.every=4", "log.image_every=0")
     assert result.returncode == 0, result.stderr
-    run_dir = Path(re.search(r"^run directory: (.+)$", result.stdout, re.M).group(1))  # type: ignore[union-attr]
+    run_dir = run_dir_of(result)
     waited = cli("jobs.wait", str(run_dir))
     assert waited.returncode == 0, waited.stdout + waited.stderr
     assert "step 4/8" in waited.stdout and "done: step 8" in waited.stdout and waited.stdout.endswith("finished\n")
@@ -652,7 +627,7 @@ def test_env_from_the_command_line_reaches_every_local_task(tmp_path: Path) -> N
         "--profile", str(profile), "--env", "GREETING=hello world", "--wait", "--", "python", "show.py", cwd=tmp_path
     )
     assert result.returncode == 0, result.stdout + result.stderr
-    run_dir = Path(re.search(r"^run directory: (.+)$", result.stdout, re.M).group(1))  # type: ignore[union-attr]
+    run_dir = run_dir_of(result)
     logs = "".join(p.read_text() for p in (run_dir / "logs").glob("*_log.out"))
     assert "seen: 0 hello world" in logs and "seen: 1 hello world" in logs
 

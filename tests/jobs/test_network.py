@@ -5,9 +5,8 @@ import socket
 import sys
 from pathlib import Path
 
-from tests.conftest import submit, write_profile
 from tests.messages import Golden
-from tests.test_bad_input import assert_refused
+from tests.support import assert_refused, submit, write_profile
 from trainer.env.rendezvous import interface_address
 
 SHOW = (

@@ -11,7 +11,7 @@ import pytest
 from PIL import Image
 
 from tests import ranks
-from tests.conftest import ROOT
+from tests.support import ROOT
 
 
 @pytest.fixture(scope="module")

@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import Any
 
 from tests import ranks
-from tests.conftest import ROOT, submit, write_profile
 from tests.messages import Golden, refused
+from tests.support import ROOT, attempts, submit, write_profile
 
 
 def strict_json(path: Path) -> Any:
@@ -20,10 +20,6 @@ def strict_json(path: Path) -> Any:
         raise ValueError(f"{path} holds {constant}, which is not JSON")
 
     return json.loads(path.read_text(), parse_constant=refuse)
-
-
-def attempts(run_dir: Path) -> list[dict[str, Any]]:
-    return json.loads((run_dir / "attempts.json").read_text())
 
 
 def resume(run_dir: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:

@@ -14,88 +14,20 @@ from pathlib import Path
 import pytest
 
 from jobs.plan import script_file
-from tests.conftest import ROOT, poll
 from tests.messages import Golden, case_id, refused
-from tests.test_bad_input import assert_refused
-
-# A plain DDP script: it imports nothing from this project.
-DDP = """
-import json, os, sys
-import torch, torch.distributed as dist
-dist.init_process_group("gloo", init_method="env://")
-total = torch.ones(1) * (dist.get_rank() + 1)
-dist.all_reduce(total)
-keys = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "MASTER_ADDR", "MASTER_PORT")
-report = {k: os.environ[k] for k in keys} | {"sum": total.item(), "argv": sys.argv[1:], "cwd": os.getcwd()}
-with open(os.path.join(os.environ["RUN_DIR"], f"rank{dist.get_rank()}.json"), "w") as f:
-    json.dump(report, f)
-dist.destroy_process_group()
-sys.exit(int(os.environ.get("FAIL_RANK", "-1") == os.environ["RANK"]) * 3)
-"""
-
-# Saves its step on the requeue signal and asks to be requeued; starts from the saved step.
-REQUEUEING = """
-import os, sys, time
-from trainer import requeue
-requeue.install()
-state = os.path.join(os.environ["RUN_DIR"], f"step{os.environ['RANK']}")
-start = int(open(state).read()) if os.path.exists(state) else 0
-with open(os.path.join(os.environ["RUN_DIR"], "starts"), "a") as f:
-    f.write(f"{os.environ['RANK']}:{start}\\n")
-for step in range(start, 40):
-    time.sleep(0.5)
-    if requeue.requested():
-        open(state, "w").write(str(step + 1))
-        requeue.exit_for_requeue()
-"""
-
-
-# Shaped like the DDP tutorial's and nanoGPT's scripts: no signal code at all; it keeps a snapshot every few
-# steps under its output folder ($RUN_DIR, else ./out relative to where it runs) and resumes from it.
-PLAIN = """
-import json, os, sys, time
-import torch, torch.distributed as dist
-from torch.nn.parallel import DistributedDataParallel as DDP
-dist.init_process_group("gloo")
-rank = dist.get_rank()
-out_dir = os.environ.get("RUN_DIR", "out")
-ckpt = os.path.join(out_dir, "ckpt.pt")
-model = DDP(torch.nn.Linear(4, 1))
-step = 0
-if os.path.exists(ckpt):
-    saved = torch.load(ckpt)
-    model.module.load_state_dict(saved["model"])
-    step = saved["step"]
-with open(os.path.join(out_dir, "starts"), "a") as f:
-    f.write(f"{rank}:{step}\\n")
-total, every = int(sys.argv[1]), 5
-while step < total:
-    model(torch.ones(2, 4)).sum().backward()
-    time.sleep(float(sys.argv[2]))
-    step += 1
-    if step % every == 0 and rank == 0:
-        torch.save({"model": model.module.state_dict(), "step": step}, ckpt + ".tmp")
-        os.replace(ckpt + ".tmp", ckpt)
-dist.barrier()
-dist.destroy_process_group()
-"""
-
-
-# PLAIN with a handler, as many scripts have, that takes the requeue signal (and SIGTERM), logs a line and
-# carries on: it never stops by itself.
-STUBBORN = (
-    """
-import signal
-def carry_on(signum, frame):
-    print(f"got {signal.Signals(signum).name}; carrying on", flush=True)
-for s in (signal.SIGUSR1, signal.SIGUSR2, signal.SIGTERM):
-    signal.signal(s, carry_on)
-"""
-    + PLAIN
+from tests.support import (
+    ALL_REDUCING,
+    DDP,
+    PLAIN,
+    RAISES,
+    REQUEUEING,
+    ROOT,
+    STUBBORN,
+    TORCHRUN,
+    assert_refused,
+    poll,
+    run_dir_of,
 )
-
-
-TORCHRUN = [sys.executable, "-m", "torch.distributed.run"]  # `torchrun`, wherever the venv's bin/ is on PATH
 
 
 def submit_in(folder: Path, *args: str, profile: str = "", timeout: float = 300) -> subprocess.CompletedProcess[str]:
@@ -104,11 +36,6 @@ def submit_in(folder: Path, *args: str, profile: str = "", timeout: float = 300)
     path.write_text(profile or f"executor: local\ngpus_per_node: 2\nrun_root: {folder / 'runs'}\n")
     cmd = [sys.executable, "-m", "jobs.submit", "--profile", str(path), *args]
     return subprocess.run(cmd, cwd=folder, env=env, capture_output=True, text=True, timeout=timeout)
-
-
-def run_dir_of(output: str) -> Path:
-    [line] = [line for line in output.splitlines() if line.startswith("run directory:")]
-    return Path(line.split(":", 1)[1].strip())
 
 
 def test_every_rank_gets_torchruns_variables(tmp_path: Path) -> None:
@@ -425,16 +352,6 @@ def test_git_ignored_data_left_out_is_named_with_advice_that_works(tmp_path: Pat
     result = submit_in(repo, "--wait", "--", "python", "train.py", profile=local + "snapshot_include: [data/*]\n")
     assert result.returncode == 0 and "git-ignored" not in result.stderr, result.stdout + result.stderr
     assert (run_dir_of(result.stdout) / "read0").read_text() == "65 1000"
-
-
-RAISES = """
-import time, torch, torch.distributed as dist
-dist.init_process_group("gloo")
-if dist.get_rank() == 1:
-    raise ValueError("bad batch at step 3")
-dist.all_reduce(torch.ones(1))
-time.sleep(60)
-"""
 
 
 def test_a_failing_scripts_exception_is_where_the_user_looks(tmp_path: Path) -> None:
@@ -815,22 +732,6 @@ def test_a_failed_attempt_is_closed_and_the_run_says_it_ended(tmp_path: Path) ->
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["finished"] is False and summary["ended"] == "failure" and summary["failures"] == 1, summary
     assert summary["ledger"]["training"] >= 2.0 and summary["steps_recomputed"] == 0, summary
-
-
-# All-reduces without pause until stopped; a restart (its rank's mark left) finishes at once. Each rank leaves
-# its task's pid and its own.
-ALL_REDUCING = """
-import os
-import torch, torch.distributed as dist
-dist.init_process_group("gloo")
-rank, run_dir = dist.get_rank(), os.environ["RUN_DIR"]
-mark = os.path.join(run_dir, f"started{rank}")
-if not os.path.exists(mark):
-    open(mark, "w").write(f"{os.getppid()} {os.getpid()}")
-    while True:
-        dist.all_reduce(torch.ones(1000))
-dist.destroy_process_group()
-"""
 
 
 def test_a_rank_stopped_for_a_requeue_before_its_peer_leaves_no_peer_error(tmp_path: Path) -> None:

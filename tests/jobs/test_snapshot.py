@@ -7,11 +7,8 @@ from pathlib import Path
 import pytest
 
 from jobs.snapshot import plan_snapshot
-from tests.conftest import poll, submit, write_profile
-from tests.jobs.test_local_jobs import cli
-from tests.jobs.test_user_task import EXAMPLE
 from tests.messages import Golden
-from tests.test_bad_input import assert_refused
+from tests.support import EXAMPLE, assert_refused, cli, poll, submit, write_profile
 from trainer.errors import UserError
 
 BROKEN = EXAMPLE + "raise RuntimeError('edited after submit')\n"

@@ -6,8 +6,7 @@ import sys
 from pathlib import Path
 
 from jobs import top
-from tests.conftest import poll, submit
-from tests.jobs.test_local_jobs import cli, run_dir_of
+from tests.support import cli, poll, run_dir_of, submit
 
 
 def test_top_shows_each_rank_and_its_keys_save_dump_and_requeue(local_profile: Path, sample_root: Path) -> None:

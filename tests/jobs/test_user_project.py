@@ -7,14 +7,7 @@ import subprocess
 from pathlib import Path
 
 from tests import userproject
-from tests.slurm.test_slurm import run_dir_of
-
-
-def slurm_ddp(folder: Path, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [userproject.slurm_ddp(), *args], cwd=folder, env=userproject.user_environment(), capture_output=True,
-        text=True, timeout=timeout,
-    )  # fmt: skip
+from tests.support import run_dir_of, slurm_ddp
 
 
 def test_a_project_with_its_own_trainer_and_jobs_modules_runs_restarts_requeues_and_resumes(tmp_path: Path) -> None:

@@ -3,7 +3,6 @@ with a task reference is one line, exit 2, before anything is queued."""
 
 import json
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -12,14 +11,21 @@ from pathlib import Path
 import pytest
 
 from tests import ranks
-from tests.conftest import ROOT, poll, run_dirs, submit, write_profile
 from tests.messages import Golden
-from tests.test_bad_input import assert_refused
+from tests.support import (
+    AUGMENTED,
+    EXACT,
+    EXAMPLE,
+    IN_CODE,
+    NAN,
+    ROOT,
+    assert_refused,
+    poll,
+    run_dirs,
+    submit,
+    write_profile,
+)
 from trainer.run.rundir import RunDir
-
-EXAMPLE = re.search(
-    r"<!-- user-task-example -->\n```python\n(.*?)```", (ROOT / "README.md").read_text(), re.DOTALL
-).group(1)  # type: ignore[union-attr]
 
 
 def submit_from(folder: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -79,27 +85,6 @@ def test_a_task_settings_typo_is_one_line(golden: Golden, project: Path) -> None
     assert "Denoise.width" in result.stderr
 
 
-# A user's task whose data is made in code (dataset() never reads data.root), with Dropout; no check().
-IN_CODE = """
-import torch
-from torch import nn
-
-
-class Regress:
-    def dataset(self, config):
-        g = torch.Generator().manual_seed(0)
-        x = torch.randn(64, 8, generator=g)
-        return torch.utils.data.TensorDataset(x, x.sum(1, keepdim=True))
-
-    def model(self, config, dataset):
-        return nn.Sequential(nn.Linear(8, 32), nn.ReLU(), nn.Dropout(0.3), nn.Linear(32, 1))
-
-    def forward(self, model, batch):
-        x, y = batch
-        return nn.functional.mse_loss(model(x), y), {}
-"""
-
-
 def test_a_task_whose_data_is_made_in_code_runs_without_data_root(tmp_path: Path) -> None:
     (tmp_path / "regress.py").write_text(IN_CODE)
     result = submit_from(
@@ -107,47 +92,6 @@ def test_a_task_whose_data_is_made_in_code_runs_without_data_root(tmp_path: Path
     )
     assert result.returncode == 0, result.stdout + result.stderr
     assert "has no built-in sample data" not in result.stderr
-
-
-# A user's task as they write them: Dropout, and random augmentations drawn from torch, numpy and random in
-# __getitem__ (in loader workers or in the training process); a little slow per step, so a kill lands mid-run.
-AUGMENTED = """
-import random, time
-import numpy, torch
-from torch import nn
-
-
-class Noisy(torch.utils.data.Dataset):
-    def __init__(self):
-        self.x = torch.randn(64, 8, generator=torch.Generator().manual_seed(0))
-
-    def __len__(self):
-        return len(self.x)
-
-    def __getitem__(self, i):
-        x = self.x[i] + 0.1 * torch.randn(8) + float(numpy.random.rand()) * random.random()
-        return x, self.x[i].sum(0, keepdim=True)
-
-
-class Augmented:
-    metrics = {"mse": "min"}
-
-    def dataset(self, config):
-        return Noisy()
-
-    def model(self, config, dataset):
-        return nn.Sequential(nn.Linear(8, 32), nn.ReLU(), nn.Dropout(0.3), nn.Linear(32, 1))
-
-    def forward(self, model, batch):
-        time.sleep(0.15)
-        x, y = batch
-        return nn.functional.mse_loss(model(x), y), {}
-
-    def evaluate(self, model, batch):
-        x, y = batch
-        return {"mse": ((model(x) - y) ** 2).mean(1)}
-"""
-EXACT = ["task=augmented.py:Augmented", "steps=24", "batch_size=4", "data.val_fraction=0.25"]
 
 
 def weights(run_dir: Path) -> str:
@@ -182,9 +126,6 @@ def test_a_dropout_task_with_random_augmentations_resumes_exactly_whatever_the_s
     assert len(json.loads((run_dir / "attempts.json").read_text())) == 3
     assert weights(varied) == weights(reference)
     assert weights(run_dir) == weights(reference)
-
-
-NAN = IN_CODE.replace("return nn.functional.mse_loss(model(x), y), {}", "return (model(x) * float('nan')).mean(), {}")
 
 
 @pytest.mark.parametrize("mode", ["warn", "stop"])

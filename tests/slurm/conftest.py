@@ -7,12 +7,9 @@ import pytest
 import yaml
 
 from tests import ranks
-from tests.conftest import ROOT, cluster_side
 from tests.slurm import cluster
+from tests.support import ARGS, ROOT, cluster_side
 from trainer.config import flat
-
-# 2 nodes x 1 task; long enough to be preempted twice, short enough for CI (tests/slurm/test_requeue.py).
-ARGS = ["--nodes", "2", "--gpus-per-node", "1", "steps=240", "log.every=5", "checkpoint.every=100", "log.image_every=0"]
 
 
 @pytest.hookimpl(tryfirst=True)

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT
 from tests.slurm import cluster
+from tests.support import ROOT
 
 
 def check(tmp_path: Path, extra: str, *args: str) -> subprocess.CompletedProcess[str]:

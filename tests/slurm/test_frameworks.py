@@ -9,10 +9,8 @@ from pathlib import Path
 import pytest
 
 from tests import frameworks
-from tests.conftest import submit
 from tests.slurm.cluster import preempt_normal_jobs, release_when_requeued
-from tests.slurm.test_requeue import job_id_of, mini_profile
-from tests.slurm.test_slurm import poll, run_dir_of
+from tests.support import job_id_of, mini_profile, poll_cluster, run_dir_of, submit
 from trainer.run.rundir import RunDir
 
 pytestmark = pytest.mark.slurm
@@ -46,11 +44,11 @@ def test_each_frameworks_script_is_preempted_on_two_nodes_and_resumes(
         assert result.returncode == 0, result.stdout + result.stderr
         runs[name] = run_dir_of(result)
     for name, run_dir in runs.items():
-        poll(f"{name}'s first save", lambda r=run_dir, n=name: frameworks.saved(r, n), timeout=240)
+        poll_cluster(f"{name}'s first save", lambda r=run_dir, n=name: frameworks.saved(r, n), timeout=240)
     preempt_normal_jobs()
     release_when_requeued(*(job_id_of(run_dir) for run_dir in runs.values()))
     for name, run_dir in runs.items():
-        poll(f"{name}'s summary", lambda r=run_dir: RunDir(r).finished(), timeout=300)
+        poll_cluster(f"{name}'s summary", lambda r=run_dir: RunDir(r).finished(), timeout=300)
         starts = frameworks.starts(run_dir)
         assert len(starts) == 2 and starts[0] == 0 and starts[1] > 0, (name, starts)
         if name == "hf-trainer":  # {LATEST:out/checkpoint-*}: checkpoint-100 is newer than checkpoint-90

@@ -13,11 +13,9 @@ from pathlib import Path
 import pytest
 
 from tests import ranks as forked
-from tests.conftest import submit
 from tests.slurm import cluster
 from tests.slurm.cluster import release_when_requeued
-from tests.slurm.test_requeue import attempts, job_id_of, summary
-from tests.slurm.test_slurm import cli, poll, run_dir_of
+from tests.support import attempts, cli, job_id_of, poll_cluster, run_dir_of, submit, summary
 
 HANG = ["hang.floor_s=6", "hang.factor=2", "hang.beat_s=2"]  # the least budget allowed: 3 heartbeats
 
@@ -81,7 +79,7 @@ def test_a_node_whose_loader_hangs_twice_is_left_out_and_the_run_ends_on_the_sam
     run_dir = run_dir_of(result)
     log0 = run_dir / "logs" / f"{job_id_of(run_dir)}_0_log.out"
     if not spare:
-        poll(
+        poll_cluster(
             "the requeue without node1",
             lambda: log0.exists() and "requeueing the job without it" in log0.read_text(),
             150,
@@ -116,7 +114,7 @@ def test_a_rank_slowed_from_outside_is_named_with_its_node(tmp_path: Path, sampl
     run_dir = run_dir_of(result)
     logs = run_dir / "logs"
     job = job_id_of(run_dir)
-    poll("training", lambda: (run_dir / "progress.json").exists(), 120)
+    poll_cluster("training", lambda: (run_dir / "progress.json").exists(), 120)
     pid = int(re.findall(r"^dist: .* pid=(\d+)", (logs / f"{job}_1_log.out").read_text(), re.M)[-1])
     named = "rank 1 on node2 is a straggler: its own work per step (data + compute) was "
     deadline = time.monotonic() + 120

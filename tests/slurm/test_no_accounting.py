@@ -11,11 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import submit
 from tests.slurm import cluster
 from tests.slurm.cluster import preempt_normal_jobs, release_when_requeued
-from tests.slurm.test_requeue import job_id_of, training
-from tests.slurm.test_slurm import cli, poll, run_dir_of
+from tests.support import cli, job_id_of, poll_cluster, run_dir_of, submit, training
 
 
 @contextlib.contextmanager
@@ -50,7 +48,7 @@ def test_a_preempted_run_resumes_and_status_reads_the_run_once_slurm_forgot_it(
     result = submit(*args, "log.image_every=0", env=no_accounting)
     assert result.returncode == 0, result.stdout + result.stderr
     run_dir = run_dir_of(result)
-    poll("training", lambda: training(run_dir, 0), timeout=120)
+    poll_cluster("training", lambda: training(run_dir, 0), timeout=120)
     preempt_normal_jobs()
     release_when_requeued(job_id_of(run_dir))
     with conf(no_accounting):
@@ -60,7 +58,7 @@ def test_a_preempted_run_resumes_and_status_reads_the_run_once_slurm_forgot_it(
     assert (summary["preemptions"], summary["final_step"]) == (1, 200)
     job = job_id_of(run_dir)
     scontrol = {**os.environ, **no_accounting}
-    poll(
+    poll_cluster(
         "the controller to forget the job",
         lambda: subprocess.run(["scontrol", "show", "job", job], env=scontrol, capture_output=True).returncode != 0,
         timeout=90,

@@ -16,12 +16,10 @@ import pytest
 import yaml
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from tests.conftest import ROOT
 from tests.messages import Golden, refused
 from tests.slurm import sshd
 from tests.slurm.cluster import preempt_normal_jobs, release_when_requeued
-from tests.slurm.conftest import ARGS
-from tests.slurm.test_slurm import poll
+from tests.support import ARGS, ROOT, poll_cluster, run_dir_of
 
 
 @pytest.fixture(scope="module")
@@ -58,7 +56,7 @@ def job_of(output: str) -> str:
 
 
 def name_of(result: subprocess.CompletedProcess[str]) -> str:
-    return Path(re.search(r"^run directory: (.+)$", result.stdout, re.M).group(1)).name  # type: ignore[union-attr]
+    return run_dir_of(result).name
 
 
 def test_submit_over_ssh_waits_through_a_cut_connection_then_status_fetch_and_list(
@@ -78,7 +76,7 @@ def test_submit_over_ssh_waits_through_a_cut_connection_then_status_fetch_and_li
             [sys.executable, "-m", "jobs.submit", *args, "--wait", "log.image_every=0"],
             cwd=folder, env=env, stdout=sink, stderr=err,
         )  # fmt: skip
-        poll("training over SSH", lambda: "step 5/60" in out.read_text(), timeout=120)
+        poll_cluster("training over SSH", lambda: "step 5/60" in out.read_text(), timeout=120)
         masters = subprocess.run(["pkill", "-f", r"ssh: .*slurm-ddp-ssh.*\[mux\]"], check=False)
         assert masters.returncode == 0, "no ssh master connection to cut"
         assert proc.wait(timeout=240) == 0, out.read_text() + (tmp_path / "wait.err").read_text()
@@ -86,7 +84,7 @@ def test_submit_over_ssh_waits_through_a_cut_connection_then_status_fetch_and_li
     assert "sent " in text and "submitted job " in text and "x 4 task(s), slurm)" in text
     assert "connection lost while following job" in errors and "finished" in text.splitlines()[-1]
     assert len(re.findall(r"^step 10/60 ", text, re.M)) == 1  # nothing shown twice after the reconnect
-    name = Path(re.search(r"^run directory: (.+)$", text, re.M).group(1)).name  # type: ignore[union-attr]
+    name = run_dir_of(text).name
     assert (folder / "runs" / name / "remote.json").is_file()
 
     status = run(folder, "jobs.status", name)
@@ -131,12 +129,12 @@ def test_a_preempted_run_submitted_over_ssh_resumes_exactly_and_logs_follow_and_
     result = run(folder, "jobs.submit", "--profile", "site.yaml", data, *ARGS)
     assert result.returncode == 0, result.stdout + result.stderr
     name = name_of(result)
-    remote = Path(re.search(r"^run directory: (.+)$", result.stdout, re.M).group(1))  # type: ignore[union-attr]
+    remote = run_dir_of(result)
     job = json.loads((folder / "runs" / name / "remote.json").read_text())["job_id"]
-    poll("training", lambda: (remote / "progress.json").exists(), timeout=120)
+    poll_cluster("training", lambda: (remote / "progress.json").exists(), timeout=120)
     # Asked on the login node over SSH: a row per rank (each as of its last heartbeat, hang.beat_s apart).
     rows = lambda: [r.split()[:3] for r in run(folder, "jobs.top", name, "--once").stdout.splitlines()[2:]]  # noqa: E731
-    poll("both ranks training", lambda: rows() == [["0", "node1", "training"], ["1", "node2", "training"]], 60)
+    poll_cluster("both ranks training", lambda: rows() == [["0", "node1", "training"], ["1", "node2", "training"]], 60)
     env = sshd.laptop_env(folder.parent) | {"PYTHONPATH": str(ROOT)}
     argv = [sys.executable, "-m", "jobs.top", name]
     live = subprocess.Popen(argv, cwd=folder, env=env, stdout=subprocess.PIPE, text=True)
@@ -161,7 +159,7 @@ def test_a_preempted_run_submitted_over_ssh_resumes_exactly_and_logs_follow_and_
     assert second.returncode == 0, second.stderr
     cancelled = run(folder, "jobs.cancel", name_of(second))
     assert cancelled.returncode == 0, cancelled.stderr
-    poll("CANCELLED", lambda: ": CANCELLED" in run(folder, "jobs.status", name_of(second)).stdout, timeout=60)
+    poll_cluster("CANCELLED", lambda: ": CANCELLED" in run(folder, "jobs.status", name_of(second)).stdout, timeout=60)
     waited = run(folder, "jobs.wait", name_of(second))  # its advice names the run as this machine knows it
     assert waited.returncode == 1 and f"--resume runs/{name_of(second)}\n" in waited.stderr, waited.stderr
 
@@ -216,7 +214,7 @@ def test_a_hostile_script_argument_reaches_the_script_as_text(login_node: None, 
     words = [f"$(touch {tmp_path / 'a'})", f"; touch {tmp_path / 'b'}", "`id`"]
     result = run(folder, "jobs.submit", "--profile", "site.yaml", "--wait", "--", "python", "show.py", *words)
     assert result.returncode == 0, result.stdout + result.stderr
-    remote = Path(re.search(r"^run directory: (.+)$", result.stdout, re.M).group(1))  # type: ignore[union-attr]
+    remote = run_dir_of(result)
     assert json.loads((remote / "code" / "argv.json").read_text()) == words
     assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
 

@@ -13,49 +13,34 @@ from pathlib import Path
 import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from tests import conftest
 from tests import ranks as forked
-from tests.conftest import ROOT, run_dirs, submit
-from tests.jobs.test_user_task import AUGMENTED, EXACT
 from tests.slurm import cluster
 from tests.slurm.cluster import preempt_normal_jobs, release_when_requeued, squeue_state
-from tests.slurm.conftest import ARGS
-from tests.slurm.test_slurm import cli, poll, run_dir_of
+from tests.support import (
+    ARGS,
+    AUGMENTED,
+    EXACT,
+    ROOT,
+    attempts,
+    cli,
+    job_id_of,
+    mini_profile,
+    poll,
+    poll_cluster,
+    run_dir_of,
+    run_dirs,
+    submit,
+    summary,
+    training,
+)
 from trainer.run import ledger
 from trainer.run.rundir import RunDir
 
 
-def job_id_of(run_dir: Path) -> str:
-    return json.loads((run_dir / "job.json").read_text())["job_id"]
-
-
-def attempts(run_dir: Path) -> list[dict]:
-    path = run_dir / "attempts.json"
-    return json.loads(path.read_text()) if path.exists() else []
-
-
-def training(run_dir: Path, attempt: int) -> bool:
-    """Attempt number `attempt` (0-based) has started and logged a step past where it resumed."""
-    items = attempts(run_dir)
-    if len(items) <= attempt or RunDir(run_dir).finished():
-        return False
-    progress = run_dir / "progress.json"
-    return progress.exists() and json.loads(progress.read_text())["step"] > items[attempt]["resumed_step"]
-
-
 def preempt(run_dir: Path, attempt: int) -> None:
-    poll(f"attempt {attempt} to train", lambda: training(run_dir, attempt), timeout=120)
+    poll_cluster(f"attempt {attempt} to train", lambda: training(run_dir, attempt), timeout=120)
     preempt_normal_jobs()
     release_when_requeued(job_id_of(run_dir))
-
-
-def summary(run_dir: Path, timeout: float = 240) -> dict:
-    poll("the summary", lambda: RunDir(run_dir).finished(), timeout=timeout)
-    return json.loads((run_dir / "summary.json").read_text())
-
-
-def mini_profile(folder: Path, extra: str = "") -> Path:
-    return cluster.mini_profile(folder / "profile.yaml", folder / "runs", extra)
 
 
 def git_copy_of_the_project(folder: Path) -> Path:
@@ -106,7 +91,7 @@ def test_preempted_run_resumes_the_submitted_code_to_the_same_weights(
         ("node2", f"{run_dir}/tool/trainer"),
     ]
     job_id = job_id_of(run_dir)
-    poll("sacct's record", lambda: (run_dir / "provenance" / f"sacct_{job_id}.txt").exists(), timeout=60)
+    poll_cluster("sacct's record", lambda: (run_dir / "provenance" / f"sacct_{job_id}.txt").exists(), timeout=60)
     sacct = (run_dir / "provenance" / f"sacct_{job_id}.txt").read_text()
     assert sacct.startswith("JobID|JobName|State|ExitCode") and f"\n{job_id}.0|" in sacct, sacct
     assert f"JobId={job_id} " in (run_dir / "provenance" / f"scontrol_{job_id}.txt").read_text()
@@ -130,8 +115,10 @@ def test_time_limit_saves_requeues_resumes_and_stops_past_the_budget(tmp_path: P
         stderr=subprocess.PIPE,
     )
     try:
-        run_dir = poll("the run directory", lambda: run_dirs(tmp_path / "runs") and run_dirs(tmp_path / "runs")[0])
-        poll("the first stop", lambda: len([a for a in attempts(run_dir) if a.get("stop")]) == 1, timeout=240)
+        run_dir = poll_cluster(
+            "the run directory", lambda: run_dirs(tmp_path / "runs") and run_dirs(tmp_path / "runs")[0]
+        )
+        poll_cluster("the first stop", lambda: len([a for a in attempts(run_dir) if a.get("stop")]) == 1, timeout=240)
         # Slurm would hold the requeued job ~120 s before it is eligible again: release it now.
         release_when_requeued(job_id_of(run_dir))
         stdout, stderr = waiting.communicate(timeout=300)
@@ -151,7 +138,9 @@ def test_time_limit_saves_requeues_resumes_and_stops_past_the_budget(tmp_path: P
 
 def kill_rank(run_dir: Path, rank: int) -> None:
     log = run_dir / "logs" / f"{job_id_of(run_dir)}_{rank}_log.out"
-    pid = poll(f"rank {rank}'s pid", lambda: log.exists() and re.findall(r"^dist: .* pid=(\d+)", log.read_text(), re.M))
+    pid = poll_cluster(
+        f"rank {rank}'s pid", lambda: log.exists() and re.findall(r"^dist: .* pid=(\d+)", log.read_text(), re.M)
+    )
     os.kill(int(pid[-1]), signal.SIGKILL)
 
 
@@ -169,10 +158,10 @@ def test_killed_task_ends_the_job_quickly_and_names_it(tmp_path: Path, sample_ro
     )
     assert result.returncode == 0, result.stderr
     run_dir = run_dir_of(result)
-    poll("training", lambda: training(run_dir, 0))
+    poll_cluster("training", lambda: training(run_dir, 0))
     kill_rank(run_dir, 3)
     killed = time.monotonic()
-    poll("the job to fail", lambda: "FAILED" in cli("jobs.status", str(run_dir)).stdout, timeout=60)
+    poll_cluster("the job to fail", lambda: "FAILED" in cli("jobs.status", str(run_dir)).stdout, timeout=60)
     assert time.monotonic() - killed < 60
     status = cli("jobs.status", str(run_dir)).stdout
     assert "failed task: node2: task 3: Killed" in status, status
@@ -195,7 +184,7 @@ def test_a_stopped_or_killed_rank_restarts_in_its_allocation_to_the_same_weights
     assert result.returncode == 0, result.stderr
     run_dir = run_dir_of(result)
     progress = run_dir / "progress.json"  # rank 0's; heartbeats go to the job's store, not to files
-    poll(
+    poll_cluster(
         "the ranks past a checkpoint",
         lambda: progress.exists() and json.loads(progress.read_text() or "{}")["step"] >= 25,
         timeout=300,
@@ -204,7 +193,7 @@ def test_a_stopped_or_killed_rank_restarts_in_its_allocation_to_the_same_weights
     os.kill(int(re.findall(r"^dist: .* pid=(\d+)", log.read_text(), re.M)[-1]), how)
     # The restart within two minutes (the time to name a hang is measured in benchmarks/hang_naming.py; a bound
     # of 45 s here failed by 2 s on a loaded CI machine).
-    poll("the restart", lambda: len(attempts(run_dir)) == 2, timeout=120)
+    poll_cluster("the restart", lambda: len(attempts(run_dir)) == 2, timeout=120)
     assert summary(run_dir, timeout=600)["weights_sha256"] == reference_hash_of_4
     first, second = attempts(run_dir)
     assert first["stop"]["reason"] == "failure" and second["in_job_restart"] == 1
@@ -233,7 +222,9 @@ def test_a_run_watched_hung_restarted_and_preempted_accounts_for_its_wall_time_i
     assert result.returncode == 0, result.stderr
     run_dir = run_dir_of(result)
     progress = run_dir / "progress.json"
-    poll("step 25", lambda: progress.exists() and json.loads(progress.read_text() or "{}")["step"] >= 25, timeout=300)
+    poll_cluster(
+        "step 25", lambda: progress.exists() and json.loads(progress.read_text() or "{}")["step"] >= 25, timeout=300
+    )
     assert not (run_dir / "live.json").exists()  # nobody watched yet: rank 0 wrote nothing for jobs.top
     top = cli("jobs.top", str(run_dir), "--once")
     assert top.returncode == 0, top.stderr
@@ -246,16 +237,16 @@ def test_a_run_watched_hung_restarted_and_preempted_accounts_for_its_wall_time_i
     os.kill(int(re.findall(r"^dist: .* pid=(\d+)", log.read_text(), re.M)[-1]), signal.SIGSTOP)
     # Its heartbeat stale (2 x hang.beat_s) before its hang is named (hang.floor_s, 10 s): jobs.top marks it.
     rank_1 = lambda: cli("jobs.top", str(run_dir), "--once").stdout.splitlines()[3].split()[:3]  # noqa: E731
-    poll("jobs.top to show rank 1 hung", lambda: rank_1() == ["1", "node2", "hung"], timeout=30)
-    poll("the restart in the allocation", lambda: len(attempts(run_dir)) == 2, timeout=120)
+    poll_cluster("jobs.top to show rank 1 hung", lambda: rank_1() == ["1", "node2", "hung"], timeout=30)
+    poll_cluster("the restart in the allocation", lambda: len(attempts(run_dir)) == 2, timeout=120)
     # summary.json as the run goes: the second attempt's start wrote the ledger so far, the run not finished.
     live = lambda: json.loads((run_dir / "summary.json").read_text())  # noqa: E731
-    poll("summary.json's ledger of the restart", lambda: live()["in_job_restarts"] == 1, timeout=30)
+    poll_cluster("summary.json's ledger of the restart", lambda: live()["in_job_restarts"] == 1, timeout=30)
     assert live()["finished"] is False and not RunDir(run_dir).finished(), live()
     assert live()["ledger"]["hung"] >= 5 and live()["ledger"]["restarting"] > 0, live()
     assert "COMPLETED" not in cli("jobs.status", str(run_dir)).stdout
     preempt(run_dir, 1)
-    poll("the summary", lambda: RunDir(run_dir).finished(), timeout=600)
+    poll_cluster("the summary", lambda: RunDir(run_dir).finished(), timeout=600)
     ended = time.time()
     parts = json.loads((run_dir / "summary.json").read_text())["ledger"]
     assert set(parts) == {*ledger.PARTS, "wall", "goodput", "gpu_hours"}
@@ -283,10 +274,10 @@ def test_top_saves_dumps_stacks_and_requeues_a_job_on_the_cluster(tmp_path: Path
     assert result.returncode == 0, result.stderr
     run_dir = run_dir_of(result)
     job = job_id_of(run_dir)
-    poll("attempt 0 to train", lambda: training(run_dir, 0), timeout=120)
+    poll_cluster("attempt 0 to train", lambda: training(run_dir, 0), timeout=120)
     assert "at its next step boundary" in cli("jobs.top", str(run_dir), "--save-now").stdout
     saved = lambda: [p for p in (run_dir / "checkpoints").glob("step_*.pt") if int(p.stem[5:]) % 100]  # noqa: E731
-    poll("the checkpoint asked for", saved, timeout=60)
+    poll_cluster("the checkpoint asked for", saved, timeout=60)
     own = tmp_path / "my_project"  # jobs.top from a user's folder with a trainer.py of its own (srun runs there)
     own.mkdir()
     (own / "trainer.py").write_text("raise SystemExit('the user trainer.py was imported')\n")
@@ -343,12 +334,12 @@ def test_a_rank_killed_while_a_checkpoint_is_written_restarts_in_its_allocation_
     whole checkpoint, leave no temporary file, and end on the uninterrupted run's weights over 4 ranks."""
     reference, run_dir = user_task_on_2_nodes_x_2_tasks(tmp_path, HEAVY, "Heavy")
     folder, log = run_dir / "checkpoints", run_dir / "logs" / f"{job_id_of(run_dir)}_3_log.out"
-    poll("checkpoint 10", (folder / "step_00000010.pt.sha256").exists, timeout=300)
+    poll_cluster("checkpoint 10", (folder / "step_00000010.pt.sha256").exists, timeout=300)
 
     def writing() -> list[str]:  # polled every 2 ms: a save of 100 MB takes far longer
         return [p.name for p in folder.glob(".step_*.pt.*.tmp") if int(p.name[6:14]) >= 20]
 
-    being_written = conftest.poll("a checkpoint being written", writing, timeout=120, every=0.002)
+    being_written = poll("a checkpoint being written", writing, timeout=120, every=0.002)
     os.kill(int(re.findall(r"^dist: .* pid=(\d+)", log.read_text(), re.M)[-1]), signal.SIGKILL)
     data = summary(run_dir, timeout=600)
     first, second = attempts(run_dir)
@@ -365,7 +356,7 @@ def test_a_dropout_user_task_killed_restarts_in_its_allocation_to_the_same_weigh
     loader worker): rank 3 killed past a checkpoint, the tasks start again in the allocation, and the run ends
     on the weights of the same run forked uninterrupted over 4 ranks."""
     reference, run_dir = user_task_on_2_nodes_x_2_tasks(tmp_path, AUGMENTED, "Augmented")
-    poll("checkpoint 20", (run_dir / "checkpoints" / "step_00000020.pt.sha256").exists, timeout=300)
+    poll_cluster("checkpoint 20", (run_dir / "checkpoints" / "step_00000020.pt.sha256").exists, timeout=300)
     log = run_dir / "logs" / f"{job_id_of(run_dir)}_3_log.out"
     os.kill(int(re.findall(r"^dist: .* pid=(\d+)", log.read_text(), re.M)[-1]), signal.SIGKILL)
     data = summary(run_dir, timeout=600)
@@ -385,7 +376,7 @@ def test_requeue_on_failure_resumes_from_the_last_checkpoint(
     result = submit("--profile", str(profile), f"data.root={sample_root / 'pix2pix'}", *args)
     assert result.returncode == 0, result.stderr
     run_dir = run_dir_of(result)
-    poll("a checkpoint", lambda: list((run_dir / "checkpoints").glob("step_*.pt.sha256")), timeout=120)
+    poll_cluster("a checkpoint", lambda: list((run_dir / "checkpoints").glob("step_*.pt.sha256")), timeout=120)
     kill_rank(run_dir, 1)
     release_when_requeued(job_id_of(run_dir))
     data = summary(run_dir)
@@ -395,7 +386,7 @@ def test_requeue_on_failure_resumes_from_the_last_checkpoint(
     # even (CI saw rank 1 at 1.36x the median for three intervals). An even run naming none, and a short slow
     # spell naming none: tests/test_stragglers.py; a rank slowed on purpose named: tests/slurm/test_hangs.py.
     # The last attempt's outcome: not the first attempt's killed rank (srun's lines stay in rank 0's log).
-    poll("COMPLETED", lambda: ": COMPLETED" in cli("jobs.status", str(run_dir)).stdout, timeout=60)
+    poll_cluster("COMPLETED", lambda: ": COMPLETED" in cli("jobs.status", str(run_dir)).stdout, timeout=60)
     status = cli("jobs.status", str(run_dir)).stdout
     assert "error" not in status and "failed task" not in status, status
 
@@ -407,9 +398,11 @@ def test_truncated_newest_checkpoint_falls_back_to_the_one_before(
     result = submit("--profile", str(mini_profile(tmp_path)), f"data.root={sample_root / 'pix2pix'}", *args)
     assert result.returncode == 0, result.stderr
     run_dir = run_dir_of(result)
-    poll("two checkpoints", lambda: len(list((run_dir / "checkpoints").glob("step_*.pt.sha256"))) >= 2, timeout=120)
+    poll_cluster(
+        "two checkpoints", lambda: len(list((run_dir / "checkpoints").glob("step_*.pt.sha256"))) >= 2, timeout=120
+    )
     assert cli("jobs.cancel", str(run_dir)).returncode == 0
-    poll("the job to end", lambda: squeue_state(job_id_of(run_dir)) == "", timeout=60)
+    poll_cluster("the job to end", lambda: squeue_state(job_id_of(run_dir)) == "", timeout=60)
     newest, previous = (
         sorted((run_dir / "checkpoints").glob("step_*.pt"))[-1],
         sorted((run_dir / "checkpoints").glob("step_*.pt"))[-2],
@@ -464,7 +457,7 @@ def test_a_lost_node_is_recorded_as_a_node_failure(tmp_path: Path, sample_root: 
     result = submit("--profile", str(profile), f"data.root={sample_root / 'pix2pix'}", *args)
     assert result.returncode == 0, result.stderr
     run_dir = run_dir_of(result)
-    poll("training", lambda: training(run_dir, 0), timeout=120)
+    poll_cluster("training", lambda: training(run_dir, 0), timeout=120)
     subprocess.run(["scontrol", "update", "nodename=node2", "state=down", "reason=test"], check=True)
     job = job_id_of(run_dir)
 
@@ -482,7 +475,7 @@ def test_a_lost_node_is_recorded_as_a_node_failure(tmp_path: Path, sample_root: 
         assert finished or squeue_state(job) != "" or RunDir(run_dir).finished(), attempts(run_dir)
         return finished
 
-    poll("the run to finish after node2 came back", done, timeout=300)
+    poll_cluster("the run to finish after node2 came back", done, timeout=300)
     first = attempts(run_dir)[0]["stop"]
     assert (first["reason"], first["slurm_state"]) == ("failure", "NODE_FAIL"), first
     # Why it went back to the queue, and which node: Slurm's accounting of the attempt, sinfo's reason.
@@ -498,13 +491,13 @@ def test_a_job_ended_by_a_lost_node_says_so(tmp_path: Path, sample_root: Path) -
     run_dir = run_dir_of(result)
     job = job_id_of(run_dir)
     subprocess.run(["scontrol", "update", f"jobid={job}", "Requeue=0"], check=True)
-    poll("training", lambda: training(run_dir, 0), timeout=120)
+    poll_cluster("training", lambda: training(run_dir, 0), timeout=120)
     subprocess.run(["scontrol", "update", "nodename=node2", "state=down", "reason=test"], check=True)
     try:
-        poll("the job to end", lambda: squeue_state(job) == "", timeout=60)
+        poll_cluster("the job to end", lambda: squeue_state(job) == "", timeout=60)
     finally:
         subprocess.run(["scontrol", "update", "nodename=node2", "state=resume"], capture_output=True)
-    poll("both nodes back", lambda: cluster.node_states() == ["idle", "idle"], timeout=120)
+    poll_cluster("both nodes back", lambda: cluster.node_states() == ["idle", "idle"], timeout=120)
     status = cli("jobs.status", str(run_dir)).stdout
     assert f"job {job}: NODE_FAIL" in status and "error: a node of the job failed (Slurm: NODE_FAIL" in status, status
     assert "error: rank" not in status, status

@@ -11,13 +11,24 @@ from pathlib import Path
 import pytest
 
 from tests import userproject
-from tests.conftest import submit
-from tests.jobs.test_script import ALL_REDUCING, DDP, PLAIN, RAISES, REQUEUEING, STUBBORN, TORCHRUN
-from tests.jobs.test_user_project import slurm_ddp
 from tests.slurm import cluster
 from tests.slurm.cluster import preempt_normal_jobs, release_when_requeued, squeue_state
-from tests.slurm.test_requeue import job_id_of, mini_profile
-from tests.slurm.test_slurm import cli, poll, run_dir_of
+from tests.support import (
+    ALL_REDUCING,
+    DDP,
+    PLAIN,
+    RAISES,
+    REQUEUEING,
+    STUBBORN,
+    TORCHRUN,
+    cli,
+    job_id_of,
+    mini_profile,
+    poll_cluster,
+    run_dir_of,
+    slurm_ddp,
+    submit,
+)
 from trainer.run.rundir import RunDir
 
 pytestmark = pytest.mark.slurm
@@ -44,10 +55,10 @@ def test_a_preempted_script_saves_is_requeued_and_resumes(slurm_cluster: None, t
     assert result.returncode == 0, result.stdout + result.stderr
     run_dir = run_dir_of(result)
     starts = run_dir / "starts"
-    poll("both ranks to start", lambda: starts.exists() and len(starts.read_text().split()) == 2)
+    poll_cluster("both ranks to start", lambda: starts.exists() and len(starts.read_text().split()) == 2)
     preempt_normal_jobs()
     release_when_requeued(job_id_of(run_dir))
-    poll("the summary", lambda: RunDir(run_dir).finished(), timeout=240)
+    poll_cluster("the summary", lambda: RunDir(run_dir).finished(), timeout=240)
     resumed = [int(s.split(":")[1]) for s in starts.read_text().split()[2:]]
     assert len(resumed) == 2 and all(step > 0 for step in resumed), starts.read_text()
     attempts = json.loads((run_dir / "attempts.json").read_text())
@@ -82,18 +93,18 @@ def test_a_scripts_tasks_take_the_signal_from_a_copy_on_their_node(slurm_cluster
     result = submit(*args, "--", sys.executable, "notes.py", cwd=tmp_path)
     assert result.returncode == 0, result.stdout + result.stderr
     run_dir, job_id = run_dir_of(result), job_id_of(run_dir_of(result))
-    poll("both ranks up", lambda: (run_dir / "up0").exists() and (run_dir / "up1").exists())
+    poll_cluster("both ranks up", lambda: (run_dir / "up0").exists() and (run_dir / "up1").exists())
     preempt_normal_jobs()
     node_file = Attempt(run_dir / "logs", job_id, 0).node_signal
-    poll("the signal's copy on the nodes", node_file.exists, timeout=60)
+    poll_cluster("the signal's copy on the nodes", node_file.exists, timeout=60)
     notes = [run_dir / "got0", run_dir / "got1"]
-    poll("both ranks to get the signal", lambda: all(n.exists() and n.read_text() for n in notes), timeout=60)
+    poll_cluster("both ranks to get the signal", lambda: all(n.exists() and n.read_text() for n in notes), timeout=60)
     shared = run_dir / "logs" / f"attempt_{job_id}_0.signal"
     left = os.stat(shared).st_mtime
     assert all(float(n.read_text()) - left < 2.0 for n in notes), [float(n.read_text()) - left for n in notes]
-    poll("the node-local copy gone with the attempt", lambda: not node_file.exists(), timeout=120)
+    poll_cluster("the node-local copy gone with the attempt", lambda: not node_file.exists(), timeout=120)
     release_when_requeued(job_id)
-    poll("the summary", lambda: RunDir(run_dir).finished(), timeout=240)
+    poll_cluster("the summary", lambda: RunDir(run_dir).finished(), timeout=240)
 
 
 def test_a_failing_script_fails_the_job_naming_its_rank(slurm_cluster: None, tmp_path: Path) -> None:
@@ -151,7 +162,7 @@ def finish_releasing(run_dir: Path, timeout: float = 300) -> None:
             release_when_requeued(job, seen_pending=True)
         return RunDir(run_dir).finished()
 
-    poll("the summary", done, timeout=timeout)
+    poll_cluster("the summary", done, timeout=timeout)
 
 
 def assert_resumed_and_completed(
@@ -170,7 +181,7 @@ def assert_resumed_and_completed(
     counted = {"preempted": summary["preemptions"], "timeout": summary["timeouts"], "failure": summary["failures"]}
     assert counted == {"preempted": 0, "timeout": 0, "failure": 0} | {reason: len(attempts) - 1}, summary
     job = job_id_of(run_dir)
-    poll("COMPLETED", lambda: ": COMPLETED" in cli("jobs.status", str(run_dir)).stdout, timeout=60)
+    poll_cluster("COMPLETED", lambda: ": COMPLETED" in cli("jobs.status", str(run_dir)).stdout, timeout=60)
     assert not (run_dir / "error.txt").exists(), (run_dir / "error.txt").read_text()
     assert said in (run_dir / "logs" / f"{job}_0_log.out").read_text()
 
@@ -184,7 +195,7 @@ def test_a_script_without_signal_code_survives_preemption(slurm_cluster: None, t
     else:
         torchrun = (*TORCHRUN, "--nproc-per-node", "2")
         run_dir = plain_run(tmp_path, "", ["--gpus-per-node", "1"], steps=50, launcher=torchrun)
-    poll("a snapshot", lambda: started(run_dir, 0, 2), timeout=120)
+    poll_cluster("a snapshot", lambda: started(run_dir, 0, 2), timeout=120)
     preempt_normal_jobs()
     assert_resumed_and_completed(run_dir, "preempted")
 
@@ -201,7 +212,7 @@ def test_a_script_without_signal_code_survives_its_time_limit(slurm_cluster: Non
 def test_a_hand_requeue_is_counted_as_a_requeue_not_a_failure(slurm_cluster: None, tmp_path: Path) -> None:
     """`scontrol requeue` by hand: the attempt recorded no stop of its own; Slurm's accounting says why."""
     run_dir = plain_run(tmp_path, "", ["--gpus-per-node", "1"], steps=40)
-    poll("a snapshot", lambda: started(run_dir, 0, 1), timeout=120)
+    poll_cluster("a snapshot", lambda: started(run_dir, 0, 1), timeout=120)
     subprocess.run(["scontrol", "requeue", job_id_of(run_dir)], check=True)
     finish_releasing(run_dir)
     attempts = json.loads((run_dir / "attempts.json").read_text())
@@ -228,7 +239,7 @@ def test_a_project_with_its_own_trainer_and_jobs_modules_on_two_nodes(slurm_clus
         counts = [len(userproject.starts(run_dir, r)) for r in (0, 1)]
         return counts == [3, 3] and squeue_state(job) in ("", "COMPLETED")
 
-    poll("the third start on both nodes and the job's end", ended, timeout=300)
+    poll_cluster("the third start on both nodes and the job's end", ended, timeout=300)
     for rank in (0, 1):
         records = userproject.starts(run_dir, rank)
         assert len(records) == 3 and all(userproject.all_from(run_dir, r) for r in records), records
@@ -249,7 +260,7 @@ def test_a_script_that_takes_the_signal_and_carries_on_is_still_requeued(
     said = "the command still runs 5 s after SIGUSR2; stopping it to requeue"
     if stop == "preempted":
         run_dir = plain_run(tmp_path, grace, ["--nodes", "2", "--gpus-per-node", "1"], steps=50, text=STUBBORN)
-        poll("a snapshot", lambda: started(run_dir, 0, 2), timeout=120)
+        poll_cluster("a snapshot", lambda: started(run_dir, 0, 2), timeout=120)
         preempt_normal_jobs()
     else:
         # Slurm may send the signal up to a minute early: a two-minute limit leaves the first 30 s of each attempt
@@ -307,10 +318,10 @@ def test_an_attempt_that_fails_or_is_cancelled_is_closed_and_the_run_says_it_end
     assert result.returncode == 0, result.stdout + result.stderr
     run_dir = run_dir_of(result)
     if how == "cancelled":
-        poll("a few steps", lambda: (json.loads((run_dir / "progress.json").read_text()) or {}).get("step", 0) > 5
+        poll_cluster("a few steps", lambda: (json.loads((run_dir / "progress.json").read_text()) or {}).get("step", 0) > 5
              if (run_dir / "progress.json").exists() else False)  # fmt: skip
         assert cli("jobs.cancel", str(run_dir)).returncode == 0
-    summary = poll("the ended summary", lambda: (s := _summary(run_dir)).get("ended") and s, timeout=180)
+    summary = poll_cluster("the ended summary", lambda: (s := _summary(run_dir)).get("ended") and s, timeout=180)
     [attempt] = json.loads((run_dir / "attempts.json").read_text())
     assert attempt["stop"]["reason"] == how and attempt["stop"]["final"] is True, attempt
     assert attempt["resumed_step"] == -1 and attempt["stop"]["step"] >= 5, attempt
@@ -342,7 +353,7 @@ def test_a_preempted_script_on_two_nodes_leaves_no_peer_error(slurm_cluster: Non
     assert result.returncode == 0, result.stdout + result.stderr
     run_dir = run_dir_of(result)
     marks = [run_dir / f"started{rank}" for rank in (0, 1)]
-    poll("both ranks all-reducing", lambda: all(m.exists() and m.read_text() for m in marks), timeout=120)
+    poll_cluster("both ranks all-reducing", lambda: all(m.exists() and m.read_text() for m in marks), timeout=120)
     preempt_normal_jobs()
     finish_releasing(run_dir)
     attempts = json.loads((run_dir / "attempts.json").read_text())
@@ -365,13 +376,15 @@ def test_status_names_the_node_a_job_lost_and_what_slurm_did(
     run_dir, job = run_dir_of(result), job_id_of(run_dir_of(result))
     if not requeue:
         subprocess.run(["scontrol", "update", f"jobid={job}", "Requeue=0"], check=True)
-    poll("both ranks all-reducing", lambda: all((run_dir / f"started{r}").exists() for r in (0, 1)), timeout=120)
+    poll_cluster(
+        "both ranks all-reducing", lambda: all((run_dir / f"started{r}").exists() for r in (0, 1)), timeout=120
+    )
     subprocess.run(["scontrol", "update", "nodename=node2", "state=down", "reason=test"], check=True)
     try:
-        poll("Slurm to act on the lost node", lambda: squeue_state(job) in ("PENDING", ""), timeout=60)
+        poll_cluster("Slurm to act on the lost node", lambda: squeue_state(job) in ("PENDING", ""), timeout=60)
     finally:
         subprocess.run(["scontrol", "update", "nodename=node2", "state=resume"], capture_output=True)
-    poll("both nodes back", lambda: cluster.node_states() == ["idle", "idle"], timeout=120)
+    poll_cluster("both nodes back", lambda: cluster.node_states() == ["idle", "idle"], timeout=120)
     status = cli("jobs.status", str(run_dir)).stdout
     lost = "node2 lost (srun: Node failure on node2)"
     assert "error: rank" not in status, status  # the ranks only saw node2 go

@@ -7,33 +7,30 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from tests import conftest
-from tests.conftest import ROOT, T, run_dirs, submit, write_profile
-from tests.jobs.test_script import PLAIN
 from tests.messages import Golden, case_id, refused
 from tests.slurm import cluster
-from tests.test_hostlist import CASES, REFUSED
+from tests.support import (
+    CASES,
+    PLAIN,
+    REFUSED,
+    ROOT,
+    assert_refused,
+    cli,
+    poll,
+    poll_cluster,
+    run_dir_of,
+    run_dirs,
+    submit,
+    write_profile,
+)
 from trainer.env.hostlist import expand_hostlist
 from trainer.env.launcher import port_from_job_id
 from trainer.run.rundir import RunDir
-
-
-def cli(module: str, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", module, *args], cwd=ROOT, capture_output=True, text=True, timeout=120)
-
-
-def run_dir_of(result: subprocess.CompletedProcess[str]) -> Path:
-    return Path(re.search(r"^run directory: (.+)$", result.stdout, re.M).group(1))  # type: ignore[union-attr]
-
-
-def poll(what: str, condition: Callable[[], T], timeout: float = 120) -> T:
-    return conftest.poll(what, condition, timeout, every=0.5)  # each check asks the cluster: not too often
 
 
 def test_two_nodes_four_tasks_complete(mini: Path, sample_root: Path) -> None:
@@ -117,7 +114,7 @@ def test_sweep_is_one_array_job(mini: Path, tmp_path: Path, sample_root: Path) -
     acct = subprocess.run(
         ["sacct", "-j", array_id, "-X", "-n", "-P", "-o", "JobID,State"], capture_output=True, text=True
     )
-    rows = poll(
+    rows = poll_cluster(
         "accounting of 3 tasks",
         lambda: [
             r
@@ -161,13 +158,13 @@ def test_cancel_stops_every_task_at_once_and_reads_cancelled(
     assert result.returncode == 0, result.stderr
     run_dir = run_dir_of(result)
     ready = run_dir / ("progress.json" if what == "trainer" else "ckpt.pt")
-    poll("the job to run", lambda: ready.exists() and len(processes_of(run_dir)) >= 2)
+    poll_cluster("the job to run", lambda: ready.exists() and len(processes_of(run_dir)) >= 2)
     cancelled = cli("jobs.cancel", str(run_dir))
     assert cancelled.returncode == 0, cancelled.stderr
     stopped = time.monotonic()
-    conftest.poll("every task to stop", lambda: not processes_of(run_dir), timeout=30)
+    poll("every task to stop", lambda: not processes_of(run_dir), timeout=30)
     assert time.monotonic() - stopped < 5
-    poll("the job to be cancelled", lambda: "CANCELLED" in cli("jobs.status", str(run_dir)).stdout, timeout=60)
+    poll_cluster("the job to be cancelled", lambda: "CANCELLED" in cli("jobs.status", str(run_dir)).stdout, timeout=60)
     status = cli("jobs.status", str(run_dir)).stdout
     assert "error" not in status and "failed task" not in status, status
 
@@ -221,7 +218,9 @@ def test_status_and_cancel_of_a_sweep_ask_slurm_once(mini: Path, tmp_path: Path)
     assert [line.split()[:3] for line in lines[2:]] == [[f"{i}-{i}", f"{array_id}_{i}", "PENDING"] for i in range(5)]
     cancelled = cli("jobs.cancel", str(sweep))
     assert cancelled.stdout.strip() == f"cancelled job {array_id} (the sweep's 5 points)", cancelled.stderr
-    poll("the points to be cancelled", lambda: "CANCELLED 5" in cli("jobs.status", str(sweep)).stdout, timeout=60)
+    poll_cluster(
+        "the points to be cancelled", lambda: "CANCELLED 5" in cli("jobs.status", str(sweep)).stdout, timeout=60
+    )
 
 
 def test_a_taken_master_port_does_not_fail_the_job(tmp_path: Path, sample_root: Path, slurm_cluster: None) -> None:
@@ -237,7 +236,7 @@ def test_a_taken_master_port_does_not_fail_the_job(tmp_path: Path, sample_root: 
         holder.bind(("", port_from_job_id(job)))
         holder.listen()
         subprocess.run(["scontrol", "update", f"jobid={job}", "StartTime=now"], check=True)
-        poll("the job to end", lambda: cluster.squeue_state(job) == "", timeout=120)
+        poll_cluster("the job to end", lambda: cluster.squeue_state(job) == "", timeout=120)
     assert RunDir(run_dir).finished(), (run_dir / "logs" / f"{job}_0_log.out").read_text()
     log = (run_dir / "logs" / f"{job}_0_log.out").read_text()
     assert f"dist: port {port_from_job_id(job)} is taken on node1: rank 0 listens on " in log, log
@@ -293,12 +292,12 @@ def test_a_run_is_found_by_its_name_under_a_cluster_run_root(tmp_path: Path, slu
     resumed = submit("--resume", "cifar-a", "--profile", str(profile), cwd=project)
     assert resumed.returncode == 0 and run_dir_of(resumed) == run_dir, resumed.stdout + resumed.stderr
     again = json.loads((run_dir / "job.json").read_text())["job_id"]
-    poll("the resumed job to run", lambda: "started again" in cli("jobs.logs", *run).stdout)
+    poll_cluster("the resumed job to run", lambda: "started again" in cli("jobs.logs", *run).stdout)
     assert f"job {again}: RUNNING" in cli("jobs.status", *run).stdout
     assert cli("jobs.top", *run, "--once").returncode == 0
     cancelled = cli("jobs.cancel", *run)
     assert cancelled.returncode == 0 and f"cancelled job {again}" in cancelled.stdout, cancelled.stderr
-    poll("the job to be cancelled", lambda: f"job {again}: CANCELLED" in cli("jobs.status", *run).stdout)
+    poll_cluster("the job to be cancelled", lambda: f"job {again}: CANCELLED" in cli("jobs.status", *run).stdout)
 
 
 def test_a_run_submitted_after_another_waits_for_it_on_the_scheduler(mini: Path, sample_root: Path) -> None:
@@ -324,7 +323,6 @@ def test_a_dependency_that_can_never_hold_is_refused_and_a_pending_job_says_why(
 ) -> None:
     """--after a run that failed, or --dependency on a job Slurm does not know, is refused at submit (it
     would pend for ever, or start at once); a job held by a dependency shows Slurm's reason in jobs.status."""
-    from tests.test_bad_input import assert_refused
 
     failed = submit("--profile", str(mini), "--wait", "--", "python", "-c", "raise SystemExit(3)", cwd=tmp_path)
     assert failed.returncode == 1, failed.stdout + failed.stderr
@@ -346,7 +344,7 @@ def test_a_dependency_that_can_never_hold_is_refused_and_a_pending_job_says_why(
     holder = submit("--profile", str(mini), "--", "python", "-c", "import time; time.sleep(60)", cwd=tmp_path)
     held = submit("--profile", str(mini), "--after", str(run_dir_of(holder)), "--", "python", "-V", cwd=tmp_path)
     assert held.returncode == 0, held.stderr
-    status = poll(
+    status = poll_cluster(
         "the reason", lambda: (out := cli("jobs.status", str(run_dir_of(held))).stdout) * ("Dependency" in out)
     )
     assert "PENDING (Slurm's reason: Dependency)" in status, status
@@ -453,9 +451,11 @@ def test_a_foreign_slurmstepd_leaves_the_harness_alone(slurm_cluster: None) -> N
     env = {"PATH": "/usr/bin:/bin", "SLURM_CONF": "/etc/another-slurm/slurm.conf"}
     foreign = subprocess.Popen(["bash", "-c", "exec -a 'slurmstepd: [1.0]' sleep 120"], env=env)
     try:
-        poll("the foreign step", lambda: "slurmstepd: [1.0]" in cluster._run("pgrep", "-af", "slurmstepd").stdout)
+        poll_cluster(
+            "the foreign step", lambda: "slurmstepd: [1.0]" in cluster._run("pgrep", "-af", "slurmstepd").stdout
+        )
         assert not any("[1.0]" in line for line in cluster.own_steps()) and not cluster.steps_left("1")
-        poll("the cluster to be quiet with the foreign step running", cluster.quiet, timeout=60)
+        poll_cluster("the cluster to be quiet with the foreign step running", cluster.quiet, timeout=60)
     finally:
         foreign.kill()
         foreign.wait()

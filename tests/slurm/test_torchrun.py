@@ -5,9 +5,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.conftest import ROOT
 from tests.slurm.cluster import release_when_requeued, squeue_state
-from tests.slurm.test_slurm import poll
+from tests.support import ROOT, poll_cluster
 from trainer.run.rundir import RunDir
 
 
@@ -29,10 +28,10 @@ def test_torchrun_in_a_slurm_task_shares_cpus_saves_on_the_signal_and_resumes(
     job_id = subprocess.run(["sbatch", "--parsable", str(script)], capture_output=True, text=True, check=True)
     job_id = job_id.stdout.strip()
     progress = run_dir / "progress.json"
-    poll("the first steps", lambda: progress.exists() and json.loads(progress.read_text())["step"] >= 10)
+    poll_cluster("the first steps", lambda: progress.exists() and json.loads(progress.read_text())["step"] >= 10)
     subprocess.run(["scancel", "--signal=USR2", job_id], check=True)
     release_when_requeued(job_id)
-    poll("the run to finish", lambda: RunDir(run_dir).finished() or squeue_state(job_id) == "", timeout=180)
+    poll_cluster("the run to finish", lambda: RunDir(run_dir).finished() or squeue_state(job_id) == "", timeout=180)
 
     dist_lines = [line for line in out.read_text().splitlines() if line.startswith("dist: ")]
     assert dist_lines and all("source=torchrun" in line and "threads=2" in line for line in dist_lines), dist_lines
