@@ -12,7 +12,6 @@ one fails, 2 for bad input.
 
 import argparse
 import contextlib
-import dataclasses
 import io
 import json
 import re
@@ -152,10 +151,10 @@ def main(argv: list[str] | None = None) -> int:
     profile = load_profile(args.profile).with_overrides(
         nodes=args.nodes, gpus_per_node=args.gpus_per_node, partition=args.partition
     )
-    if profile.executor == "debug" or profile.login:
+    if profile.executor == "debug" or profile.remote.login:
         raise UserError(f"jobs.check submits a job with profile {profile.name}: run it where that profile submits")
     # The profile's settings, but no restarts: a failing check must end, not try again.
-    profile = dataclasses.replace(profile, restarts_in_job=0, requeue_on_failure=0, spare_nodes=0, timeout_min=10)
+    profile = profile.with_overrides(restarts_in_job=0, requeue_on_failure=0, spare_nodes=0, timeout_min=10)
     if profile.executor == "slurm":
         check_partition(profile)  # more nodes or time than the partition has: the check's job would pend for ever
     run_root = run_root_of(profile)
@@ -163,9 +162,9 @@ def main(argv: list[str] | None = None) -> int:
     folder = run_root / f"check-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(2)}"
     folder.mkdir()
     code_dir = None
-    if profile.snapshot:
+    if (code := profile.code).snapshot:
         code_dir = RunDir(folder).code
-        copy(plan_snapshot(Path.cwd(), [run_root], profile.snapshot_exclude, profile.snapshot_limit_mb), code_dir)
+        copy(plan_snapshot(Path.cwd(), [run_root], code.snapshot_exclude, code.snapshot_limit_mb), code_dir)
     plan = make_plan(profile, [], RunDir(folder).logs, has_local_gpus(), sys.executable, (), code_dir, [folder])
     expected = {name: preflight.version(name) for name in PACKAGES}
     captured = io.StringIO()  # submitit prints sbatch's refusal itself: it becomes the table's row instead
@@ -178,7 +177,7 @@ def main(argv: list[str] | None = None) -> int:
         print(table([Row("-", "submit", False, f"Slurm refused the job: {reason}; {launch.refusal_fix(reason)}")]))
         return 1
     target = Target(job.job_id, plan.executor, folder, RunDir(folder).logs)
-    deadline = time.monotonic() + 60 * profile.timeout_min + 120
+    deadline = time.monotonic() + 60 * profile.resources.timeout_min + 120
     try:  # from the line that names the job on: a Ctrl-C right after it still cancels the job
         print(f"check job {job.job_id} ({plan.tasks} task(s), {plan.executor}) in {folder}", flush=True)
         while (state := info(target).state) not in TERMINAL and time.monotonic() < deadline:
@@ -194,13 +193,14 @@ def main(argv: list[str] | None = None) -> int:
             "-",
             "tasks reported",
             False,
-            f"job {job.job_id} was {why} after {profile.timeout_min + 2} min; cancelled it",
+            f"job {job.job_id} was {why} after {profile.resources.timeout_min + 2} min; cancelled it",
         )
         print(table([row]))
         return 1
     logs = "".join(p.read_text(errors="replace") for p in RunDir(folder).logs.glob("*_log.*"))
     facts = reported(folder, logs)
-    gpus_each = profile.gpus_per_task if profile.request_gpus else 0  # CPU partitions: request_gpus: false
+    asked = profile.resources
+    gpus_each = asked.gpus_per_task if asked.request_gpus else 0  # CPU partitions: request_gpus: false
     out = rows(facts, plan.tasks, gpus_each, expected, logs)
     print(table(out))
     if all(r.ok for r in out):

@@ -2,7 +2,6 @@
 RUN_DIR`, `--env KEY=VALUE`, `--mail TYPES`. Pure functions onto the profile; the profile's own checks then
 hold for them (a variable name, a newline in a value) as for its fields."""
 
-import dataclasses
 import re
 
 from jobs.profiles import Profile
@@ -127,7 +126,7 @@ def mail_type(types: str, profile: Profile) -> str:
     unknown = [n for n in names if n not in MAIL_TYPES]
     if not names or unknown:
         raise UserError(f"--mail {types!r}: {', '.join(unknown) or 'no type'} is not a mail type; write e.g. END,FAIL")
-    if not profile.mail_user:
+    if not profile.slurm.mail_user:
         raise UserError(f"--mail needs an address: add mail_user: you@example.org to profile {profile.name}")
     return ",".join(names)
 
@@ -141,11 +140,11 @@ def apply(profile: Profile, spec: str | None, after_jobs: list[str], env: list[s
             f"{slurm_only[0]} is a Slurm option; profile {profile.name} runs with the {profile.executor} executor, "
             "which starts at once: use a Slurm profile, or drop it"
         )
-    sbatch = dict(profile.sbatch_args)
+    sbatch = dict(profile.slurm.sbatch_args)
     if depends := dependency(spec, after_jobs):
         sbatch["dependency"] = depends
     if mail is not None:
-        sbatch |= {"mail-type": mail_type(mail, profile), "mail-user": profile.mail_user}
-    if not (sbatch != profile.sbatch_args or env):
+        sbatch |= {"mail-type": mail_type(mail, profile), "mail-user": profile.slurm.mail_user}
+    if not (sbatch != profile.slurm.sbatch_args or env):
         return profile
-    return dataclasses.replace(profile, sbatch_args=sbatch, env={**profile.env, **env_items(env)})
+    return profile.with_overrides(sbatch_args=sbatch, env={**profile.environment.env, **env_items(env)})

@@ -210,7 +210,7 @@ def shell_value(value: object) -> str:
 
 def interface_variables(profile: Profile) -> dict[str, str]:
     """network_interface for NCCL, gloo and the tasks' MASTER_ADDR (trainer.env.rendezvous.agree_port)."""
-    name = profile.network_interface
+    name = profile.environment.network_interface
     return dict.fromkeys(INTERFACE_VARS, name) if name else {}
 
 
@@ -245,43 +245,44 @@ def guarded_setup(commands: tuple[tuple[int, str], ...]) -> list[str]:
 
 def slurm_parameters(profile: Profile) -> dict[str, Any]:
     """submitit SlurmExecutor parameters for one job of this profile."""
-    exports = [f"export {k}={shlex.quote(shell_value(v))}" for k, v in profile.env.items()]
+    res, batch = profile.resources, profile.slurm
+    exports = [f"export {k}={shlex.quote(shell_value(v))}" for k, v in profile.environment.env.items()]
     # submitit installs its requeue handler for this signal in every task (the trainer replaces it).
-    exports.append(f"export {signals.SUBMITIT_ENV}={profile.signal}")
-    if profile.gpus_per_task > 1:
-        exports.append(f"export {GPUS_PER_TASK}={profile.gpus_per_task}")
+    exports.append(f"export {signals.SUBMITIT_ENV}={profile.recovery.signal}")
+    if res.gpus_per_task > 1:
+        exports.append(f"export {GPUS_PER_TASK}={res.gpus_per_task}")
     exports += [f"export {k}={shlex.quote(v)}" for k, v in interface_variables(profile).items()]
     params: dict[str, Any] = {
-        "job_name": profile.job_name,
-        "time": profile.timeout_min,
-        "nodes": profile.nodes + profile.spare_nodes,  # the step asks for its own (jobs.restarts)
-        "ntasks_per_node": profile.tasks_per_node,  # one task per GPU, or per gpus_per_task
-        "cpus_per_task": profile.cpus_per_task,
-        "signal_delay_s": profile.signal_delay_s,
+        "job_name": batch.job_name,
+        "time": res.timeout_min,
+        "nodes": res.nodes + profile.recovery.spare_nodes,  # the step asks for its own (jobs.restarts)
+        "ntasks_per_node": res.tasks_per_node,  # one task per GPU, or per gpus_per_task
+        "cpus_per_task": res.cpus_per_task,
+        "signal_delay_s": profile.recovery.signal_delay_s,
         "stderr_to_stdout": True,
-        "setup": [*guarded_setup(profile.setup_commands), *exports],
+        "setup": [*guarded_setup(batch.setup_commands), *exports],
         # srun stops every task when one fails, and since Slurm 22.05 does not inherit --cpus-per-task.
-        "srun_args": ["--kill-on-bad-exit=1", f"--cpus-per-task={profile.cpus_per_task}", *profile.srun_args],
+        "srun_args": ["--kill-on-bad-exit=1", f"--cpus-per-task={res.cpus_per_task}", *batch.srun_args],
         # the container (pyxis), its working folder the code snapshot the batch script runs in (chdir)
         "additional_parameters": {
             # B: the batch shell alone; signalled, every process of every task would get it (trainer.supervise.relay).
-            "signal": profile.requeue.sbatch(),
-            **{k: shell_value(v) for k, v in profile.sbatch_args.items()},
+            "signal": profile.recovery.requeue.sbatch(),
+            **{k: shell_value(v) for k, v in batch.sbatch_args.items()},
         },
     }
-    if profile.request_gpus and profile.gpus_per_task > 1:  # Slurm binds each task's own GPUs
-        params["gpus_per_task"] = profile.gpus_per_task
-    elif profile.request_gpus:
-        params["gpus_per_node"] = profile.gpus_per_node
+    if res.request_gpus and res.gpus_per_task > 1:  # Slurm binds each task's own GPUs
+        params["gpus_per_task"] = res.gpus_per_task
+    elif res.request_gpus:
+        params["gpus_per_node"] = res.gpus_per_node
     for name in ("partition", "account", "qos", "constraint", "exclude"):
-        if getattr(profile, name):
-            params[name] = getattr(profile, name)
-    if profile.mem_gb:
-        params["mem"] = f"{int(profile.mem_gb * 1024)}M"
-    if profile.mem_per_gpu_gb:
-        params["mem_per_gpu"] = f"{int(profile.mem_per_gpu_gb * 1024)}M"
-    if profile.array_parallelism:
-        params["array_parallelism"] = profile.array_parallelism
+        if getattr(batch, name):
+            params[name] = getattr(batch, name)
+    if res.mem_gb:
+        params["mem"] = f"{int(res.mem_gb * 1024)}M"
+    if res.mem_per_gpu_gb:
+        params["mem_per_gpu"] = f"{int(res.mem_per_gpu_gb * 1024)}M"
+    if batch.array_parallelism:
+        params["array_parallelism"] = batch.array_parallelism
     return params
 
 
@@ -309,13 +310,13 @@ def make_plan(
 ) -> Plan:
     """`log_dir` is the run's (or sweep's) logs/ folder; `code_dir` the code snapshot the tasks run in;
     `run_dirs` the runs' folders (default: the configs')."""
-    settings = profile.requeue
+    settings = profile.recovery.requeue
     if profile.executor == "slurm":
         folders = run_dirs if run_dirs is not None else [Path(c.run_dir) for c in configs]
         params = slurm_parameters(profile)
         params["setup"] = [*params["setup"], *tool_lines(code_dir)]
         # The batch step runs on the node itself, outside any container: its python runs the supervisor
-        host_python = "python3" if profile.container_image else (profile.python or python)
+        host_python = "python3" if profile.containers.container_image else (profile.environment.python or python)
         if code_dir is not None:  # the batch script, and so every task and requeue, runs in the snapshot
             params["additional_parameters"]["chdir"] = str(code_dir)
         params["srun_args"] = [
@@ -325,16 +326,16 @@ def make_plan(
         python = containers.python(profile, python)
         launcher = containers.command_prefix(profile)
         return Plan(
-            "slurm", log_dir, params, configs, python, settings, code_dir=code_dir, spare_nodes=profile.spare_nodes,
+            "slurm", log_dir, params, configs, python, settings, code_dir=code_dir, spare_nodes=profile.recovery.spare_nodes,
             launcher=launcher, supervisor=(host_python, restarts.spec(profile, log_dir, folders)),
         )  # fmt: skip
     # The requeue signal and its delay travel in plan.settings (the local controller reads them there).
-    parameters: dict[str, Any] = {"timeout_min": profile.timeout_min}
+    parameters: dict[str, Any] = {"timeout_min": profile.resources.timeout_min}
     if profile.executor == "local":
         # One process per GPU; on a machine without GPUs, gpus_per_node is the process count.
-        parameters |= {"nodes": 1, "tasks_per_node": profile.tasks_per_node}
+        parameters |= {"nodes": 1, "tasks_per_node": profile.resources.tasks_per_node}
         if has_gpus:
-            parameters["gpus_per_node"] = profile.gpus_per_node
+            parameters["gpus_per_node"] = profile.resources.gpus_per_node
             if gpus:  # the caller's CUDA_VISIBLE_DEVICES: without it submitit would use GPUs 0..n-1
                 parameters["visible_gpus"] = gpus
     code_dir = code_dir if profile.executor == "local" else None  # debug runs in this process, as it is
@@ -346,9 +347,9 @@ def make_plan(
         configs,
         settings=settings,
         code_dir=code_dir,
-        array_parallelism=profile.array_parallelism,
-        env={k: shell_value(v) for k, v in profile.env.items()}
-        | ({GPUS_PER_TASK: str(profile.gpus_per_task)} if profile.gpus_per_task > 1 else {})
+        array_parallelism=profile.slurm.array_parallelism,
+        env={k: shell_value(v) for k, v in profile.environment.env.items()}
+        | ({GPUS_PER_TASK: str(profile.resources.gpus_per_task)} if profile.resources.gpus_per_task > 1 else {})
         | interface_variables(profile)
         | (tool if profile.executor == "local" else {}),
     )

@@ -5,7 +5,8 @@ import functools
 import os
 import re
 import subprocess
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -13,6 +14,7 @@ import yaml
 
 from jobs.remote.ssh import check_login, check_remote_root, check_ssh_options
 from trainer.config import from_dict
+from trainer.config.schema import setting
 from trainer.env.launcher import IFNAME_VAR
 from trainer.errors import UserError
 from trainer.supervise import signals
@@ -42,8 +44,8 @@ OWNED_VARS = {
 def run_root_of(profile: "Profile") -> Path:
     """The profile's run_root as every command resolves it: `$VARS` and `~` expanded, absolute. A profile for
     another machine (login: its --dry-run) keeps remote_root as written: only the login node can expand it."""
-    if profile.login:
-        return Path(profile.remote_root)
+    if profile.remote.login:
+        return Path(profile.remote.remote_root)
     return Path(os.path.expandvars(profile.run_root)).expanduser().resolve()
 
 
@@ -115,235 +117,118 @@ def _bash_says(text: str) -> str:
     return "" if done.returncode == 0 else f"exit status {done.returncode}"
 
 
-@dataclass(frozen=True, eq=False)
-class Profile:
-    """A cluster profile, validated: where and how the job runs, and the trainer defaults it brings."""
+NEGATIVE = "signal_delay_s, max_num_timeout, requeue_on_failure and array_parallelism must be >= 0"
 
-    name: str
-    executor: str  # local: this machine, N processes; debug: in-process; slurm: sbatch
-    nodes: int = 1
-    gpus_per_node: int = 1  # one task per GPU; without GPUs, the number of processes per node
-    gpus_per_task: int = 1  # GPUs each task drives (a model split over them inside each DDP rank)
-    timeout_min: int = 60
-    run_root: str = "runs"  # run directories go here; on a cluster, a folder every node can see
-    trainer: dict = field(default_factory=dict)  # trainer defaults for this profile, as key: value
-    # Slurm and local (the debug executor has no time limit)
-    signal: str = signals.DEFAULT  # sent signal_delay_s before the time limit, and on preemption
-    signal_delay_s: int = signals.DEFAULT_DELAY_S
-    max_num_timeout: int = signals.DEFAULT_MAX_NUM_TIMEOUT  # requeues after a time limit before the job ends
-    # Slurm only (ignored by local and debug)
-    partition: str = ""
-    account: str = ""
-    qos: str = ""
-    constraint: str = ""
-    exclude: str = ""
-    cpus_per_task: int = 1
-    mem_gb: float = 0  # per node; 0: the site's default
-    mem_per_gpu_gb: float = 0  # instead of mem_gb
-    request_gpus: bool = True  # false on CPU-only partitions: gpus_per_node is then just tasks per node
-    requeue_on_failure: int = 0  # requeues after a failed task (killed, node lost) before the job fails
-    restarts_in_job: int = 0  # before those: srun again in the same allocation after a failed step (no queue)
-    spare_nodes: int = 0  # allocated beyond `nodes`: one takes the place of a node that failed twice
-    script_hang_s: float = 1800  # a -- COMMAND rank using no CPU, printing nothing for this long: a hang; 0: never
-    # A command that takes the requeue signal and keeps running is stopped this long after it, and requeued
-    # (-1: what signal_delay_s leaves once the stop and the requeue are done, see requeue_grace)
-    requeue_grace_s: float = -1
-    array_parallelism: int = 0  # sweeps: array tasks running at once; 0: no limit
-    setup: list = field(default_factory=list)  # shell lines before srun: module load, source activate
-    srun_args: list = field(default_factory=list)
-    sbatch_args: dict = field(default_factory=dict)  # extra #SBATCH options, e.g. {mail-type: END}
-    env: dict = field(default_factory=dict)  # exported for every task, e.g. NCCL_DEBUG: WARN
-    python: str = ""  # the interpreter on the nodes; empty: the one running the submitter
-    # The nodes' fast network (e.g. ib0, hsn0): NCCL and gloo use it, and MASTER_ADDR is node 0's address on it
-    network_interface: str = ""
-    # Submitting from another machine (jobs.remote): the login node, over the user's own OpenSSH
-    login: str = ""  # user@host or a Host alias of ~/.ssh/config; empty: submit here
-    remote_root: str = ""  # with login: where runs live on the cluster ($VARS and ~ expand there)
-    ssh_options: list = field(default_factory=list)  # extra ssh arguments, e.g. [-p, "2222", -i, ~/.ssh/key]
-    job_name: str = "ddp"
-    mail_user: str = ""  # where --mail sends Slurm's mails
-    # A container for the tasks (jobs.containers): pyxis/enroot through srun, or Apptainer around the command
-    container_image: str = ""  # pyxis: an image name or .sqsh; apptainer: a .sif; empty: no container
-    container_runtime: str = "pyxis"  # pyxis | apptainer
-    container_mounts: list = field(default_factory=list)  # more src:dst (or path) mounts; the run root always
-    apptainer_command: str = "apptainer"  # or singularity, on sites that still call it that
-    # The code snapshot (jobs.snapshot): the folder submitted from, copied into the run directory
-    snapshot: bool = True  # false: tasks run the code on disk when they start (each requeue: what is there then)
-    snapshot_limit_mb: float = 100  # refuse a larger snapshot (data or a virtual environment in the folder)
-    snapshot_exclude: list = field(default_factory=list)  # glob patterns relative to the folder, e.g. data/*
-    snapshot_include: list = field(
-        default_factory=list
-    )  # git-ignored files to copy all the same, e.g. local_settings.py
+
+def need(ok: object, message: str) -> None:
+    """A profile's check: `message` (what is wrong, how to fix it) unless `ok`."""
+    if not ok:
+        raise UserError(message)
+
+
+def check_text(section: object) -> None:
+    """Refuse text that would change the meaning of the generated sbatch script."""
+    for name, value in _text_values(section):
+        if not isinstance(value, str):
+            raise UserError(f"{name}: expected text, got {type(value).__name__} {value!r}")
+        need("\0" not in value, f"{name}: a NUL character cannot go into a shell script or an environment; remove it")
+        need(
+            "\n" not in value and "\r" not in value and "#SBATCH" not in value.upper(),
+            f"{name}: a newline or #SBATCH inside a value would rewrite the sbatch script; remove it",
+        )
+
+
+def _text_values(section: object) -> list[tuple[str, object]]:
+    out: list[tuple[str, object]] = []
+    for f in dataclasses.fields(section):  # type: ignore[arg-type]
+        value = getattr(section, f.name)
+        if isinstance(value, str):
+            out.append((f.name, value))
+        elif isinstance(value, list):
+            out.extend((f"{f.name}[{i}]", v) for i, v in enumerate(value))
+        elif isinstance(value, dict) and f.name != "trainer":
+            for key, v in value.items():
+                out += [(f"{f.name} key", key), (f"{f.name}.{key}", v if isinstance(v, str) else str(v))]
+    return out
+
+
+@dataclass(frozen=True, eq=False)
+class Resources:
+    """What each job asks for: nodes, tasks, GPUs, CPUs, memory, time."""
+
+    nodes: int = setting(1, "nodes per job (local, debug: 1); --nodes overrides")
+    gpus_per_node: int = setting(1, "one task per GPU; without GPUs, the number of processes per node")
+    gpus_per_task: int = setting(1, "GPUs each task drives (a model split over them inside each DDP rank)")
+    timeout_min: int = setting(60, "the time limit in minutes; --time overrides")
+    cpus_per_task: int = setting(1, "Slurm: CPUs per task; data-loader workers are derived from it")
+    mem_gb: float = setting(0, "Slurm: memory per node in GB; 0: the site's default")
+    mem_per_gpu_gb: float = setting(0, "Slurm: memory per GPU in GB, instead of mem_gb")
+    request_gpus: bool = setting(True, "Slurm: false on CPU-only partitions: gpus_per_node is then tasks per node")
 
     def __post_init__(self) -> None:
-        if self.login or self.remote_root or self.ssh_options:  # first: its own words for a newline in login
-            self._check_login()
-        self._check_text()
-        self._check_mappings()
-        if self.executor not in EXECUTORS:
-            raise UserError(f"executor {self.executor!r} is unknown; use one of {', '.join(EXECUTORS)}")
-        if self.setup:
-            self._check_setup()
-        if self.nodes < 1:
-            raise UserError(f"nodes must be at least 1, got {self.nodes}; pass --nodes 1 or more")
-        if self.gpus_per_node < 1:
-            raise UserError(
-                f"gpus_per_node must be at least 1, got {self.gpus_per_node}; pass --gpus-per-node 1 or more"
-            )
-        if not 1 <= self.gpus_per_task <= 16 or self.gpus_per_node % self.gpus_per_task:
-            raise UserError(
-                f"gpus_per_task {self.gpus_per_task} must be between 1 and 16 and divide gpus_per_node "
-                f"{self.gpus_per_node}; e.g. gpus_per_node: 8 with gpus_per_task: 2 (4 tasks per node)"
-            )
-        if self.executor in ("local", "debug") and self.nodes != 1:
-            raise UserError(
-                f"the {self.executor} executor runs on one node, got {self.nodes}; use --nodes 1 or a Slurm profile"
-            )
-        if self.executor == "debug" and self.gpus_per_node != 1:
-            raise UserError("the debug executor runs one task in-process; use --gpus-per-node 1 or the local profile")
-        if self.timeout_min < 1:
-            raise UserError(f"timeout_min must be at least 1, got {self.timeout_min}")
-        if self.cpus_per_task < 1:
-            raise UserError(f"cpus_per_task must be at least 1, got {self.cpus_per_task}")
-        if self.mem_gb < 0 or self.mem_per_gpu_gb < 0 or (self.mem_gb and self.mem_per_gpu_gb):
-            raise UserError("memory: set mem_gb (per node) or mem_per_gpu_gb, not both, and not below 0")
-        if min(self.signal_delay_s, self.max_num_timeout, self.array_parallelism, self.requeue_on_failure) < 0:
-            raise UserError("signal_delay_s, max_num_timeout, requeue_on_failure and array_parallelism must be >= 0")
-        if not 0 <= self.restarts_in_job <= 100:
-            raise UserError(f"restarts_in_job must be between 0 and 100, got {self.restarts_in_job}")
-        if self.network_interface and not IFNAME.fullmatch(self.network_interface):
-            raise UserError(
-                f"network_interface {self.network_interface!r} is not an interface name (at most 15 letters, digits, "
-                "_ . -); write e.g. ib0"
-            )
-        if self.container_runtime not in ("pyxis", "apptainer"):
-            raise UserError(f"container_runtime {self.container_runtime!r} is unknown; use pyxis or apptainer")
-        if self.container_image and self.executor != "slurm":
-            raise UserError(
-                f"container_image runs the tasks in a container on Slurm; the {self.executor} executor "
-                "runs them on this machine: drop container_image or use a Slurm profile"
-            )
-        if not all(isinstance(m, str) and m and "," not in m for m in self.container_mounts):
-            raise UserError(
-                f"container_mounts: {self.container_mounts!r} must be a list of src:dst paths, e.g. [/data:/data]"
-            )
-        if not 0 <= self.spare_nodes <= 64:
-            raise UserError(f"spare_nodes must be between 0 and 64, got {self.spare_nodes}")
-        if self.spare_nodes and (self.executor != "slurm" or not self.restarts_in_job):
-            raise UserError(
-                f"spare_nodes: {self.spare_nodes} takes a failed node's place in an in-job restart on Slurm; "
-                "set restarts_in_job: 1 or more with executor: slurm, or spare_nodes: 0"
-            )
-        if not (self.script_hang_s == 0 or 10 <= self.script_hang_s <= 7 * 24 * 3600):
-            raise UserError(f"script_hang_s must be 0 (never) or between 10 s and a week, got {self.script_hang_s}")
-        if self.signal_delay_s >= 60 * self.timeout_min:  # the signal would never come: no checkpoint
-            raise UserError(
-                f"a time limit of {self.timeout_min} min leaves no time before the requeue signal, sent "
-                f"signal_delay_s={self.signal_delay_s} s before it; use --time {self.signal_delay_s // 60 + 1} "
-                "or more, or a smaller signal_delay_s in the profile"
-            )
-        if self.requeue_grace_s != -1 and not 0 <= self.requeue_grace_s < self.signal_delay_s:
-            raise UserError(
-                f"requeue_grace_s must be -1 (what signal_delay_s leaves) or from 0 to below signal_delay_s="
-                f"{self.signal_delay_s}, got {self.requeue_grace_s}; e.g. requeue_grace_s: {self.signal_delay_s - min(30, self.signal_delay_s / 2):g}"
-            )
-        if self.snapshot_limit_mb <= 0:
-            raise UserError(f"snapshot_limit_mb must be above 0, got {self.snapshot_limit_mb}; or set snapshot: false")
-        for name in ("snapshot_exclude", "snapshot_include"):
-            if not all(isinstance(p, str) and p for p in getattr(self, name)):
-                raise UserError(f"{name}: {getattr(self, name)!r} must be a list of glob patterns, e.g. [data/*]")
-        try:  # normalised here, once: every other form of the signal is made from this name
-            object.__setattr__(self, "signal", signals.normalise(self.signal))
-        except ValueError as exc:
-            raise UserError(str(exc)) from None
-
-    def _check_login(self) -> None:
-        if not self.login or not self.remote_root:
-            raise UserError(
-                "login and remote_root go together: login: user@host, remote_root: /scratch/$USER/runs "
-                "(the folder for runs on the cluster)"
-            )
-        check_login(self.login)
-        check_remote_root(self.remote_root)
-        check_ssh_options(self.ssh_options)
-        if self.executor != "slurm":
-            raise UserError(
-                f"login: a profile that submits over SSH runs on Slurm; set executor: slurm, not {self.executor}"
-            )
-
-    def _check_text(self) -> None:
-        """Refuse text that would change the meaning of the generated sbatch script."""
-        for name, value in self._text_values():
-            if not isinstance(value, str):
-                raise UserError(f"{name}: expected text, got {type(value).__name__} {value!r}")
-            if "\0" in value:
-                raise UserError(f"{name}: a NUL character cannot go into a shell script or an environment; remove it")
-            if "\n" in value or "\r" in value or "#SBATCH" in value.upper():
-                raise UserError(
-                    f"{name}: a newline or #SBATCH inside a value would rewrite the sbatch script; remove it"
-                )
-
-    def _check_setup(self) -> None:
-        """setup: lines of Slurm's batch script, read by bash here (jobs.plan.guarded_setup writes them)."""
-        if self.executor != "slurm":
-            raise UserError(
-                f"setup: lines run in Slurm's batch script; the {self.executor} executor starts the processes from "
-                "your shell, with its environment: run them there before submitting (or set env:), and drop setup"
-            )
-        object.__setattr__(self, "_setup_commands", setup_commands(tuple(self.setup)))
-
-    # Kept as a value: the plan (jobs.plan) builds the batch script from it and runs no program itself.
-    _setup_commands: ClassVar[tuple[tuple[int, str], ...]] = ()
-
-    @property
-    def setup_commands(self) -> tuple[tuple[int, str], ...]:
-        """The setup lines as whole shell commands (jobs.profiles.setup_commands), read by bash once, at load."""
-        return self._setup_commands
-
-    def _check_mappings(self) -> None:
-        """env and sbatch_args keys become shell names and option names: they must be nothing more."""
-        for key, value in self.env.items():
-            if not isinstance(key, str) or not ENV_KEY.fullmatch(key):
-                raise UserError(f"env key {key!r} is not a variable name; use letters, digits and _ (e.g. NCCL_DEBUG)")
-            if value is None or isinstance(value, list | dict):
-                raise UserError(f"env.{key}: {value!r} is not a single value; give text or a number, e.g. {key}: '1'")
-            if (why := tool_owned(key)) is not None:
-                raise UserError(f"env: {key} is {why}; a value of yours would break the job: drop it")
-            if len(f"{key}={value}".encode()) >= MAX_ARG_STRLEN:
-                raise UserError(
-                    f"env.{key}: {len(str(value).encode())} bytes is more than a process takes in one variable "
-                    "(the kernel's 128 KiB, MAX_ARG_STRLEN); write the value to a file and pass its path"
-                )
-            if self.network_interface and key in INTERFACE_VARS:
-                raise UserError(
-                    f"env: {key}={value} beside network_interface: {self.network_interface}, which sets it too: "
-                    "keep one (network_interface sets NCCL_SOCKET_IFNAME, GLOO_SOCKET_IFNAME and MASTER_ADDR's)"
-                )
-        for key, value in self.sbatch_args.items():
-            if not isinstance(key, str) or not SBATCH_KEY.fullmatch(key):
-                raise UserError(
-                    f"sbatch_args key {key!r} is not an sbatch option name; use e.g. mail-type (no dashes before, no spaces)"
-                )
-            if value is None or isinstance(value, list | dict):
-                raise UserError(f"sbatch_args.{key}: {value!r} is not a single value; give text or a number")
-
-    def _text_values(self) -> list[tuple[str, object]]:
-        out: list[tuple[str, object]] = []
-        for f in dataclasses.fields(self):
-            value = getattr(self, f.name)
-            if isinstance(value, str):
-                out.append((f.name, value))
-            elif f.name in ("setup", "srun_args", "ssh_options", "container_mounts"):
-                out.extend((f"{f.name}[{i}]", v) for i, v in enumerate(value))
-            elif f.name in ("sbatch_args", "env"):
-                for key, v in value.items():
-                    out.append((f"{f.name} key", key))
-                    out.append((f"{f.name}.{key}", v if isinstance(v, str) else str(v)))
-        return out
+        need(self.nodes >= 1, f"nodes must be at least 1, got {self.nodes}; pass --nodes 1 or more")
+        gpus, each = self.gpus_per_node, self.gpus_per_task
+        need(gpus >= 1, f"gpus_per_node must be at least 1, got {gpus}; pass --gpus-per-node 1 or more")
+        need(
+            1 <= each <= 16 and gpus % each == 0,
+            f"gpus_per_task {each} must be between 1 and 16 and divide gpus_per_node {gpus}; e.g. gpus_per_node: 8 "
+            "with gpus_per_task: 2 (4 tasks per node)",
+        )
+        need(self.timeout_min >= 1, f"timeout_min must be at least 1, got {self.timeout_min}")
+        need(self.cpus_per_task >= 1, f"cpus_per_task must be at least 1, got {self.cpus_per_task}")
+        need(
+            min(self.mem_gb, self.mem_per_gpu_gb) >= 0 and not (self.mem_gb and self.mem_per_gpu_gb),
+            "memory: set mem_gb (per node) or mem_per_gpu_gb, not both, and not below 0",
+        )
 
     @property
     def tasks_per_node(self) -> int:
         return self.gpus_per_node // self.gpus_per_task
+
+
+@dataclass(frozen=True, eq=False)
+class Recovery:
+    """Time limits, preemption and failures: the requeue signal, requeues and in-job restarts."""
+
+    signal: str = setting(signals.DEFAULT, "sent signal_delay_s before the time limit, and on preemption")
+    signal_delay_s: int = setting(signals.DEFAULT_DELAY_S, "seconds before the time limit the signal comes")
+    max_num_timeout: int = setting(signals.DEFAULT_MAX_NUM_TIMEOUT, "requeues after a time limit before the job ends")
+    requeue_on_failure: int = setting(
+        0, "Slurm: requeues after a failed task (killed, node lost), after restarts_in_job"
+    )
+    restarts_in_job: int = setting(0, "Slurm: after a failed step (crash, hang, killed task), srun again, no queue")
+    spare_nodes: int = setting(0, "Slurm, with restarts_in_job: nodes beyond `nodes`, in place of one failed twice")
+    script_hang_s: float = setting(
+        1800,
+        "a -- COMMAND rank using no CPU and printing nothing (or, once it calls requeue.progress(), calling it no more) "
+        "this long is stopped as hung, its Python stacks in the log; 0: never",
+    )
+    requeue_grace_s: float = setting(
+        -1,
+        "a command that takes the requeue signal and keeps running is stopped this long after it, and requeued; "
+        "-1: what signal_delay_s leaves once the stop and the requeue are done (half of it, at most 30 s)",
+    )
+
+    def __post_init__(self) -> None:
+        need(min(self.signal_delay_s, self.max_num_timeout, self.requeue_on_failure) >= 0, NEGATIVE)
+        in_job, spare, hang = self.restarts_in_job, self.spare_nodes, self.script_hang_s
+        need(0 <= in_job <= 100, f"restarts_in_job must be between 0 and 100, got {in_job}")
+        need(0 <= spare <= 64, f"spare_nodes must be between 0 and 64, got {spare}")
+        need(
+            hang == 0 or 10 <= hang <= 7 * 24 * 3600,
+            f"script_hang_s must be 0 (never) or between 10 s and a week, got {hang}",
+        )
+        delay, grace = self.signal_delay_s, self.requeue_grace_s
+        need(
+            grace == -1 or 0 <= grace < delay,
+            f"requeue_grace_s must be -1 (what signal_delay_s leaves) or from 0 to below signal_delay_s={delay}, got "
+            f"{grace}; e.g. requeue_grace_s: {delay - min(30, delay / 2):g}",
+        )
+        check_text(self)
+        try:  # normalised here, once: every other form of the signal is made from this name
+            object.__setattr__(self, "signal", signals.normalise(self.signal))
+        except ValueError as exc:
+            raise UserError(str(exc)) from None
 
     @property
     def requeue(self) -> JobSettings:
@@ -361,9 +246,252 @@ class Profile:
             return float(self.requeue_grace_s)
         return float(self.signal_delay_s - min(30, self.signal_delay_s / 2))
 
+
+@dataclass(frozen=True, eq=False)
+class Slurm:
+    """Slurm only (local and debug ignore it): where the job queues and what its batch script adds."""
+
+    partition: str = setting("", "sbatch --partition")
+    account: str = setting("", "sbatch --account; empty: your default account")
+    qos: str = setting("", "sbatch --qos")
+    constraint: str = setting("", "sbatch --constraint: node features")
+    exclude: str = setting("", "sbatch --exclude: nodes to avoid")
+    array_parallelism: int = setting(0, "sweeps: array tasks running at once; 0: no limit")
+    setup: list = setting(
+        default_factory=list,
+        help="shell lines of the batch script, run as written before srun (module load, environment activation); a "
+        "command may span lines (`if ... fi`, a here-document); one that fails or exits ends the job there, naming the "
+        "line; what bash cannot read as whole commands by the last line is refused at submit",
+    )
+    srun_args: list = setting(default_factory=list, help="extra srun arguments, e.g. [--cpu-bind=cores]")
+    sbatch_args: dict = setting(default_factory=dict, help="extra #SBATCH options, e.g. {mail-type: END}")
+    job_name: str = setting("ddp", "sbatch --job-name")
+    mail_user: str = setting("", "where --mail sends Slurm's mails")
+
+    def __post_init__(self) -> None:
+        need(self.array_parallelism >= 0, NEGATIVE)
+        check_text(self)
+        for key, value in self.sbatch_args.items():
+            need(
+                isinstance(key, str) and SBATCH_KEY.fullmatch(key),
+                f"sbatch_args key {key!r} is not an sbatch option name; use e.g. mail-type (no dashes before, no spaces)",
+            )
+            need(
+                value is not None and not isinstance(value, list | dict),
+                f"sbatch_args.{key}: {value!r} is not a single value; give text or a number",
+            )
+
+    # Kept as a value (Profile's check at load fills it): the plan (jobs.plan) builds the batch script from it
+    # and runs no program itself.
+    _setup_commands: ClassVar[tuple[tuple[int, str], ...]] = ()
+
+    @property
+    def setup_commands(self) -> tuple[tuple[int, str], ...]:
+        """The setup lines as whole shell commands (jobs.profiles.setup_commands), read by bash once, at load."""
+        return self._setup_commands
+
+
+@dataclass(frozen=True, eq=False)
+class Environment:
+    """What the tasks run with: the interpreter, variables, the network."""
+
+    python: str = setting("", "the interpreter on the nodes, also for `-- python ...`; empty: the submitter's own")
+    env: dict = setting(
+        default_factory=dict,
+        help="exported for every task, e.g. {NCCL_DEBUG: WARN}: names of letters, digits and _; true/false as 1/0",
+    )
+    network_interface: str = setting(
+        "",
+        "the nodes' fast network (e.g. ib0, hsn0), exported as NCCL_SOCKET_IFNAME and GLOO_SOCKET_IFNAME, and "
+        "MASTER_ADDR is node 0's address on it; a node without it fails in one line naming node and interface; the "
+        "local profile refuses one this machine lacks; empty: the libraries choose",
+    )
+
+    def __post_init__(self) -> None:
+        check_text(self)
+        for key, value in self.env.items():
+            self._check_variable(key, value)
+        need(
+            not self.network_interface or IFNAME.fullmatch(self.network_interface),
+            f"network_interface {self.network_interface!r} is not an interface name (at most 15 letters, digits, "
+            "_ . -); write e.g. ib0",
+        )
+
+    def _check_variable(self, key: object, value: object) -> None:
+        """env keys become shell names: they must be nothing more, and none the tool sets itself."""
+        need(
+            isinstance(key, str) and ENV_KEY.fullmatch(key),
+            f"env key {key!r} is not a variable name; use letters, digits and _ (e.g. NCCL_DEBUG)",
+        )
+        need(
+            value is not None and not isinstance(value, list | dict),
+            f"env.{key}: {value!r} is not a single value; give text or a number, e.g. {key}: '1'",
+        )
+        if (why := tool_owned(str(key))) is not None:
+            raise UserError(f"env: {key} is {why}; a value of yours would break the job: drop it")
+        need(
+            len(f"{key}={value}".encode()) < MAX_ARG_STRLEN,
+            f"env.{key}: {len(str(value).encode())} bytes is more than a process takes in one variable (the kernel's "
+            "128 KiB, MAX_ARG_STRLEN); write the value to a file and pass its path",
+        )
+        need(
+            not (self.network_interface and key in INTERFACE_VARS),
+            f"env: {key}={value} beside network_interface: {self.network_interface}, which sets it too: keep one "
+            "(network_interface sets NCCL_SOCKET_IFNAME, GLOO_SOCKET_IFNAME and MASTER_ADDR's)",
+        )
+
+
+@dataclass(frozen=True, eq=False)
+class Remote:
+    """Submitting from another machine (jobs.remote): the login node, over your own OpenSSH."""
+
+    login: str = setting("", "user@host or a Host alias of ~/.ssh/config; empty: submit here")
+    remote_root: str = setting("", "with login: where runs live on the cluster ($VARS and ~ expand there)")
+    ssh_options: list = setting(default_factory=list, help='extra ssh arguments, e.g. [-p, "2222", -i, ~/.ssh/key]')
+
+    def __post_init__(self) -> None:
+        if self.login or self.remote_root or self.ssh_options:  # first: its own words for a newline in login
+            need(
+                self.login and self.remote_root,
+                "login and remote_root go together: login: user@host, remote_root: /scratch/$USER/runs (the folder "
+                "for runs on the cluster)",
+            )
+            check_login(self.login)
+            check_remote_root(self.remote_root)
+            check_ssh_options(self.ssh_options)
+        check_text(self)
+
+
+@dataclass(frozen=True, eq=False)
+class Containers:
+    """A container for the tasks (jobs.containers): pyxis/enroot through srun, or Apptainer around the command."""
+
+    container_image: str = setting("", "pyxis: an image name or .sqsh; apptainer: a .sif; empty: no container")
+    container_runtime: str = setting("pyxis", "pyxis or apptainer")
+    container_mounts: list = setting(default_factory=list, help="more src:dst (or path) mounts; the run root always")
+    apptainer_command: str = setting("apptainer", "or singularity, on sites that still call it that")
+
+    def __post_init__(self) -> None:
+        check_text(self)
+        runtime, mounts = self.container_runtime, self.container_mounts
+        need(runtime in ("pyxis", "apptainer"), f"container_runtime {runtime!r} is unknown; use pyxis or apptainer")
+        need(
+            all(isinstance(m, str) and m and "," not in m for m in mounts),
+            f"container_mounts: {mounts!r} must be a list of src:dst paths, e.g. [/data:/data]",
+        )
+
+
+@dataclass(frozen=True, eq=False)
+class Code:
+    """The code snapshot (jobs.snapshot): the folder submitted from, copied into the run directory."""
+
+    snapshot: bool = setting(True, "false: tasks run the code on disk when they start (each requeue: what is there)")
+    snapshot_limit_mb: float = setting(100, "refuse a larger snapshot (data or a virtual environment in the folder)")
+    snapshot_exclude: list = setting(default_factory=list, help="glob patterns relative to the folder, e.g. [data/*]")
+    snapshot_include: list = setting(default_factory=list, help="git-ignored files to copy all the same, e.g. [a.py]")
+
+    def __post_init__(self) -> None:
+        limit = self.snapshot_limit_mb
+        need(limit > 0, f"snapshot_limit_mb must be above 0, got {limit}; or set snapshot: false")
+        for name in ("snapshot_exclude", "snapshot_include"):
+            patterns = getattr(self, name)
+            need(
+                all(isinstance(p, str) and p for p in patterns),
+                f"{name}: {patterns!r} must be a list of glob patterns, e.g. [data/*]",
+            )
+
+
+@dataclass(frozen=True, eq=False)
+class Profile:
+    """A cluster profile, validated: where and how the job runs, and the trainer defaults it brings. Its YAML is
+    flat (`nodes: 2`); each key belongs to one section (KEYS), and job.json records it flat (Profile.flat)."""
+
+    name: str = setting(help="the file's name, without .yaml")
+    executor: str = setting(help="local: this machine, N processes; debug: in-process; slurm: sbatch")
+    run_root: str = setting("runs", "run directories go here; on a cluster, a folder every node can see")
+    trainer: dict = setting(default_factory=dict, help="trainer settings for this profile, nested as key: value")
+    resources: Resources = setting(default_factory=Resources)
+    recovery: Recovery = setting(default_factory=Recovery)
+    slurm: Slurm = setting(default_factory=Slurm)
+    environment: Environment = setting(default_factory=Environment)
+    remote: Remote = setting(default_factory=Remote)
+    containers: Containers = setting(default_factory=Containers)
+    code: Code = setting(default_factory=Code)
+
+    def __post_init__(self) -> None:
+        executor, nodes = self.executor, self.resources.nodes
+        need(
+            not self.remote.login or executor == "slurm",
+            f"login: a profile that submits over SSH runs on Slurm; set executor: slurm, not {executor}",
+        )
+        check_text(self)
+        need(executor in EXECUTORS, f"executor {executor!r} is unknown; use one of {', '.join(EXECUTORS)}")
+        need(
+            not self.slurm.setup or executor == "slurm",
+            f"setup: lines run in Slurm's batch script; the {executor} executor starts the processes from your shell, "
+            "with its environment: run them there before submitting (or set env:), and drop setup",
+        )
+        object.__setattr__(self.slurm, "_setup_commands", setup_commands(tuple(self.slurm.setup)))
+        need(
+            executor == "slurm" or nodes == 1,
+            f"the {executor} executor runs on one node, got {nodes}; use --nodes 1 or a Slurm profile",
+        )
+        need(
+            executor != "debug" or self.resources.gpus_per_node == 1,
+            "the debug executor runs one task in-process; use --gpus-per-node 1 or the local profile",
+        )
+        self._check_slurm_only()
+
+    def _check_slurm_only(self) -> None:
+        executor, delay, minutes = self.executor, self.recovery.signal_delay_s, self.resources.timeout_min
+        need(
+            not self.containers.container_image or executor == "slurm",
+            f"container_image runs the tasks in a container on Slurm; the {executor} executor runs them on this "
+            "machine: drop container_image or use a Slurm profile",
+        )
+        spare = self.recovery.spare_nodes
+        need(
+            not spare or (executor == "slurm" and self.recovery.restarts_in_job),
+            f"spare_nodes: {spare} takes a failed node's place in an in-job restart on Slurm; set restarts_in_job: 1 "
+            "or more with executor: slurm, or spare_nodes: 0",
+        )
+        need(  # else the signal would never come: no checkpoint
+            delay < 60 * minutes,
+            f"a time limit of {minutes} min leaves no time before the requeue signal, sent signal_delay_s={delay} s "
+            f"before it; use --time {delay // 60 + 1} or more, or a smaller signal_delay_s in the profile",
+        )
+
+    def flat(self) -> dict[str, Any]:
+        """The profile as its flat YAML keys: what job.json records and profile_of reads back."""
+        out = {name: getattr(self, name) for name, section in KEYS.items() if not section}
+        for name in SECTIONS:
+            out |= dataclasses.asdict(getattr(self, name))
+        return out
+
     def with_overrides(self, **values: Any) -> "Profile":
-        """The profile with command-line flags applied (None means not given)."""
-        return dataclasses.replace(self, **{k: v for k, v in values.items() if v is not None})
+        """The profile with flat keys replaced, e.g. command-line flags (None means not given)."""
+        return profile_of(self.flat() | {k: v for k, v in values.items() if v is not None})
+
+
+SECTIONS: dict[str, type] = {
+    f.name: f.default_factory for f in dataclasses.fields(Profile) if dataclasses.is_dataclass(f.default_factory)
+}
+# A flat key -> the section holding it ("": Profile's own), made from the fields, in the order of the reference.
+KEYS: dict[str, str] = {
+    **{f.name: "" for f in dataclasses.fields(Profile) if f.name not in SECTIONS},
+    **{f.name: name for name, cls in SECTIONS.items() for f in dataclasses.fields(cls)},
+}
+
+
+def profile_of(data: Mapping[str, Any]) -> Profile:
+    """A Profile from its flat keys (a YAML file, a job.json record): each to its section, unknown ones refused."""
+    if unknown := [key for key in data if key not in KEYS]:
+        raise UserError(f"unknown config key {unknown[0]!s}; valid keys: {', '.join(KEYS)}")
+    parts: dict[str, dict[str, Any]] = {name: {} for name in ("", *SECTIONS)}
+    for key, value in data.items():
+        parts[KEYS[key]][key] = value
+    sections = {name: from_dict(cls, parts[name]) for name, cls in SECTIONS.items()}
+    return from_dict(Profile, parts[""] | sections)  # type: ignore[no-any-return]
 
 
 def find_profile(name_or_path: str) -> Path:
@@ -459,6 +587,6 @@ def load_profile(name_or_path: str) -> Profile:
     if "name" in data:
         raise UserError(f"profile {path}: 'name' is taken from the file name; remove the key")
     try:
-        return from_dict(Profile, {"name": path.stem, **data})
+        return profile_of({"name": path.stem, **data})
     except UserError as exc:
         raise UserError(f"profile {path}: {exc}") from None

@@ -14,15 +14,16 @@ SUPERVISOR = "trainer.supervise.slurm"
 
 
 def spec(profile: Profile, log_dir: Path, run_dirs: list[Path]) -> dict[str, object]:
+    rec = profile.recovery
     policy = {
-        "restarts_in_job": profile.restarts_in_job,
-        "requeue_on_failure": profile.requeue_on_failure,
-        "spare_nodes": profile.spare_nodes,
-        "nodes": profile.nodes,
-        "tasks_per_node": profile.tasks_per_node,
-        "exclude": profile.exclude or "",
+        "restarts_in_job": rec.restarts_in_job,
+        "requeue_on_failure": rec.requeue_on_failure,
+        "spare_nodes": rec.spare_nodes,
+        "nodes": profile.resources.nodes,
+        "tasks_per_node": profile.resources.tasks_per_node,
+        "exclude": profile.slurm.exclude or "",
     }
-    return {"policy": policy, "log_dir": str(log_dir), "run_dirs": [str(d) for d in run_dirs], "signal": profile.signal}
+    return {"policy": policy, "log_dir": str(log_dir), "run_dirs": [str(d) for d in run_dirs], "signal": rec.signal}
 
 
 def supervised(script: str, python: str, job_spec: dict[str, object]) -> str:

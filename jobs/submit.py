@@ -31,7 +31,7 @@ from jobs.plan import (
     visible_gpus,
     with_interpreter,
 )
-from jobs.profiles import DEFAULT_PROFILE, Profile, load_profile, run_root_of
+from jobs.profiles import DEFAULT_PROFILE, Profile, load_profile, profile_of, run_root_of
 from jobs.remote import runs as remote_runs
 from jobs.remote import submit as remote_submit
 from jobs.remote import sync as remote_sync
@@ -154,7 +154,7 @@ def profile_for(args: argparse.Namespace) -> Profile:
         return load_profile(DEFAULT_PROFILE)  # never queued: nothing to go on but the default
     record = read_json(path, f"move it aside and pass --profile to resume {args.resume}", valid_record)
     if isinstance(record.get("profile"), dict):
-        return from_dict(Profile, record["profile"])
+        return profile_of(record["profile"])
     if record.get("executor", DEFAULT_PROFILE) != load_profile(DEFAULT_PROFILE).executor:
         raise UserError(
             f"{args.resume} ran with the {record.get('executor')} executor, and job.json does not say which profile; "
@@ -191,17 +191,18 @@ def check_partition(profile: Profile) -> None:
     refuse them itself (EnforcePartLimits=NO, its default): refused here, against `scontrol show partition`."""
     from jobs.tracking import parse_scontrol, scontrol_text
 
-    if "," in (profile.partition or ""):  # several: Slurm picks one that fits
+    if "," in (partition := profile.slurm.partition or ""):  # several: Slurm picks one that fits
         return
     records = parse_scontrol(scontrol_text("-a", "show", "partition", "-o"))  # -a: hidden ones too
-    named = [r for r in records if r.get("PartitionName") == profile.partition] if profile.partition else []
-    found = named or [r for r in records if r.get("Default") == "YES" and not profile.partition]
+    named = [r for r in records if r.get("PartitionName") == partition] if partition else []
+    found = named or [r for r in records if r.get("Default") == "YES" and not partition]
     if not found:
-        if profile.partition and records:
+        if partition and records:
             names = ", ".join(r.get("PartitionName", "?") for r in records)
-            raise UserError(f"partition {profile.partition} does not exist here; pick one of {names} (--partition)")
+            raise UserError(f"partition {partition} does not exist here; pick one of {names} (--partition)")
         return
-    oneoff.refuse_beyond_partition(found[0], profile.nodes, profile.spare_nodes, profile.timeout_min)
+    res = profile.resources
+    oneoff.refuse_beyond_partition(found[0], res.nodes, profile.recovery.spare_nodes, res.timeout_min)
 
 
 def check_local_processes(profile: Profile) -> None:
@@ -212,7 +213,7 @@ def check_local_processes(profile: Profile) -> None:
         shown = visible_gpus(os.environ.get("CUDA_VISIBLE_DEVICES"))
         gpus = len(shown) if shown else len(list(Path("/dev").glob("nvidia[0-9]*")))
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    refuse_local_shape(profile.gpus_per_node, profile.tasks_per_node, gpus, cpus)
+    refuse_local_shape(profile.resources.gpus_per_node, profile.resources.tasks_per_node, gpus, cpus)
 
 
 def check_local_interface(name: str) -> None:
@@ -286,15 +287,15 @@ def prepare(argv: list[str] | None) -> Request:
             raise UserError("sbatch not found: run on a Slurm login node, or use --profile local")
         check_dependency(args.dependency, after)
         check_partition(profile)
-    if profile.login:  # a --dry-run of a profile for another machine: the script as the cluster would run it
-        profile = dataclasses.replace(profile, run_root=profile.remote_root)
+    if profile.remote.login:  # a --dry-run of a profile for another machine: the script as the cluster would run it
+        profile = profile.with_overrides(run_root=profile.remote.remote_root)
     run_root = run_root_of(profile)
     points = sweep_points(args.sweep) if args.sweep else [[]]
     if args.name is not None:
         check_name(args.name)
     if profile.executor == "local":
         check_local_processes(profile)
-        check_local_interface(profile.network_interface)
+        check_local_interface(profile.environment.network_interface)
     if args.resume and args.sweep:
         raise UserError("--resume continues one run; drop --sweep")
     if args.resume and (why := not_a_run(Path(args.resume).resolve())):
@@ -316,7 +317,7 @@ def prepare(argv: list[str] | None) -> Request:
     else:
         base = profile.trainer
     configs = [build_config([*args.overrides, *point], base=base) for point in points]
-    trainer.tasks.check_devices(trainer.tasks.get(configs[0].task), profile.gpus_per_task)
+    trainer.tasks.check_devices(trainer.tasks.get(configs[0].task), profile.resources.gpus_per_task)
     finished = check_resume(folder, build_config(base=base), configs[0], profile) if args.resume else ""
     if not args.resume:
         folder = run_root / args.name if args.name else new_run_dir(run_root, section(configs[0].task))
@@ -328,7 +329,7 @@ def prepare(argv: list[str] | None) -> Request:
     configs = [dataclasses.replace(c, run_dir=str(d)) for c, d in zip(configs, run_dirs, strict=True)]
     lists: dict[tuple[str, str], list[str]] = {}
     if not args.dry_run:
-        world_size = profile.nodes * profile.tasks_per_node  # one process per GPU (per gpus_per_task)
+        world_size = profile.resources.nodes * profile.resources.tasks_per_node  # a process per GPU (gpus_per_task)
         configs = resolve_all(configs, run_root / "sample_data", world_size)
         lists, configs = file_lists(configs, RunDir(folder).file_lists)
     if snapshot is not None and not args.resume:  # a --current-code resume's task is in the run's code/
@@ -392,17 +393,17 @@ def code_for(
             check_own_code(folder, code)
         if not args.current_code or args.dry_run or not code.is_dir():
             return None, code if code.is_dir() else None
-    elif not profile.snapshot or profile.executor == "debug":  # debug: your breakpoints in your files
+    elif not profile.code.snapshot or profile.executor == "debug":  # debug: your breakpoints in your files
         return None, None
     # The run root is left out of the snapshot when it lies inside the folder; not when the folder lies inside
     # it (a submit over SSH runs in a copy kept under remote_root/.snapshots).
     excluded = [] if run_root in Path.cwd().resolve().parents else [run_root]
     excluded.append(Path(remote_runs.LOCAL_ROOT).resolve())  # a laptop's records of its cluster runs
+    own = profile.code
     if args.dry_run:
-        ignored = ignored_entries(Path.cwd(), excluded, included_files(Path.cwd(), excluded, profile.snapshot_include))
+        ignored = ignored_entries(Path.cwd(), excluded, included_files(Path.cwd(), excluded, own.snapshot_include))
         return Snapshot(Path.cwd(), [], 0, ignored=ignored), code
-    limit = profile.snapshot_limit_mb
-    return plan_snapshot(Path.cwd(), excluded, profile.snapshot_exclude, limit, profile.snapshot_include), code
+    return plan_snapshot(Path.cwd(), excluded, own.snapshot_exclude, own.snapshot_limit_mb, own.snapshot_include), code
 
 
 def code_note(args: argparse.Namespace, folder: Path, code_dir: Path | None, snapshot: Snapshot | None) -> str:
@@ -531,7 +532,7 @@ def prepare_script(
         refuse_if_running(folder)
         snapshot, code_dir = code_for(args, profile, folder, run_root)
     else:
-        python = (profile.python or sys.executable) if profile.executor == "slurm" else sys.executable
+        python = (profile.environment.python or sys.executable) if profile.executor == "slurm" else sys.executable
         commands = [with_interpreter(c, python) for c in script_commands(command, points)]
         folder = run_root / args.name if args.name else new_run_dir(run_root, script_name(command))
         run_dirs = [folder] if len(commands) == 1 else [folder / point_name(i, p) for i, p in enumerate(points)]
@@ -660,7 +661,8 @@ def layout_change(record: dict[str, Any], profile: Profile) -> str | None:
     """Why `profile` cannot go on with the run whose job.json is `record`: the trainer's order of samples
     (DistributedSampler's) depends on the number of processes, so on another number the checkpoint would go on
     with other samples than the run's own. None: the same number, or job.json does not say (an old run)."""
-    ran, now = record.get("tasks"), profile.nodes * profile.tasks_per_node
+    res = profile.resources
+    ran, now = record.get("tasks"), res.nodes * res.tasks_per_node
     if not isinstance(ran, int) or ran == now:
         return None
     shape = record.get("profile") if isinstance(record.get("profile"), dict) else {}
@@ -671,7 +673,7 @@ def layout_change(record: dict[str, Any], profile: Profile) -> str | None:
         before, fix = str(ran), f"{ran} processes (--nodes x --gpus-per-node)"
     return (
         f"--resume cannot change the number of processes ({before} -> {now}: "
-        f"{layout(profile.nodes, profile.gpus_per_node)}): the order of the samples depends on it, so the run "
+        f"{layout(res.nodes, res.gpus_per_node)}): the order of the samples depends on it, so the run "
         f"would not go on as it ran; resume with {fix} to go on exactly"
     )
 
@@ -730,7 +732,7 @@ def write_provenance(request: Request) -> None:
         "git": snapshot.git if snapshot is not None else git_state(cwd),
         "project_git": snapshot.project_git if snapshot is not None else {},
         "snapshot": {"files": len(snapshot.files), "bytes": snapshot.size} if snapshot is not None else None,
-        "profile": dataclasses.asdict(request.profile) if request.profile is not None else None,
+        "profile": request.profile.flat() if request.profile is not None else None,
     }
     diff = git_diff(cwd) if record["git"] else ""
     if (sent := remote_sync.origin(cwd)) is not None:  # a copy sent over SSH: the laptop's tree is the source
@@ -744,7 +746,7 @@ def write_job_record(run_dir: Path, job: Any, plan: Plan, profile: Profile | Non
     --profile takes it up again); the jobs of earlier --resume's are kept in its `history`."""
     record = {"job_id": job.job_id, "executor": plan.executor, "log": str(launch.rank0_log(job)), "tasks": plan.tasks}
     if profile is not None:
-        record["profile"] = dataclasses.asdict(profile)
+        record["profile"] = profile.flat()
     if plan.code_dir is not None:
         record["code"] = str(plan.code_dir)
     path = RunDir(run_dir).job
@@ -765,7 +767,7 @@ def over_ssh(argv: list[str]) -> int | None:
     if args.dry_run or (args.resume and not args.profile):
         return None
     profile = profile_for(args)
-    if not profile.login:
+    if not profile.remote.login:
         return None
     if args.name is not None:
         check_name(args.name)  # a folder name here as there: never `..`, never a path
@@ -799,9 +801,10 @@ def main(argv: list[str] | None = None) -> int:
         script = sbatch_script(request.plan)
         if note:
             print(note, file=sys.stderr)
-        if request.profile is not None and request.profile.login and not request.profile.remote_root.startswith("/"):
+        remote = request.profile.remote if request.profile is not None else None
+        if remote is not None and remote.login and not remote.remote_root.startswith("/"):
             # Made absolute here, under this folder; the login node expands it in its own environment.
-            remote_root = request.profile.remote_root
+            remote_root = remote.remote_root
             script = script.replace(str(Path.cwd() / remote_root), remote_root)
             script += f"\n# remote_root {remote_root}: $VARS and ~ as the login node expands them\n"
         print(script, end="")

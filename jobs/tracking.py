@@ -145,7 +145,7 @@ def run_roots(profile: str | None = None) -> list[Path]:
     records here are in ./runs."""
     roots = [Path(LOCAL_ROOT).resolve()]
     for name in dict.fromkeys((DEFAULT_PROFILE, profile or DEFAULT_PROFILE)):
-        if not (loaded := load_profile(name)).login:
+        if not (loaded := load_profile(name)).remote.login:
             roots.append(run_root_of(loaded))
     return list(dict.fromkeys(roots))
 

@@ -3,7 +3,9 @@ writes them; `python -m tests.reference` lists those that differ. tests/test_doc
 is not what the code generates, so a flag, a setting or a run-directory file cannot change without its page."""
 
 import argparse
+import dataclasses
 import importlib
+import json
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -172,11 +174,49 @@ def run_directory_page() -> str:
     )
 
 
-# Page name -> its generator. Another part's page joins here, e.g. "profile.md": the profile's reference.
+def profile_rows(cls: type) -> list[str]:
+    """A row per field of a profile's section (a section of Profile's own: left to its table)."""
+    from jobs.profiles import SECTIONS
+
+    rows = ["| key | default | what |", "|---|---|---|"]
+    for f in (f for f in dataclasses.fields(cls) if f.name not in SECTIONS):
+        default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
+        shown = "" if default is dataclasses.MISSING else f"`{json.dumps(default)}`"
+        rows.append(f"| `{f.name}` | {shown} | {cell(f.metadata['help'])} |")
+    return rows
+
+
+def profile_page() -> str:
+    from jobs.profiles import SECTIONS, Profile
+
+    lines = profile_rows(Profile)
+    for name, cls in SECTIONS.items():
+        lines += ["", f"## {name}", "", cell(cls.__doc__ or ""), "", *profile_rows(cls)]
+    return (
+        "\n".join(
+            [
+                "# Profile keys",
+                "",
+                GENERATED,
+                "",
+                "A profile is a YAML file of flat `key: value` lines: `cluster_profiles/NAME.yaml`, or a path given to"
+                " `--profile`. Each key belongs to one section below (`jobs/profiles.py`, whose field descriptions make"
+                " these tables); a run's `job.json` records the profile in the same flat keys. An unknown key is refused"
+                " with the list of valid ones.",
+                "",
+                *lines,
+            ]
+        )
+        + "\n"
+    )
+
+
+# Page name -> its generator.
 PAGES: dict[str, Callable[[], str]] = {
     "commands.md": commands_page,
     "settings.md": settings_page,
     "run-directory.md": run_directory_page,
+    "profile.md": profile_page,
 }
 
 

@@ -429,10 +429,11 @@ RAN_ON_TWO = {"tasks": 2, "profile": {"nodes": 1, "gpus_per_node": 2}}
 def test_a_resume_on_another_number_of_processes_is_refused(
     golden: Golden, record: dict[str, object], nodes: int, gpus: int, refused: bool
 ) -> None:
-    from jobs.profiles import Profile
+    from jobs.profiles import profile_of
     from jobs.submit import layout_change
 
-    why = layout_change(record, Profile("test", "slurm", nodes=nodes, gpus_per_node=gpus))
+    profile = profile_of({"name": "test", "executor": "slurm", "nodes": nodes, "gpus_per_node": gpus})
+    why = layout_change(record, profile)
     if refused:
         assert why is not None and "--resume" in why
         golden(why)

@@ -1,4 +1,3 @@
-import dataclasses
 import re
 import subprocess
 import sys
@@ -86,9 +85,9 @@ def test_parse_overrides_nests_dotted_keys() -> None:
 
 def test_the_callers_visible_gpus_reach_the_local_executor(tmp_path: Path) -> None:
     from jobs.plan import make_plan, visible_gpus
-    from jobs.profiles import Profile
+    from jobs.profiles import profile_of
 
-    profile = Profile(name="p", executor="local", gpus_per_node=2)
+    profile = profile_of({"name": "p", "executor": "local", "gpus_per_node": 2})
     plan = make_plan(profile, [], tmp_path, has_gpus=True, python="python", gpus=visible_gpus("2,3"))
     assert plan.parameters["visible_gpus"] == (2, 3) and plan.parameters["gpus_per_node"] == 2
     assert visible_gpus(None) == () and visible_gpus("") == ()
@@ -166,16 +165,33 @@ def test_every_value_a_profile_refusal_suggests_is_accepted() -> None:
     """The same for each number of a profile (script_hang_s=nan once suggested 0.001, which is refused)."""
     import yaml
 
-    from jobs.profiles import Profile
+    from jobs.profiles import KEYS, profile_of
 
     checked = 0
-    for field in dataclasses.fields(Profile):
+    for key in KEYS:
         for bad in BAD_NUMBERS:
-            data = {"name": "p", "executor": "slurm", field.name: yaml.safe_load(bad)}
+            data = {"name": "p", "executor": "slurm", key: yaml.safe_load(bad)}
             try:
-                from_dict(Profile, data)
+                profile_of(data)
             except UserError as exc:
-                if (advice := suggested(str(exc))) is not None and advice[0] == field.name:
-                    from_dict(Profile, data | {field.name: yaml.safe_load(advice[1])})
+                if (advice := suggested(str(exc))) is not None and advice[0] == key:
+                    profile_of(data | {key: yaml.safe_load(advice[1])})
                     checked += 1
     assert checked > 10
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "cluster_profiles").glob("*.yaml")), ids=lambda p: p.stem)
+def test_a_shipped_profiles_flat_keys_fill_its_sections_and_read_back_from_its_record(path: Path) -> None:
+    """Each flat YAML key lands in its section, and the flat record job.json keeps (as before the sections)
+    builds the same profile: a run made before reads as it did."""
+    import yaml
+
+    from jobs.profiles import KEYS, load_profile, profile_of
+
+    profile, written = load_profile(str(path)), yaml.safe_load(path.read_text())
+    for key, value in written.items():
+        assert getattr(getattr(profile, KEYS[key]) if KEYS[key] else profile, key) == value
+    record = profile.flat()
+    assert set(record) == set(KEYS) and profile_of(record).flat() == record
+    minutes = profile.with_overrides(timeout_min=90).resources.timeout_min
+    assert profile_of(record | {"timeout_min": 90}).resources.timeout_min == 90 == minutes

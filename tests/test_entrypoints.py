@@ -131,10 +131,11 @@ def test_a_job_is_sent_plain_values_only(tmp_path: Path) -> None:
 
     from jobs.launch import calls_of
     from jobs.plan import make_plan
-    from jobs.profiles import Profile
+    from jobs.profiles import profile_of
     from trainer.config import build_config
 
-    plan = make_plan(Profile(name="p", executor="local"), [build_config([f"run_dir={tmp_path}"])], tmp_path, False, "")
+    profile = profile_of({"name": "p", "executor": "local"})
+    plan = make_plan(profile, [build_config([f"run_dir={tmp_path}"])], tmp_path, False, "")
     [(function, config, job)] = calls_of(plan)
     assert function.__module__ == "trainer.entry" and type(config) is dict and type(job) is dict
     assert b"trainer.config" not in pickle.dumps((config, job)) and job["signal"] == "USR2"

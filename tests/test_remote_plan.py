@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from jobs.profiles import Profile
+from jobs.profiles import profile_of
 from jobs.remote.agent import MANIFEST
 from jobs.remote.ssh import Login, ssh_argv
 from jobs.remote.submit import cluster_profile, with_after, with_profile, with_resume
@@ -49,11 +49,12 @@ def test_a_login_that_is_not_a_user_at_a_host_is_refused(login: str) -> None:
 
 
 def test_the_login_nodes_profile_has_every_field_but_the_connection_and_runs_in_remote_root() -> None:
-    profile = Profile("site", "slurm", nodes=2, login="a@h", remote_root="$SCRATCH/runs", ssh_options=["-p", "2"])
+    flat = {"name": "site", "executor": "slurm", "nodes": 2, "login": "a@h", "remote_root": "$SCRATCH/runs"}
+    profile = profile_of(flat | {"ssh_options": ["-p", "2"]})
     seen = cluster_profile(profile, "/scratch/alice/runs")  # as the login node expanded it
     assert seen["run_root"] == "/scratch/alice/runs" and seen["nodes"] == 2
     assert not {"name", "login", "remote_root", "ssh_options"} & seen.keys()
-    Profile("site", **seen)  # a valid profile there: no login, so it submits with sbatch
+    profile_of({"name": "site", **seen})  # a valid profile there: no login, so it submits with sbatch
 
 
 def test_the_submits_arguments_there_name_the_sent_profile_and_leave_the_following_to_the_laptop() -> None:

@@ -59,9 +59,10 @@ def test_the_profiles_exclude_list_is_a_hostlist_and_stays_excluded() -> None:
 
 def test_the_batch_script_hands_srun_to_the_supervisor_and_bash_parses_it(tmp_path: Path) -> None:
     from jobs.plan import make_plan, sbatch_script
-    from jobs.profiles import Profile
+    from jobs.profiles import profile_of
 
-    plan = make_plan(Profile(name="p", executor="slurm", restarts_in_job=2), [], tmp_path / "logs", False, "py")
+    profile = profile_of({"name": "p", "executor": "slurm", "restarts_in_job": 2})
+    plan = make_plan(profile, [], tmp_path / "logs", False, "py")
     script = sbatch_script(plan)
     line = next(line for line in script.splitlines() if "srun" in line)
     supervisor = 'exec py -m trainer.supervise.slurm \'{"policy": {"restarts_in_job": 2,'

@@ -30,15 +30,16 @@ LOCAL_ONLY = ("name", "login", "remote_root", "ssh_options")
 def login_of(profile: Profile) -> Login:
     if profile.executor != "slurm":
         raise UserError(
-            f"profile {profile.name} names login {profile.login} but runs {profile.executor}; set executor: slurm"
+            f"profile {profile.name} names login {profile.remote.login} but runs {profile.executor}; set executor: slurm"
         )
-    return Login(profile.login, profile.remote_root, list(profile.ssh_options), profile.python or "python3")
+    remote = profile.remote
+    return Login(remote.login, remote.remote_root, list(remote.ssh_options), profile.environment.python or "python3")
 
 
 def cluster_profile(profile: Profile, root: str) -> dict[str, object]:
     """The profile the login node's submit reads: every field but those of the connection; runs in `root`
     (remote_root as the login node expanded it)."""
-    fields = {f.name: getattr(profile, f.name) for f in dataclasses.fields(profile) if f.name not in LOCAL_ONLY}
+    fields = {key: value for key, value in profile.flat().items() if key not in LOCAL_ONLY}
     return fields | {"run_root": root}
 
 
@@ -153,7 +154,7 @@ def submit(
         cwd = send_folder(connection, login, profile, root)
         args = with_name(with_profile(argv, PROFILE), name)  # relative: the submit there runs in that copy
     run_dir = resume.run_dir if resume else f"{root}/{name}"
-    fresh = (profile.snapshot and not resume) or "--current-code" in argv
+    fresh = (profile.code.snapshot and not resume) or "--current-code" in argv
     where = f"{run_dir}/code" if fresh else cwd
     run = RemoteRun(login, run_dir, resume.job_id if resume else "", resume.profile if resume else profile.name, where)
     folder = resume_folder if resume and resume_folder else runs.local_folder(run.run_dir)
@@ -274,8 +275,8 @@ def with_name(args: list[str], name: str) -> list[str]:
 def send_folder(connection: Connection, login: Login, profile: Profile, root: str) -> str:
     """This folder's snapshot into the login node's copy of it; the folder there the submit runs in."""
     snapshot = plan_snapshot(
-        Path.cwd(), [Path(runs.LOCAL_ROOT).resolve()], profile.snapshot_exclude, profile.snapshot_limit_mb,
-        profile.snapshot_include,
+        Path.cwd(), [Path(runs.LOCAL_ROOT).resolve()], profile.code.snapshot_exclude, profile.code.snapshot_limit_mb,
+        profile.code.snapshot_include,
     )  # fmt: skip
     cache = sync.cache_dir(root, Path.cwd())
     text = yaml.safe_dump(cluster_profile(profile, root), sort_keys=False).encode()

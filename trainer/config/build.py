@@ -88,8 +88,8 @@ def from_dict(cls: type, data: Mapping[str, Any], prefix: str = "") -> Any:
     kwargs = {}
     for name, value in data.items():
         tp = fields[name]
-        if dataclasses.is_dataclass(tp):
-            kwargs[name] = from_dict(tp, value, f"{prefix}{name}.")
+        if dataclasses.is_dataclass(tp):  # a section already built passes (jobs.profiles.profile_of)
+            kwargs[name] = value if isinstance(value, tp) else from_dict(tp, value, f"{prefix}{name}.")
         else:
             kwargs[name] = _coerce(value, tp, prefix + name, example_of(cls, name, tp))
     return cls(**kwargs)
