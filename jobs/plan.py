@@ -13,7 +13,6 @@ from jobs.snapshot import tool_dir, tool_environment
 from trainer.config import TrainConfig
 from trainer.env.launcher import GPUS_PER_TASK
 from trainer.errors import UserError
-from trainer.script import LATEST
 from trainer.supervise import signals
 from trainer.supervise.signals import JobSettings
 
@@ -138,6 +137,8 @@ def restart_words(text: str | None) -> list[str]:
         words = shlex.split(text or "")
     except ValueError as exc:  # shlex's "No closing quotation"
         raise UserError(f"--restart-args {text}: {str(exc).lower()}; close the quote or drop it") from None
+    from trainer.script import LATEST  # here, not at the top: the trainer's plan needs none of trainer.script
+
     for word in words:
         if "{latest" in LATEST.sub("", word.replace("{RUN_DIR}", RUN_DIR_WORD)).lower():
             raise UserError(

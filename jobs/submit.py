@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import trainer.tasks
-from jobs import launch, oneoff
+from jobs import oneoff
 from jobs.plan import (
     Plan,
     Script,
@@ -33,8 +33,6 @@ from jobs.plan import (
 )
 from jobs.profiles import DEFAULT_PROFILE, Profile, load_profile, profile_of, run_root_of
 from jobs.remote import runs as remote_runs
-from jobs.remote import submit as remote_submit
-from jobs.remote import sync as remote_sync
 from jobs.snapshot import (
     Snapshot,
     copied_names,
@@ -49,10 +47,7 @@ from jobs.snapshot import (
     tool_dir,
 )
 from jobs.snapshot import copy as copy_snapshot
-from jobs.status import code_line
-from jobs.tracking import by_name, find_all
 from trainer.config import TrainConfig, build_config, config_dict, flat, from_dict, section
-from trainer.data import filelist
 from trainer.errors import UserError, one_line_errors
 from trainer.run.atomic import read_json, try_lock, write_text
 from trainer.run.checkpoint_names import list_checkpoints
@@ -138,9 +133,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "overrides", nargs="*", metavar="key=value", help="trainer settings, e.g. steps=100 data.root=DIR"
     )
     args = parser.parse_intermixed_args(argv)  # key=value may come before or after flags
-    # A run's name, wherever the default profile or --profile puts runs (a path or a job id stays as it is).
-    args.resume = by_name(args.resume, args.profile) if args.resume else args.resume
-    args.after = [by_name(run, args.profile) for run in args.after]
+    if args.resume or args.after:  # jobs.tracking's imports only then: the dry run stays quick
+        from jobs.tracking import by_name
+
+        # A run's name, wherever the default profile or --profile puts runs (a path or a job id stays as it is).
+        args.resume = by_name(args.resume, args.profile) if args.resume else args.resume
+        args.after = [by_name(run, args.profile) for run in args.after]
     return args
 
 
@@ -165,6 +163,10 @@ def profile_for(args: argparse.Namespace) -> Profile:
 
 def after_jobs(run_dirs: list[str]) -> dict[str, str]:
     """The Slurm jobs of --after's runs (a sweep: its array job, once), each with the run it came from."""
+    if not run_dirs:
+        return {}
+    from jobs.tracking import find_all
+
     jobs: dict[str, str] = {}
     for run_dir in run_dirs:
         for _, target in find_all(run_dir):
@@ -418,6 +420,8 @@ def code_note(args: argparse.Namespace, folder: Path, code_dir: Path | None, sna
             else "not a git tree"
         )
         return f"code: this folder's as it is now ({what}); the run's earlier snapshot is kept in superseded/"
+    from jobs.status import code_line
+
     return (
         f"code: the run's own snapshot in {code_dir} ({code_line(folder)}); --current-code runs this folder's instead"
     )
@@ -684,6 +688,9 @@ def layout(nodes: int, gpus_per_node: int) -> str:
 
 def create_and_submit(request: Request) -> list:  # type: ignore[type-arg]
     """Write the run directories, then submit; on a refusal remove what was written."""
+    from jobs import launch  # here, not at the top, to keep --dry-run quick
+    from trainer.data import filelist  # (hashlib: OpenSSL)
+
     plan = request.plan
     if request.resuming:
         # config.yaml stays as it is: the job's rank 0 replaces it once it has loaded the checkpoint.
@@ -735,6 +742,8 @@ def write_provenance(request: Request) -> None:
         "profile": request.profile.flat() if request.profile is not None else None,
     }
     diff = git_diff(cwd) if record["git"] else ""
+    from jobs.remote import sync as remote_sync
+
     if (sent := remote_sync.origin(cwd)) is not None:  # a copy sent over SSH: the laptop's tree is the source
         record["submitted_from"], diff = sent
         record["git"], record["project_git"] = sent[0].get("git") or {}, sent[0].get("project_git") or {}
@@ -744,6 +753,8 @@ def write_provenance(request: Request) -> None:
 def write_job_record(run_dir: Path, job: Any, plan: Plan, profile: Profile | None) -> None:
     """job.json names the run's current job and the profile it runs with, as resolved (a --resume without
     --profile takes it up again); the jobs of earlier --resume's are kept in its `history`."""
+    from jobs import launch
+
     record = {"job_id": job.job_id, "executor": plan.executor, "log": str(launch.rank0_log(job)), "tasks": plan.tasks}
     if profile is not None:
         record["profile"] = profile.flat()
@@ -762,6 +773,8 @@ def over_ssh(argv: list[str]) -> int | None:
     args = parse_args(split_command(argv)[0])
     resume = remote_runs.load(args.resume) if args.resume and not args.dry_run else None
     if resume is not None:
+        from jobs.remote import submit as remote_submit  # (SSH, tar, threads): imported only to go there
+
         folder = remote_runs.record_folder(args.resume)
         return remote_submit.submit(argv, load_profile(DEFAULT_PROFILE), args.wait, resume, resume_folder=folder)
     if args.dry_run or (args.resume and not args.profile):
@@ -772,6 +785,8 @@ def over_ssh(argv: list[str]) -> int | None:
     if args.name is not None:
         check_name(args.name)  # a folder name here as there: never `..`, never a path
     name = args.name or new_run_dir(Path("."), run_label(split_command(argv)[1], args.overrides, profile)).name
+    from jobs.remote import submit as remote_submit
+
     return remote_submit.submit(argv, profile, args.wait, None, name=name)
 
 
@@ -811,6 +826,8 @@ def main(argv: list[str] | None = None) -> int:
         if request.plan.script is not None:
             print(f"# every task runs: {shlex.join(request.plan.script.commands[0])}")
         return 0
+    from jobs import launch  # here, not at the top: the dry run above needs none of it
+
     try:
         jobs = create_and_submit(request)
     finally:
@@ -844,6 +861,8 @@ def main(argv: list[str] | None = None) -> int:
 
 def wait_for(jobs: list, plan: Plan, folder: Path) -> int:  # type: ignore[type-arg]
     """--wait: follow rank 0's output, then report each job's outcome."""
+    from jobs import launch
+
     for job in jobs:
         launch.follow(job)
         if plan.executor == "slurm":

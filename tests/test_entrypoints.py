@@ -90,6 +90,20 @@ def test_submitting_does_not_import_torch() -> None:
     assert "#SBATCH --nodes=2" in result.stdout
 
 
+def test_a_dry_run_imports_only_what_it_prints() -> None:
+    """The dry run stays within issue 52's 2x `import submitit`: what only a submit, a wait or SSH needs
+    (launch, tracking, the local controller, the script runner, OpenSSL's hashlib) is imported where used."""
+    unused = "jobs.launch jobs.tracking jobs.local_controller jobs.remote.submit trainer.script hashlib".split()
+    code = (
+        "import sys, jobs.submit\n"
+        "jobs.submit.main(['--profile', 'example', '--dry-run', '--name', 'x'])\n"
+        f"print('imported:', [m for m in {unused!r} if m in sys.modules])\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert "imported: []" in result.stdout, result.stdout.splitlines()[-1]
+
+
 TORCH_FREE = ["trainer.config", "trainer.env", "trainer.requeue", "trainer.run", "trainer.supervise"]
 
 

@@ -9,7 +9,6 @@ one invocation, so a status or a follow pays the handshake once.
 """
 
 import contextlib
-import hashlib
 import os
 import re
 import shlex
@@ -167,6 +166,8 @@ def control_options(login: Login) -> list[str]:
         return []
     folder = Path(tempfile.gettempdir()) / f"slurm-ddp-ssh-{os.getuid()}"
     folder.mkdir(mode=0o700, exist_ok=True)
+    import hashlib  # here, not at the top: profiles import this module, and the dry run needs no OpenSSL
+
     # Per set of options too: a connection made with one key must not serve a profile that names another.
     options = hashlib.sha256("\0".join(login.ssh_options).encode()).hexdigest()[:8]
     return ["-o", "ControlMaster=auto", "-o", f"ControlPath={folder}/{options}-%C", "-o", "ControlPersist=60"]
