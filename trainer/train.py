@@ -79,26 +79,7 @@ def train(
     device = pick_device(env)
     torch.set_num_threads(env.cpus_per_task)
     with contextlib.ExitStack() as cleanup:
-        # Before the group forms: a rank frozen meanwhile is named by its heartbeat file, not blamed on rank 0.
-        watchdog = start_watchdog(config, env)
-        cleanup.callback(watchdog.stop)
-        top = live.Channel(Path(config.run_dir), watchdog.beats_now, env.attempt_key, env.world_size)
-        if env.is_main and watchdog.settings.enabled:  # jobs.top reads the heartbeats: none without the watchdog
-            cleanup.callback(top.start().stop)
-        watchdog.rendezvous_s = config.dist.timeout_s + 5.0
-        if config.dist.init_method == "file" and env.distributed:
-            store = rendezvous_file(env, Path(config.run_dir))
-            watchdog.rendezvous_hint = f": its store file {store} may be stale or damaged; delete it"
-        watchdog.enter("rendezvous")
-        watchdog.beat_now()  # the supervisor sees where rank 0 is even if the join holds every thread
-        group = process_group(env, config.dist.timeout_s, device, Path(config.run_dir), config.dist.init_method)
-        with watchdog.blaming(config.dist.timeout_s):  # a rank absent or frozen is named, not this one's timeout
-            cleanup.enter_context(group)
-        watchdog.enter("startup")
-        startup.mark("process_group_joined")
-        if (store := beat_store(env, config.dist.init_method)) is not None:
-            watchdog.use_store(store, env.first_node)  # off the shared filesystem from here on
-        cleanup.enter_context(watchdog.blaming(config.dist.timeout_s))  # a collective timed out: on whom it waited
+        watchdog, top = join(config, env, device, cleanup)
         run = setup(config, env, device, watchdog)
         resume(run, cause)
         task, model, ddp, optimizer, state = run.task, run.model, run.ddp, run.optimizer, run.state
@@ -109,16 +90,16 @@ def train(
         cleanup.callback(data.close)
         meter = IntervalMeter(device, config.batch_size * env.world_size, per_rank=run.stragglers is not None)
         progress = Progress(config.steps, state.step, enabled=env.is_main)
+        guard = Supervision(run, settings, stop_flag, top, progress)
 
         tick = run.started = time.perf_counter()
         first = state.step + 1
-        vote = StopVote(env, device, config.dist.stop_check_every)
         while state.step < config.steps:
-            watchdog.enter("data", state.step)  # the watchdog's view: where this rank is (no I/O)
+            guard.enter("data", state.step)  # the watchdog's view: where this rank is (no I/O)
             fetching = time.perf_counter()
             batch = to_device(next(data), device)
             loaded = time.perf_counter()
-            watchdog.enter("step")
+            guard.enter("step")
             with run.autocast:
                 loss, metrics = task.forward(ddp, batch)
             optimizer.zero_grad(set_to_none=True)
@@ -142,32 +123,85 @@ def train(
             log_images_if_due(run, step, batch)
             evaluate_if_due(run, step, progress)
             saved = run.checkpoints.save_if_due(state, config.steps)
-            # A collective too, started every stop_check_every steps and read a step later: all ranks stop (or
-            # save) at the same step. jobs.top's save request is taken when a vote starts.
-            if step < config.steps:
-                agreed = vote.at(step, stop_flag, top.take_save)
-            else:  # trained: the vote under way is read on every rank and set aside
-                agreed = vote.drain() and ""
-            if agreed == "save" and not saved:  # asked for with jobs.top: a checkpoint now, and train on
-                run.checkpoints.save(state)
-                if env.is_main:
-                    print(f"saved at step {step}, as jobs.top asked", flush=True)
-            if agreed == "stop":
-                watchdog.enter("requeue")
-                vote.drain()  # one started at this very step (stop_check_every=1): every rank reads it
-                if not saved:
-                    run.checkpoints.save(state)
-                run.checkpoints.wait()  # the checkpoint is on disk before anyone leaves
-                if run.attempts is not None:
-                    run.attempts.blocked_on_checkpoints(run.checkpoints.blocked_s)
-                requeued = decide(env, run.attempts, settings, step, run.files.path, device, stop_flag.raised_at)
-                progress.close()
-                run.logger.close()
-                raise leave(env, requeued)
-        watchdog.enter("finish")
+            guard.after_step(step, saved)  # the stop vote: train on, save now, or save and leave
+        guard.enter("finish")
         progress.close()
         run.checkpoints.wait()
         return finish(run)
+
+
+def join(
+    config: TrainConfig, env: DistEnv, device: torch.device, cleanup: contextlib.ExitStack
+) -> tuple[Watchdog, live.Channel]:
+    """This rank's watchdog and jobs.top's channel started, then the process group joined under the watchdog."""
+    # Before the group forms: a rank frozen meanwhile is named by its heartbeat file, not blamed on rank 0.
+    watchdog = start_watchdog(config, env)
+    cleanup.callback(watchdog.stop)
+    top = live.Channel(Path(config.run_dir), watchdog.beats_now, env.attempt_key, env.world_size)
+    if env.is_main and watchdog.settings.enabled:  # jobs.top reads the heartbeats: none without the watchdog
+        cleanup.callback(top.start().stop)
+    watchdog.rendezvous_s = config.dist.timeout_s + 5.0
+    if config.dist.init_method == "file" and env.distributed:
+        store = rendezvous_file(env, Path(config.run_dir))
+        watchdog.rendezvous_hint = f": its store file {store} may be stale or damaged; delete it"
+    watchdog.enter("rendezvous")
+    watchdog.beat_now()  # the supervisor sees where rank 0 is even if the join holds every thread
+    group = process_group(env, config.dist.timeout_s, device, Path(config.run_dir), config.dist.init_method)
+    with watchdog.blaming(config.dist.timeout_s):  # a rank absent or frozen is named, not this one's timeout
+        cleanup.enter_context(group)
+    watchdog.enter("startup")
+    startup.mark("process_group_joined")
+    if (store := beat_store(env, config.dist.init_method)) is not None:
+        watchdog.use_store(store, env.first_node)  # off the shared filesystem from here on
+    cleanup.enter_context(watchdog.blaming(config.dist.timeout_s))  # a collective timed out: on whom it waited
+    return watchdog, top
+
+
+class Supervision:
+    """The loop's supervision behind two hooks: `enter` (the watchdog's sections) and `after_step` (the stop
+    vote, with jobs.top's save request).
+
+    The hot path gains no work: `enter` is the watchdog's own bound method (a tuple assignment on purpose), and
+    `after_step` costs the one call that replaces building `top.take_save` anew at every step.
+    """
+
+    def __init__(
+        self, run: "Run", settings: JobSettings, stop_flag: StopFlag, top: live.Channel, progress: Progress
+    ) -> None:
+        self.run, self.settings, self.stop_flag, self.progress = run, settings, stop_flag, progress
+        self.enter = run.watchdog.enter
+        self.take_save = top.take_save
+        self.vote = StopVote(run.env, run.device, run.config.dist.stop_check_every)
+
+    def after_step(self, step: int, saved: bool) -> None:
+        """The stop vote at `step`: train on, save now (jobs.top asked), or save and leave for a requeue."""
+        # A collective, started every stop_check_every steps and read a step later: all ranks stop (or save) at
+        # the same step. jobs.top's save request is taken when a vote starts.
+        if step < self.run.config.steps:
+            agreed = self.vote.at(step, self.stop_flag, self.take_save)
+        else:  # trained: the vote under way is read on every rank and set aside
+            agreed = self.vote.drain() and ""
+        if agreed == "save" and not saved:  # asked for with jobs.top: a checkpoint now, and train on
+            self.run.checkpoints.save(self.run.state)
+            if self.run.env.is_main:
+                print(f"saved at step {step}, as jobs.top asked", flush=True)
+        if agreed == "stop":
+            self.requeue(step, saved)
+
+    def requeue(self, step: int, saved: bool) -> None:
+        """Every rank saves at this same step and leaves: for a requeue, or out, as `decide` rules."""
+        run, env = self.run, self.run.env
+        run.watchdog.enter("requeue")
+        self.vote.drain()  # one started at this very step (stop_check_every=1): every rank reads it
+        if not saved:
+            run.checkpoints.save(run.state)
+        run.checkpoints.wait()  # the checkpoint is on disk before anyone leaves
+        if run.attempts is not None:
+            run.attempts.blocked_on_checkpoints(run.checkpoints.blocked_s)
+        requeued = decide(env, run.attempts, self.settings, step, run.files.path, run.device, self.stop_flag.raised_at)
+        self.progress.close()
+        run.logger.close()
+        raise leave(env, requeued)
 
 
 def start_watchdog(config: TrainConfig, env: DistEnv) -> Watchdog:
