@@ -119,21 +119,8 @@ def run(
         # finished before the signal came says so too, or rank 0 would wait out PEER_WAIT_S past the limit.
         write_text(exited / exit_word(env.attempt_key, env.rank), str(ended.code))
     if ended.code == REQUEUE_EXIT or ended.signalled:
-        # Asked for (exit 144), or the command ended after the requeue signal, whatever its code: it saved what
-        # it could and stopped (an exit 0 from a handler too: Lightning's), or was stopped for the requeue
-        # (no handler, or past its grace). The tool cannot know it had finished its work: it is requeued, and
-        # a command that resumes from its own save finishes at once. Requeue, neither fail nor finish.
-        if attempts is None:
-            if finished_by_rank_0(folder):  # the signal came as the commands ended: rank 0 finished the run
-                return
-            raise leave(env, True)
-        # Each rank saves on its own signal; a requeue now would kill a peer still saving. Wait for them
-        # (bounded: a peer that never got the signal must not hold the job until its time limit).
-        deadline = time.monotonic() + PEER_WAIT_S
-        while len(list(exited.glob(f"{env.attempt_key}_rank_*"))) < env.world_size and time.monotonic() < deadline:
-            time.sleep(0.1)
-        requeued = record_stop(env, attempts, settings, None, folder, ended.signalled_at)
-        raise leave(env, requeued)
+        _stop_for_requeue(env, attempts, settings, folder, ended)  # it returns when rank 0 had finished the run
+        return
     if ended.code != 0:
         failures.record(folder, failure(command, ended, env))
         raise SystemExit(1)
@@ -144,6 +131,28 @@ def run(
         # The command's own start-up (imports, its process group) counts as training: the tool cannot see it.
         parts = ledger.of_run(folder, attempts.items, attempts.items[-1]["stop"]["time"], env.world_size)
         write_text(RunDir(folder).summary, _json(summary | script_totals(attempts) | {"ledger": parts}))
+
+
+def _stop_for_requeue(
+    env: DistEnv, attempts: Attempts | None, settings: JobSettings, folder: Path, ended: "Ended"
+) -> None:
+    """Leave for a requeue (rank 0 first waits for its peers' exit words), unless rank 0 finished the run."""
+    # Asked for (exit 144), or the command ended after the requeue signal, whatever its code: it saved what
+    # it could and stopped (an exit 0 from a handler too: Lightning's), or was stopped for the requeue
+    # (no handler, or past its grace). The tool cannot know it had finished its work: it is requeued, and
+    # a command that resumes from its own save finishes at once. Requeue, neither fail nor finish.
+    if attempts is None:
+        if finished_by_rank_0(folder):  # the signal came as the commands ended: rank 0 finished the run
+            return
+        raise leave(env, True)
+    # Each rank saves on its own signal; a requeue now would kill a peer still saving. Wait for them
+    # (bounded: a peer that never got the signal must not hold the job until its time limit).
+    exited = RunDir(folder).exits
+    deadline = time.monotonic() + PEER_WAIT_S
+    while len(list(exited.glob(f"{env.attempt_key}_rank_*"))) < env.world_size and time.monotonic() < deadline:
+        time.sleep(0.1)
+    requeued = record_stop(env, attempts, settings, None, folder, ended.signalled_at)
+    raise leave(env, requeued)
 
 
 SIGNAL_LAG_S = 3.0  # how long after its peer a node's task may see the requeue signal (the fan-out, a poll)
@@ -394,20 +403,9 @@ def _run(
     log = StderrTail()
     progress = progress_path()
     reported.path = progress
-    # torch's error file, as torchrun gives each worker one: a script whose main is wrapped in torch's @record
-    # (torchtitan's is), or torchrun itself, writes its exception and traceback there. Node-local, like progress.
-    error_file = Path(f"{progress}.error.json")
-    error_file.unlink(missing_ok=True)  # a process before this one, with the same pid, left it
-    given = variables(env, run_dir, settings) | {PROGRESS_ENV: progress, ERROR_FILE_ENV: str(error_file)}
-    try:
-        child = subprocess.Popen(
-            command,
-            cwd=cwd,
-            env=command_environment(os.environ, given),
-            preexec_fn=relay.die_with_parent,
-        )
-    except OSError as exc:  # not found, not executable: the rank says so, as a shell would
-        return Ended(127 if isinstance(exc, FileNotFoundError) else 126, cannot_start=exc.strerror or str(exc))
+    child, error_file = _launch(command, cwd, env, run_dir, settings, progress)
+    if isinstance(child, Ended):  # it could not start
+        return child
     # On Slurm the batch step, not this task, gets the signal: its node-local copy here, the shared file after.
     if env.attempt:
         relay.watch(Attempt.of(env.attempt).node_signal, requeue, fallback=Attempt.of(env.attempt).signal)
@@ -418,17 +416,7 @@ def _run(
     over = False  # the command outlived its grace after the requeue signal, and was stopped
     while (code := _wait(child, 0.1)) is None:
         reported.look(time.monotonic())
-        for signum in sorted(set(received) - acted):
-            acted.add(signum)
-            if signum == requeue:
-                _pass_on(child.pid, requeue, lambda: _stop_together(Path(run_dir), env))
-            else:
-                relay.stop_tree(child.pid)
-        if requeue in received and not over and time.time() - received[requeue] > settings.grace_s:
-            over = True  # it took the signal and kept going (a handler that logs a line): the job still ends
-            name = signal.Signals(requeue).name
-            print(f"requeue signal: the command still runs {settings.grace_s:g} s after {name}; stopping it to requeue")
-            relay.stop_tree(child.pid)
+        over = _act_on_signals(child, received, acted, settings, Path(run_dir), env, over)
         if settings.script_hang_s and not hung and time.monotonic() - checked >= CHECK_S:
             checked = time.monotonic()
             pids = relay.tree(child.pid)
@@ -452,6 +440,53 @@ def _run(
     if settings.script_hang_s:
         _beat(run_dir, None, env.rank)
     return Ended(code, received.get(requeue), terminated, error, words, hung=hung, culprit=stuck)
+
+
+def _launch(
+    command: list[str], cwd: str, env: DistEnv, run_dir: str, settings: JobSettings, progress: str
+) -> tuple["subprocess.Popen[bytes] | Ended", Path]:
+    """The command started with the job's variables (or why it could not start), and its error file's path."""
+    # torch's error file, as torchrun gives each worker one: a script whose main is wrapped in torch's @record
+    # (torchtitan's is), or torchrun itself, writes its exception and traceback there. Node-local, like progress.
+    error_file = Path(f"{progress}.error.json")
+    error_file.unlink(missing_ok=True)  # a process before this one, with the same pid, left it
+    given = variables(env, run_dir, settings) | {PROGRESS_ENV: progress, ERROR_FILE_ENV: str(error_file)}
+    try:
+        child = subprocess.Popen(
+            command,
+            cwd=cwd,
+            env=command_environment(os.environ, given),
+            preexec_fn=relay.die_with_parent,
+        )
+    except OSError as exc:  # not found, not executable: the rank says so, as a shell would
+        code = 127 if isinstance(exc, FileNotFoundError) else 126
+        return Ended(code, cannot_start=exc.strerror or str(exc)), error_file
+    return child, error_file
+
+
+def _act_on_signals(
+    child: subprocess.Popen[bytes],
+    received: dict[int, float],
+    acted: set[int],
+    settings: JobSettings,
+    run_dir: Path,
+    env: DistEnv,
+    over: bool,
+) -> bool:
+    """The signals received since the last look passed on to the command; whether it outlived its grace."""
+    requeue = settings.signum
+    for signum in sorted(set(received) - acted):
+        acted.add(signum)
+        if signum == requeue:
+            _pass_on(child.pid, requeue, lambda: _stop_together(run_dir, env))
+        else:
+            relay.stop_tree(child.pid)
+    if requeue in received and not over and time.time() - received[requeue] > settings.grace_s:
+        over = True  # it took the signal and kept going (a handler that logs a line): the job still ends
+        name = signal.Signals(requeue).name
+        print(f"requeue signal: the command still runs {settings.grace_s:g} s after {name}; stopping it to requeue")
+        relay.stop_tree(child.pid)
+    return over
 
 
 BEAT_S = 5.0  # a -- COMMAND rank's heartbeat: one small file every 5 s on the shared filesystem
