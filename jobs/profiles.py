@@ -126,6 +126,13 @@ def need(ok: object, message: str) -> None:
         raise UserError(message)
 
 
+def need_entry(key: object, value: object, name: re.Pattern[str], bad_key: str, bad_value: str) -> None:
+    """One entry of a mapping the batch script spells out (sbatch_args, env): a key of the `name` pattern, and a
+    single value; each message a template of {key} and {value}."""
+    need(isinstance(key, str) and name.fullmatch(key), bad_key.format(key=key, value=value))
+    need(value is not None and not isinstance(value, list | dict), bad_value.format(key=key, value=value))
+
+
 def check_text(section: object) -> None:
     """Refuse text that would change the meaning of the generated sbatch script."""
     for name, value in _text_values(section):
@@ -272,13 +279,12 @@ class Slurm:
         need(self.array_parallelism >= 0, NEGATIVE)
         check_text(self)
         for key, value in self.sbatch_args.items():
-            need(
-                isinstance(key, str) and SBATCH_KEY.fullmatch(key),
-                f"sbatch_args key {key!r} is not an sbatch option name; use e.g. mail-type (no dashes before, no spaces)",
-            )
-            need(
-                value is not None and not isinstance(value, list | dict),
-                f"sbatch_args.{key}: {value!r} is not a single value; give text or a number",
+            need_entry(
+                key,
+                value,
+                SBATCH_KEY,
+                "sbatch_args key {key!r} is not an sbatch option name; use e.g. mail-type (no dashes before, no spaces)",
+                "sbatch_args.{key}: {value!r} is not a single value; give text or a number",
             )
 
     # Kept as a value (Profile's check at load fills it): the plan (jobs.plan) builds the batch script from it
@@ -319,13 +325,12 @@ class Environment:
 
     def _check_variable(self, key: object, value: object) -> None:
         """env keys become shell names: they must be nothing more, and none the tool sets itself."""
-        need(
-            isinstance(key, str) and ENV_KEY.fullmatch(key),
-            f"env key {key!r} is not a variable name; use letters, digits and _ (e.g. NCCL_DEBUG)",
-        )
-        need(
-            value is not None and not isinstance(value, list | dict),
-            f"env.{key}: {value!r} is not a single value; give text or a number, e.g. {key}: '1'",
+        need_entry(
+            key,
+            value,
+            ENV_KEY,
+            "env key {key!r} is not a variable name; use letters, digits and _ (e.g. NCCL_DEBUG)",
+            "env.{key}: {value!r} is not a single value; give text or a number, e.g. {key}: '1'",
         )
         if (why := tool_owned(str(key))) is not None:
             raise UserError(f"env: {key} is {why}; a value of yours would break the job: drop it")
