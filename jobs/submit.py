@@ -269,28 +269,8 @@ def prepare(argv: list[str] | None) -> Request:
     given = tuple(argv)
     argv, command = split_command(argv)
     args = parse_args(argv)
-    if args.current_code and not args.resume:
-        raise UserError(
-            "--current-code goes with --resume RUN_DIR (a new run always takes this folder's code); drop it"
-        )
-    if args.restart_args is not None and (not command or args.resume):
-        raise UserError("--restart-args goes with a new -- COMMAND (a --resume keeps the run's own); drop it")
-    profile = profile_for(args).with_overrides(
-        nodes=args.nodes,
-        gpus_per_node=args.gpus_per_node,
-        timeout_min=args.time,
-        partition=args.partition,
-        array_parallelism=args.array_parallelism,
-    )
-    after = after_jobs(args.after)
-    profile = oneoff.apply(profile, args.dependency, list(after), args.env, args.mail)
-    if profile.executor == "slurm" and not args.dry_run:  # a --dry-run prints the script, asking Slurm nothing
-        if shutil.which("sbatch") is None:
-            raise UserError("sbatch not found: run on a Slurm login node, or use --profile local")
-        check_dependency(args.dependency, after)
-        check_partition(profile)
-    if profile.remote.login:  # a --dry-run of a profile for another machine: the script as the cluster would run it
-        profile = profile.with_overrides(run_root=profile.remote.remote_root)
+    check_code_flags(args, command)
+    profile = request_profile(args)
     run_root = run_root_of(profile)
     points = sweep_points(args.sweep) if args.sweep else [[]]
     if args.name is not None:
@@ -324,11 +304,7 @@ def prepare(argv: list[str] | None) -> Request:
     if not args.resume:
         folder = run_root / args.name if args.name else new_run_dir(run_root, section(configs[0].task))
         snapshot, code_dir = code_for(args, profile, folder, run_root)
-    if len(configs) == 1:
-        run_dirs = [folder]
-    else:
-        run_dirs = [folder / point_name(i, point) for i, point in enumerate(points)]
-    configs = [dataclasses.replace(c, run_dir=str(d)) for c, d in zip(configs, run_dirs, strict=True)]
+    configs = with_run_dirs(configs, folder, points)
     lists: dict[tuple[str, str], list[str]] = {}
     if not args.dry_run:
         world_size = profile.resources.nodes * profile.resources.tasks_per_node  # a process per GPU (gpus_per_task)
@@ -346,6 +322,46 @@ def prepare(argv: list[str] | None) -> Request:
     request = Request(plan, folder, wait, args.dry_run, bool(args.resume), finished, snapshot, profile, given)
     note = code_note(args, folder, code_dir, snapshot) if args.resume else ""
     return dataclasses.replace(request, lists=lists if not args.dry_run and not args.resume else {}, code_note=note)
+
+
+def check_code_flags(args: argparse.Namespace, command: list[str]) -> None:
+    """--current-code and --restart-args where they mean something, else refused."""
+    if args.current_code and not args.resume:
+        raise UserError(
+            "--current-code goes with --resume RUN_DIR (a new run always takes this folder's code); drop it"
+        )
+    if args.restart_args is not None and (not command or args.resume):
+        raise UserError("--restart-args goes with a new -- COMMAND (a --resume keeps the run's own); drop it")
+
+
+def request_profile(args: argparse.Namespace) -> Profile:
+    """The profile with the command line's overrides and one-off settings, checked against Slurm when it submits."""
+    profile = profile_for(args).with_overrides(
+        nodes=args.nodes,
+        gpus_per_node=args.gpus_per_node,
+        timeout_min=args.time,
+        partition=args.partition,
+        array_parallelism=args.array_parallelism,
+    )
+    after = after_jobs(args.after)
+    profile = oneoff.apply(profile, args.dependency, list(after), args.env, args.mail)
+    if profile.executor == "slurm" and not args.dry_run:  # a --dry-run prints the script, asking Slurm nothing
+        if shutil.which("sbatch") is None:
+            raise UserError("sbatch not found: run on a Slurm login node, or use --profile local")
+        check_dependency(args.dependency, after)
+        check_partition(profile)
+    if profile.remote.login:  # a --dry-run of a profile for another machine: the script as the cluster would run it
+        profile = profile.with_overrides(run_root=profile.remote.remote_root)
+    return profile
+
+
+def with_run_dirs(configs: list[TrainConfig], folder: Path, points: list[list[str]]) -> list[TrainConfig]:
+    """Each config's run directory: the run's folder, or for a sweep a folder per point inside it."""
+    if len(configs) == 1:
+        run_dirs = [folder]
+    else:
+        run_dirs = [folder / point_name(i, point) for i, point in enumerate(points)]
+    return [dataclasses.replace(c, run_dir=str(d)) for c, d in zip(configs, run_dirs, strict=True)]
 
 
 def resolve_all(configs: list[TrainConfig], sample_root: Path, world_size: int) -> list[TrainConfig]:
