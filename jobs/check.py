@@ -28,7 +28,7 @@ import submitit
 
 from jobs import launch
 from jobs.plan import make_plan
-from jobs.profiles import load_profile, run_root_of
+from jobs.profiles import Profile, load_profile, run_root_of
 from jobs.snapshot import copy, plan_snapshot
 from jobs.submit import check_partition, has_local_gpus
 from jobs.tracking import TERMINAL, Target, info, start_failure
@@ -140,8 +140,8 @@ def table(out: list[Row]) -> str:
     return "\n".join("  ".join(c[i].ljust(widths[i]) for i in range(3)) + "  " + c[3] for c in cells)
 
 
-@one_line_errors
-def main(argv: list[str] | None = None) -> int:
+def check_profile(argv: list[str] | None) -> Profile:
+    """The profile named on the command line, with the check's own limits: one short attempt, no restarts."""
     parser = argparse.ArgumentParser(prog="python -m jobs.check", description=__doc__.splitlines()[0])
     parser.add_argument("--profile", required=True, help="profile name in cluster_profiles/ or a YAML path")
     parser.add_argument("--nodes", type=int)
@@ -157,6 +157,12 @@ def main(argv: list[str] | None = None) -> int:
     profile = profile.with_overrides(restarts_in_job=0, requeue_on_failure=0, spare_nodes=0, timeout_min=10)
     if profile.executor == "slurm":
         check_partition(profile)  # more nodes or time than the partition has: the check's job would pend for ever
+    return profile
+
+
+@one_line_errors
+def main(argv: list[str] | None = None) -> int:
+    profile = check_profile(argv)
     run_root = run_root_of(profile)
     make_run_root(run_root)
     folder = run_root / f"check-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(2)}"
