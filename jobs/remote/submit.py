@@ -144,15 +144,7 @@ def submit(
             f"the cluster's python ({hello['python']!s}) cannot import {', '.join(map(str, hello['missing']))}: install the "
             "project's dependencies there (pip install -e . in a clone), or set python: in the profile"
         )
-    if resume and "--current-code" not in argv:  # in the run's own snapshot, with the profile it ran with
-        args = with_resume(argv, resume.run_dir)
-        cwd = resume.cwd
-    elif resume:  # --current-code: this folder's code, sent as for a new run, resumed from there
-        cwd = send_folder(connection, login, profile, root)
-        args = with_resume(argv, resume.run_dir)
-    else:
-        cwd = send_folder(connection, login, profile, root)
-        args = with_name(with_profile(argv, PROFILE), name)  # relative: the submit there runs in that copy
+    cwd, args = code_and_args(connection, login, profile, root, argv, resume, name)
     run_dir = resume.run_dir if resume else f"{root}/{name}"
     fresh = (profile.code.snapshot and not resume) or "--current-code" in argv
     where = f"{run_dir}/code" if fresh else cwd
@@ -185,6 +177,24 @@ def submit(
     runs.save(folder, run)
     print(f"here:          {folder} (jobs.status, jobs.logs, jobs.wait, jobs.fetch take it or its name)", flush=True)
     return follow.wait(run) if wait else 0
+
+
+def code_and_args(
+    connection: Connection,
+    login: Login,
+    profile: Profile,
+    root: str,
+    argv: list[str],
+    resume: RemoteRun | None,
+    name: str,
+) -> tuple[str, list[str]]:
+    """Where the submit there runs (the code sent now, or a resumed run's own copy), and its arguments."""
+    if resume and "--current-code" not in argv:  # in the run's own snapshot, with the profile it ran with
+        return resume.cwd, with_resume(argv, resume.run_dir)
+    cwd = send_folder(connection, login, profile, root)
+    if resume:  # --current-code: this folder's code, sent as for a new run, resumed from there
+        return cwd, with_resume(argv, resume.run_dir)
+    return cwd, with_name(with_profile(argv, PROFILE), name)  # relative: the submit there runs in that copy
 
 
 class Unsettled(UserError):
