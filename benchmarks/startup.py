@@ -66,7 +66,7 @@ adamw.step()
 loss.item()
 stepped = time.time()
 if rank == 0:
-    # As ours (trainer.supervise.procfs.start_time): back from now by the uptime, not from /proc/stat's
+    # As ours (trainer.run.procfs.start_time): back from now by the uptime, not from /proc/stat's
     # boot time in whole seconds (that put the bare script's start up to 1 s early).
     ticks = int(Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()[19])
     uptime = float(Path("/proc/uptime").read_text().split()[0])

@@ -1,4 +1,4 @@
-"""This machine's processes read from /proc (trainer.supervise.procfs), against real processes: one whose name
+"""This machine's processes read from /proc (trainer.run.procfs), against real processes: one whose name
 holds a space and a parenthesis, one that ended, a zombie."""
 
 import os
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from trainer.supervise import procfs
+from trainer.run import procfs
 
 pytestmark = pytest.mark.skipif(not procfs.available(), reason="no /proc here")
 

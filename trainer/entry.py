@@ -13,9 +13,9 @@ from trainer.env.attempt import Attempt, mark_stopped
 from trainer.env.launcher import DistEnv, resolve
 from trainer.env.rendezvous import agree_port
 from trainer.errors import UserError
-from trainer.run import failures, provenance, startup
+from trainer.run import failures, procfs, provenance, startup
 from trainer.run.rundir import RunDir
-from trainer.supervise import live, procfs, relay
+from trainer.supervise import live, relay
 from trainer.supervise.flag import StopFlag
 from trainer.supervise.signals import JobSettings
 

@@ -36,10 +36,10 @@ from trainer.env.rendezvous import agree_port
 from trainer.errors import UserError
 from trainer.imports import user_imports
 from trainer.requeue import PROGRESS_ENV, REQUEUE_EXIT
-from trainer.run import failures, ledger, provenance
+from trainer.run import failures, ledger, procfs, provenance
 from trainer.run.atomic import write_text
 from trainer.run.rundir import RunDir
-from trainer.supervise import procfs, relay, signals
+from trainer.supervise import relay, signals
 from trainer.supervise.attempts import Attempts, leave, record_stop
 from trainer.supervise.signals import JobSettings
 from trainer.supervise.watchdog import CHECK_S, Beat, CommandWatch, culprit, progress_path, read_beats

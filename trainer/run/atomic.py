@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import IO, Any, BinaryIO
 
 from trainer.errors import UserError
-from trainer.supervise import procfs
+from trainer.run import procfs
 
 
 def current_umask() -> int:

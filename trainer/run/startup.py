@@ -6,7 +6,7 @@ an attempt was slow to start (a torch import from a slow filesystem, a process g
 
 import time
 
-from trainer.supervise.procfs import start_time
+from trainer.run.procfs import start_time
 
 MARKS: dict[str, float] = {}
 

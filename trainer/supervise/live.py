@@ -23,9 +23,9 @@ from pathlib import Path
 from typing import Any
 
 from trainer.errors import UserError
+from trainer.run import procfs
 from trainer.run.atomic import json_or_none, write_text
 from trainer.run.rundir import RunDir
-from trainer.supervise import procfs
 from trainer.supervise.stacks import DUMP_SIGNAL
 
 WATCHED_S = 5.0  # a request older than this: nobody watches any more

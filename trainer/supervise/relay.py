@@ -22,7 +22,7 @@ import threading
 import time
 from pathlib import Path
 
-from trainer.supervise import procfs
+from trainer.run import procfs
 
 POLL_S = 0.2
 FALLBACK_S = 10.0  # a task's look at the shared signal file: 0.1 metadata calls a second

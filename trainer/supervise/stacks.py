@@ -24,8 +24,9 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from trainer.run import procfs
 from trainer.run.atomic import json_or_none
-from trainer.supervise import procfs, relay
+from trainer.supervise import relay
 
 DUMP_SIGNAL = signal.SIGURG  # faulthandler's, in every rank of the trainer (trainer.supervise.live)
 PY_SPY_S = 60  # one rank's dump; py-spy pauses the process while it reads it

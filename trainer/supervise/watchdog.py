@@ -32,10 +32,9 @@ from typing import Protocol, TypeVar
 
 from trainer.config.schema import HangConfig
 from trainer.errors import UserError
-from trainer.run import failures
+from trainer.run import failures, procfs
 from trainer.run.atomic import write_text
 from trainer.run.rundir import RunDir
-from trainer.supervise import procfs
 from trainer.supervise.watch import write_beat
 
 HANG_EXIT = 75  # what a rank that detected a hang exits with
