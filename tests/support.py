@@ -29,18 +29,23 @@ T = TypeVar("T")
 # Waiting: poll a condition, never sleep a guessed time.
 
 
-def poll(what: str, condition: Callable[[], T], timeout: float = 120, every: float = 0.1) -> T:
-    """condition()'s first true value, checked every `every` seconds; fails after `timeout`."""
+def poll(
+    what: str, condition: Callable[[], T], timeout: float = 120, every: float = 0.1, explain: Callable[[], str] = str
+) -> T:
+    """condition()'s first true value, checked every `every` seconds; fails after `timeout`, saying `explain()`."""
     deadline = time.monotonic() + timeout
     while not (value := condition()):
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        assert time.monotonic() < deadline, f"timed out waiting for {what} {explain()}"
         time.sleep(every)
     return value
 
 
 def poll_cluster(what: str, condition: Callable[[], T], timeout: float = 120) -> T:
-    """poll for the Slurm tests: each check may ask the cluster (squeue, jobs.status), so not too often."""
-    return poll(what, condition, timeout, every=0.5)
+    """poll for the Slurm tests: each check may ask the cluster (squeue, jobs.status), so not too often; a time-out
+    says what the queue, the nodes and the job steps were then."""
+    from tests.slurm.cluster import describe
+
+    return poll(what, condition, timeout, every=0.5, explain=describe)
 
 
 def process_start(pid: int) -> int | None:

@@ -360,6 +360,10 @@ def steps_left(job_id: str) -> bool:
     return any(f"[{job_id}." in line for line in own_steps())
 
 
+# The states of a requeued job that waits to run again: held ones too, as after a relaunch that failed.
+WAITING = ("PENDING", "REQUEUE_HOLD", "SPECIAL_EXIT")
+
+
 def squeue_state(job_id: str) -> str:
     """The job's state as squeue shows it; empty once the job has left the queue."""
     return _run("squeue", "-h", "-j", job_id, "-o", "%T", check=False).stdout.strip()
@@ -406,7 +410,7 @@ def release_when_requeued(*job_ids: str, seen_pending: bool = False) -> None:
     nodes to be idle before the next (seen in CI: four jobs preempted at once, the first ran 60 s).
     `seen_pending`: the caller saw them pending already (one may have started on its own since: nothing to do)."""
     if not seen_pending:
-        pending = lambda: all(squeue_state(job) == "PENDING" for job in job_ids)  # noqa: E731
+        pending = lambda: all(squeue_state(job) in WAITING for job in job_ids)  # noqa: E731
         wait_for("the jobs to be pending again", pending, timeout=90, explain=describe)
     # slurmd compares credential times in whole seconds: a restart within the second of the requeue is
     # killed as "Job credential revoked". Slurm's own 120 s delay avoids that; we wait for the clock instead.
@@ -414,11 +418,14 @@ def release_when_requeued(*job_ids: str, seen_pending: bool = False) -> None:
     wait_for("the next second", lambda: int(time.time()) > requeued_at + 1, timeout=5)
 
     def released() -> bool:
-        waiting = [job for job in job_ids if squeue_state(job) == "PENDING"]
+        waiting = [job for job in job_ids if squeue_state(job) in WAITING]
         if not waiting:
             return True  # they started or ended meanwhile: nothing is left to release
         if node_states() != ["idle", "idle"] or any(steps_left(job) for job in job_ids):
             return False
+        # A relaunch that failed while a node came back leaves the job held ("launch failed requeued held"):
+        # an admin's `scontrol release`, then its start time (seen once in CI: held until the test's time-out).
+        _run("scontrol", "release", ",".join(waiting), check=False)
         update = ["scontrol", "update", f"jobid={','.join(waiting)}", "StartTime=now"]
         return _run(*update, check=False).returncode == 0
 

@@ -468,7 +468,7 @@ def test_a_lost_node_is_recorded_as_a_node_failure(tmp_path: Path, sample_root: 
         # job more than once as node2 comes back.
         if "down" in " ".join(cluster.node_states()):
             subprocess.run(["scontrol", "update", "nodename=node2", "state=resume"], capture_output=True)
-        elif squeue_state(job) == "PENDING":
+        elif squeue_state(job) in cluster.WAITING:
             seen.append(cli("jobs.status", str(run_dir)).stdout)
             release_when_requeued(job, seen_pending=True)
         finished = RunDir(run_dir).finished()
