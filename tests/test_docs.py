@@ -159,9 +159,8 @@ def test_every_markdown_file_reads_in_short_paragraphs_and_the_readme_is_short()
     assert (ROOT / "README.md").stat().st_size <= 10_000
 
 
-@pytest.mark.xfail(strict=True, reason="issue 52 point 7: all Markdown is about 120 KB, not yet 100 KB")
 def test_all_markdown_together_is_at_most_100_kb() -> None:
-    """Strict: once the docs fit, this passes, the xfail fails, and the mark must go."""
+    """A guide, not a notebook: what the generated reference pages say is linked, not told again."""
     assert sum((ROOT / name).stat().st_size for name in markdown_files()) <= 100_000
 
 
