@@ -19,6 +19,7 @@ TINY = [
     ["top_cost.py", "--rounds", "1", "--steps", "80"],
     ["hang_naming.py", "--only", "one-rank"],
     ["resume_memory.py", "--width", "4", "--rounds", "1"],
+    ["decode_speed.py", "--rounds", "1", "--epochs", "1", "--pairs", "32"],
 ]
 
 

@@ -1,7 +1,7 @@
 """Images to uint8 tensors for the datasets: torchvision.io for PNG and JPEG, Pillow for everything else.
 
 torchvision.io decodes straight into a tensor (libpng, libjpeg-turbo): no PIL image in between, no copy out
-of it (both decoders were measured side by side: benchmarks/RESULTS.md, decoding). Pillow stays the fallback for the
+of it (both decoders side by side: benchmarks/decode_speed.py). Pillow stays the fallback for the
 formats torchvision.io lacks (BMP, TIFF, PPM, ...) and for any file it refuses, so that what Pillow could read
 before is still read. An unreadable image raises OSError, which the datasets hand to data.bad_images.
 """
@@ -22,7 +22,7 @@ try:
 
     # The op that torchvision.io.decode_image calls, called directly: the wrapper logs API usage and warns of
     # its deprecation (TorchCodec supersedes it from torchvision 0.29) on every call, which took a 64 px JPEG
-    # from 131 to 223 us (one process, timeit, 100 pairs; see benchmarks/RESULTS.md).
+    # from 131 to 223 us (one process, timeit, 100 pairs).
     DECODE, RGB = torch.ops.image.decode_image, ImageReadMode.RGB.value
 except (ImportError, AttributeError, RuntimeError):  # a torchvision without its decoders: Pillow for all
     DECODE, RGB = None, 0

@@ -21,7 +21,7 @@ class PairsDataset(Dataset[torch.Tensor]):
 
     uint8 is a quarter of float32's bytes between workers and to the device; one tensor rather than two
     halves the shared-memory handoffs per batch, which cost the loader about 15% of its throughput here
-    (measured when the pipeline was tuned: benchmarks/RESULTS.md, decoding). Channels last because the decoders write (H, W, 3): stacking their output
+    (measured when the pipeline was tuned: git log -p benchmarks/RESULTS.md). Channels last because the decoders write (H, W, 3): stacking their output
     is then a plain copy, where stacking the (3, H, W) views they return cost as much as decoding a JPEG.
     The layout change and the scaling to [-1, 1] happen on the device, on whole batches (`to_unit`).
     """
