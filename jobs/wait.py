@@ -5,8 +5,7 @@ have (0: finished; 1: failed, with the first failure's line). For any executor, 
 import argparse
 import sys
 
-from jobs import launch
-from jobs.remote import follow
+from jobs.ops import follow, launch
 from jobs.tracking import TERMINAL, Target, add_run_arguments, by_name, find_all, info, tail
 from trainer.errors import UserError, one_line_errors
 

@@ -6,6 +6,7 @@ import io
 import os
 import shutil
 import subprocess
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -255,3 +256,19 @@ def target_outcome(target: Target, results: Callable[[], Any] | None = None) -> 
     if run_dir is None or not RunDir(run_dir).finished():
         return f"job {target.job_id} ended without a finished summary; see {log}"
     return None
+
+
+def wait_for(jobs: list, plan: Plan, folder: Path) -> int:  # type: ignore[type-arg]
+    """--wait: follow rank 0's output, then report each job's outcome."""
+    for job in jobs:
+        follow(job)
+        if plan.executor == "slurm":
+            settle(job)
+    failed = [f for job, d in zip(jobs, plan.run_dirs, strict=True) if (f := outcome(job, d, plan.executor))]
+    if failed:
+        first = failed[0]
+        print(first if first.startswith(CANCELLED) else f"error: {first}", file=sys.stderr)
+        return 1
+    wrote_events = plan.script is None or bool(RunDir(folder).event_files())  # what jobs.picture draws
+    print(f"finished; TensorBoard: tensorboard --logdir {folder}" if wrote_events else "finished")
+    return 0
