@@ -28,7 +28,7 @@ from jobs.ops.prepare import check_partition, has_local_gpus
 from jobs.plan import make_plan
 from jobs.profiles import Profile, load_profile, run_root_of
 from jobs.snapshot import copy, plan_snapshot
-from jobs.tracking import TERMINAL, Target, info
+from jobs.tracking import TERMINAL, Target, aligned, info
 from trainer import preflight  # the tasks' side (torch only inside its functions)
 from trainer.errors import UserError, one_line_errors
 from trainer.run.prepare import make_run_root
@@ -40,8 +40,7 @@ def table(out: list[Row]) -> str:
         ("node", "check", "result", "detail"),
         *[(r.node, r.check, "ok" if r.ok else "FAIL", r.detail) for r in out],
     ]
-    widths = [max(len(c[i]) for c in cells) for i in range(3)]
-    return "\n".join("  ".join(c[i].ljust(widths[i]) for i in range(3)) + "  " + c[3] for c in cells)
+    return "\n".join(aligned(cells))
 
 
 def check_profile(argv: list[str] | None) -> Profile:

@@ -11,16 +11,13 @@ from typing import Any
 
 from jobs.ops.listing import COLUMNS, all_rows, far_rows
 from jobs.remote import runs
-from jobs.tracking import printable
+from jobs.tracking import aligned, printable
 from trainer.errors import one_line_errors
 
 
 def table(rows: list[dict[str, Any]]) -> str:
     cells = [COLUMNS, *[tuple(printable(str(r.get(c, "")), escaped=True) for c in COLUMNS) for r in rows]]
-    widths = [max(len(c[i]) for c in cells) for i in range(len(COLUMNS) - 1)]
-    return "\n".join(
-        ("  ".join(v.ljust(w) for v, w in zip(c[:-1], widths, strict=True)) + "  " + c[-1]).rstrip() for c in cells
-    )
+    return "\n".join(aligned(cells))
 
 
 @one_line_errors

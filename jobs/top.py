@@ -21,17 +21,12 @@ from jobs.ops.live import (
     COLUMNS,
     FRESH_S,
     Keyboard,
-    acting,
     cells,
-    do_here,
-    do_there,
     frame_of,
+    frames,
     head_line,
-    local_frames,
-    remote_frames,
     text,
 )
-from jobs.remote import runs
 from jobs.tracking import add_run_arguments, by_name, find
 from trainer.errors import UserError, one_line_errors
 
@@ -88,30 +83,20 @@ def main(argv: list[str] | None = None) -> int:
     if not 0.2 <= args.every <= 60:
         raise UserError(f"--every {args.every:g} is out of range; give seconds between 0.2 and 60, e.g. --every 1")
     run = by_name(args.target, args.profile)
-    remote = runs.load(run)
-    if remote is not None:
-        if args.once or actions:
-            flags = ["--once"] if args.once else [f"--{actions[0].replace('_', '-')}"]
-            return follow.run_module(remote, "jobs.top", remote.run_dir, *flags)
-        try:
-            with Keyboard() as keyboard:
-                return watch(remote_frames(remote, args.every, acting(do_there(remote), keyboard, 0.05)))
-        except KeyboardInterrupt:
-            return 0
-    target = find(run)
-    if actions:
-        print(getattr(act, actions[0])(target))
+    if args.once or actions:
+        flags = ["--once"] if args.once else [f"--{actions[0].replace('_', '-')}"]
+        if (code := follow.elsewhere(run, "jobs.top", *flags)) is not None:  # a run on a cluster: asked there
+            return code
+        target = find(run)
+        print(getattr(act, actions[0])(target) if actions else text(frame_of(target, FRESH_S)))
         return 0
-    if args.once:
-        print(text(frame_of(target, FRESH_S)))
-        return 0
-    if args.stream:
-        for frame in local_frames(target, args.every):
+    if args.stream:  # what a laptop's jobs.top reads from the login node
+        for frame in frames(run, args.every):
             print(json.dumps(frame), flush=True)
         return 0
     try:
         with Keyboard() as keyboard:
-            return watch(local_frames(target, args.every, acting(do_here(target), keyboard, args.every)))
+            return watch(frames(run, args.every, keyboard))
     except KeyboardInterrupt:
         return 0
 

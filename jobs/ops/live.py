@@ -16,7 +16,7 @@ from typing import Any
 from jobs.ops import act
 from jobs.remote import runs
 from jobs.remote.ssh import Connection
-from jobs.tracking import TERMINAL, JobInfo, Target, info, printable, run_settings
+from jobs.tracking import TERMINAL, JobInfo, Target, aligned, find, info, printable, run_settings
 from trainer.errors import UserError
 from trainer.run import failures, ledger
 from trainer.run.atomic import json_or_none
@@ -199,9 +199,7 @@ def cells(row: dict[str, Any]) -> list[str]:
 def text(frame: dict[str, Any]) -> str:
     """The --once table: the job's line, the header, a line per rank with the rank first."""
     table = [list(COLUMNS), *[cells(r) for r in frame["rows"]]]
-    widths = [max(len(r[i]) for r in table) for i in range(len(COLUMNS))]
-    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in table]
-    return "\n".join([head_line(frame["head"]), *lines])
+    return "\n".join([head_line(frame["head"]), *aligned(table)])
 
 
 def frame_of(target: Target, wait_s: float) -> dict[str, Any]:
@@ -362,3 +360,13 @@ def _clock(seconds: float) -> str:
         return "-"
     minutes, secs = divmod(int(seconds), 60)
     return f"{minutes // 60}:{minutes % 60:02d}:{secs:02d}"
+
+
+def frames(run: str, every_s: float, keyboard: Keyboard | None = None) -> Any:
+    """The run's frames, made here or streamed from its login node (a run submitted over SSH); with a
+    keyboard, its keys act on the run between frames, here or there."""
+    if (remote := runs.load(run)) is not None:
+        between = acting(do_there(remote), keyboard, 0.05) if keyboard is not None else None
+        return remote_frames(remote, every_s, between)
+    target = find(run)
+    return local_frames(target, every_s, acting(do_here(target), keyboard, every_s) if keyboard is not None else None)

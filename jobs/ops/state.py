@@ -8,6 +8,7 @@ from jobs.tracking import (
     TERMINAL,
     JobInfo,
     Target,
+    aligned,
     down_nodes,
     failed_tasks,
     failure_line,
@@ -102,11 +103,9 @@ def sweep_table(folder: Path, targets: list[tuple[str, Target]]) -> str:
         rows.append((name, target.job_id, job.state, str(step) if step is not None else "-", good, val))
         if job.state not in ("RUNNING", "COMPLETED", "PENDING") and (line := failure_line(target)):
             errors.append(f"error {name}: {line}")
-    widths = [max(len(r[i]) for r in rows) for i in range(5)]
-    lines = ["  ".join(c.ljust(w) for c, w in zip(r[:5], widths, strict=True)) + "  " + r[5] for r in rows]
     header = f"sweep {folder}: {len(targets)} points; " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items()))
     total = [f"goodput, all points: {ledger.line(ledger.total(ledgers))}"] if ledgers else []
-    return "\n".join([header, *[line.rstrip() for line in lines], *total, *errors])  # the rows stay below the header
+    return "\n".join([header, *aligned(rows), *total, *errors])  # the rows stay below the header
 
 
 def point_progress(run_dir: Path | None) -> tuple[int | None, str]:
