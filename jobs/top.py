@@ -16,17 +16,7 @@ import json
 import sys
 from typing import Any
 
-from jobs.ops import act, follow
-from jobs.ops.live import (
-    COLUMNS,
-    FRESH_S,
-    Keyboard,
-    cells,
-    frame_of,
-    frames,
-    head_line,
-    text,
-)
+from jobs.ops import act, follow, live
 from jobs.tracking import add_run_arguments, by_name, find
 from trainer.errors import UserError, one_line_errors
 
@@ -46,15 +36,15 @@ def watch(frames: Any) -> int:
         print("jobs.top: Rich is not installed (pip install 'slurm-ddp[top]'); printing a table each second")
     if Live is None or not sys.stdout.isatty():
         for frame in frames:
-            print(text(frame) + "\n", flush=True)
+            print(live.text(frame) + "\n", flush=True)
         return 0
 
     def render(frame: dict[str, Any]) -> Any:
-        table = Table(*COLUMNS, box=None, header_style="bold")
+        table = Table(*live.COLUMNS, box=None, header_style="bold")
         for row in frame["rows"]:
-            table.add_row(*cells(row), style="red" if row.get("mark") else None)
+            table.add_row(*live.cells(row), style="red" if row.get("mark") else None)
         note = Text(frame.get("note") or "", style="bold")
-        return Group(Text(head_line(frame["head"])), table, note, Text(KEYS, style="dim"))
+        return Group(Text(live.head_line(frame["head"])), table, note, Text(KEYS, style="dim"))
 
     with Live(refresh_per_second=4, screen=False) as screen:
         for frame in frames:
@@ -88,15 +78,15 @@ def main(argv: list[str] | None = None) -> int:
         if (code := follow.elsewhere(run, "jobs.top", *flags)) is not None:  # a run on a cluster: asked there
             return code
         target = find(run)
-        print(getattr(act, actions[0])(target) if actions else text(frame_of(target, FRESH_S)))
+        print(getattr(act, actions[0])(target) if actions else live.text(live.frame_of(target, live.FRESH_S)))
         return 0
     if args.stream:  # what a laptop's jobs.top reads from the login node
-        for frame in frames(run, args.every):
+        for frame in live.frames(run, args.every):
             print(json.dumps(frame), flush=True)
         return 0
     try:
-        with Keyboard() as keyboard:
-            return watch(frames(run, args.every, keyboard))
+        with live.Keyboard() as keyboard:
+            return watch(live.frames(run, args.every, keyboard))
     except KeyboardInterrupt:
         return 0
 
