@@ -7,7 +7,8 @@ import argparse
 import shlex
 import sys
 
-from jobs.ops.prepare import create_and_submit, dry_run_script, over_ssh, prepare, release_claims
+from jobs.ops.prepare import create_and_submit, dry_run_script, over_ssh, prepare
+from jobs.ops.resume import release_claims
 from jobs.snapshot import ignored_note
 from trainer.errors import UserError, one_line_errors
 

@@ -82,7 +82,7 @@ def submit_here(
     refusals, which stop before any job (no interpreter to start and no imports: about 0.4 s less each, a
     third of the inner loop). An exception that would be a traceback on a terminal fails the test here."""
     from jobs import submit as command
-    from jobs.ops.prepare import release_claims
+    from jobs.ops.resume import release_claims
 
     out, err = io.StringIO(), io.StringIO()
     before, saved = Path.cwd(), {key: os.environ.get(key) for key in env or {}}

@@ -429,8 +429,8 @@ RAN_ON_TWO = {"tasks": 2, "profile": {"nodes": 1, "gpus_per_node": 2}}
 def test_a_resume_on_another_number_of_processes_is_refused(
     golden: Golden, record: dict[str, object], nodes: int, gpus: int, refused: bool
 ) -> None:
+    from jobs.ops.resume import layout_change
     from jobs.profiles import profile_of
-    from jobs.ops.prepare import layout_change
 
     profile = profile_of({"name": "test", "executor": "slurm", "nodes": nodes, "gpus_per_node": gpus})
     why = layout_change(record, profile)
