@@ -13,122 +13,26 @@ one fails, 2 for bad input.
 import argparse
 import contextlib
 import io
-import json
-import re
 import secrets
 import shutil
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import submitit
 
-from jobs import launch
+from jobs.ops import launch
+from jobs.ops.preflight import PACKAGES, Row, reported, rows
+from jobs.ops.prepare import check_partition, has_local_gpus
 from jobs.plan import make_plan
 from jobs.profiles import Profile, load_profile, run_root_of
 from jobs.snapshot import copy, plan_snapshot
-from jobs.submit import check_partition, has_local_gpus
-from jobs.tracking import TERMINAL, Target, info, start_failure
+from jobs.tracking import TERMINAL, Target, aligned, info
 from trainer import preflight  # the tasks' side (torch only inside its functions)
 from trainer.errors import UserError, one_line_errors
 from trainer.run.prepare import make_run_root
 from trainer.run.rundir import RunDir
-
-PACKAGES = ("torch", "submitit", "slurm-ddp")
-
-
-@dataclass(frozen=True)
-class Row:
-    node: str
-    check: str
-    ok: bool
-    detail: str
-
-
-def missing_module(log: str) -> str:
-    found = re.findall(r"No module named '([\w.]+)'", log)
-    return found[-1] if found else ""
-
-
-def rows(facts: list[dict[str, Any]], tasks: int, gpus_each: int, expected: dict[str, str], logs: str) -> list[Row]:
-    """The table's rows from what each task reported (pure)."""
-    out: list[Row] = []
-    seen = {f["rank"] for f in facts}
-    if len(seen) < tasks:
-        missing = sorted(set(range(tasks)) - seen)
-        module = missing_module(logs)
-        why = (
-            f"the interpreter cannot import {module}: install the project's dependencies there, or set python: "
-            "in the profile to one that has them"
-            if module
-            else start_failure(logs) or "see the task logs in the check's logs/ folder"
-        )
-        out.append(Row("-", "tasks reported", False, f"{len(seen)} of {tasks} (ranks {missing} did not); {why}"))
-    for node in sorted({f["node"] for f in facts}):
-        mine = [f for f in facts if f["node"] == node]
-        errors = sorted({f["run_root_error"] for f in mine if f["run_root_error"]})
-        out.append(
-            Row(node, "run root writable", not errors, errors[0] + "; make run_root a folder every node can write"
-                if errors else "yes")
-        )  # fmt: skip
-        unseen = [f["rank"] for f in mine if not f["code_seen"]]
-        out.append(Row(node, "code snapshot seen", not unseen, f"not by ranks {unseen}: put run_root on a "
-                       "filesystem every node mounts" if unseen else "yes"))  # fmt: skip
-        versions = mine[0]["versions"]
-        wrong = [f"{k} {versions.get(k) or 'missing'} (here {v})" for k, v in expected.items() if versions.get(k) != v]
-        out.append(Row(node, f"{mine[0]['python']} imports", not wrong, "; ".join(wrong) + ": install the same "
-                       "versions there" if wrong else ", ".join(f"{k} {v}" for k, v in versions.items())))  # fmt: skip
-        counts = sorted({f.get("gpus", 0) for f in mine})
-        visible = sorted({f["cuda_visible_devices"] or "-" for f in mine})
-        short = gpus_each and min(counts) < gpus_each
-        gpu_text = f"each task sees {'/'.join(map(str, counts))} (CUDA_VISIBLE_DEVICES {', '.join(visible)})"
-        fix = f"; the profile wants {gpus_each} per task: check gpus_per_node and the partition's GPUs"
-        out.append(Row(node, "GPUs", not short, gpu_text + (fix if short else "")))
-        out.append(Row(node, "GPU stack", True, stack_text([f.get("gpu_stack") or {} for f in mine])))
-        reduce = [f["all_reduce"] for f in mine]
-        bad = [r.get("error") or "wrong sum" for r in reduce if r.get("error") or not r.get("correct")]
-        if bad:
-            detail = f"{bad[0]}; check that the nodes reach rank 0 at {mine[0]['master']} (firewall, interface)"
-        else:
-            slowest = min(r["busbw_gb_s"] for r in reduce)
-            detail = f"{reduce[0]['backend']}, {slowest:.2f} GB/s bus bandwidth (32 MB, slowest rank)"
-            if len(facts) == 1:
-                detail = f"{reduce[0]['backend']}, one task: the group formed and summed (no peer to measure)"
-        out.append(Row(node, "all-reduce", not bad, detail))
-        out.append(Row(node, "rank 0 listens", True, f"{mine[0]['master']} ({mine[0]['master_ip']})"))
-    return out
-
-
-def stack_text(stacks: list[dict[str, Any]]) -> str:
-    """A node's GPU models, driver, CUDA and NCCL, each as its tasks report them ("-" for none; values that
-    differ between the node's tasks are all shown, joined by /)."""
-
-    def field(name: str) -> str:
-        values = sorted({", ".join(s[name]) if isinstance(s.get(name), list) else s.get(name) or "" for s in stacks})
-        return "/".join(v or "-" for v in values) or "-"
-
-    errors = sorted({s["error"] for s in stacks if s.get("error")})
-    if errors or not all(stacks):
-        return f"not reported ({errors[0]})" if errors else "not reported"
-    models = field("gpu_models")
-    versions = f"driver {field('driver')}; CUDA {field('cuda')} (torch's); NCCL {field('nccl')}"
-    return f"{'no GPU' if models == '-' else models}; {versions}"
-
-
-def reported(folder: Path, logs: str) -> list[dict[str, Any]]:
-    """Each task's facts: its file, or the same line in its log when it could not write the file (a run root
-    that node cannot write)."""
-    facts = {}
-    for line in re.findall(r"^preflight: (\{.*\})$", logs, re.M):
-        record = json.loads(line)
-        facts[record["rank"]] = record
-    for path in (folder / "preflight").glob("rank_*.json"):
-        record = json.loads(path.read_text())
-        facts[record["rank"]] = record
-    return [facts[rank] for rank in sorted(facts)]
 
 
 def table(out: list[Row]) -> str:
@@ -136,8 +40,7 @@ def table(out: list[Row]) -> str:
         ("node", "check", "result", "detail"),
         *[(r.node, r.check, "ok" if r.ok else "FAIL", r.detail) for r in out],
     ]
-    widths = [max(len(c[i]) for c in cells) for i in range(3)]
-    return "\n".join("  ".join(c[i].ljust(widths[i]) for i in range(3)) + "  " + c[3] for c in cells)
+    return "\n".join(aligned(cells))
 
 
 def check_profile(argv: list[str] | None) -> Profile:

@@ -4,7 +4,8 @@ its TensorBoard events into the run's folder on this machine, so `tensorboard --
 import argparse
 import sys
 
-from jobs.remote import follow, runs
+from jobs.ops import follow
+from jobs.remote import runs
 from jobs.tracking import add_run_arguments, by_name
 from trainer.errors import UserError, one_line_errors
 

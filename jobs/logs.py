@@ -5,7 +5,7 @@ import sys
 import threading
 from pathlib import Path
 
-from jobs.remote import follow
+from jobs.ops import follow
 from jobs.tracking import TERMINAL, add_run_arguments, by_name, find, first_failure, info, log_text, tail
 from trainer.errors import UserError, one_line_errors
 

@@ -1,4 +1,4 @@
-"""The submission plan: plain values built by pure functions, acted on by jobs.launch."""
+"""The submission plan: plain values built by pure functions, acted on by jobs.ops.launch."""
 
 import itertools
 import re

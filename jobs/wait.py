@@ -5,24 +5,9 @@ have (0: finished; 1: failed, with the first failure's line). For any executor, 
 import argparse
 import sys
 
-from jobs import launch
-from jobs.remote import follow
-from jobs.tracking import TERMINAL, Target, add_run_arguments, by_name, find_all, info, tail
-from trainer.errors import UserError, one_line_errors
-
-
-def wait(target: Target, offset: int = 0) -> str | None:
-    """Print rank 0's log (stdout from byte `offset`, and a local task's stderr file) until the job ends; its
-    outcome line, None when it succeeded."""
-    if target.executor == "debug":
-        raise UserError(f"job {target.job_id} ran in its submitter's process (debug executor): nothing to wait for")
-    if target.log0 is None:
-        raise UserError(f"the log folder of job {target.job_id} is unknown; pass its run directory instead")
-    stderr = target.logs(0)[1] if target.executor != "slurm" else None  # on Slurm, in stdout's file
-    tail(target.log0, lambda: info(target).state in TERMINAL, poll_s=0.5, offset=offset, stderr=stderr)
-    if target.executor == "slurm":
-        launch.settle_id(target)
-    return launch.target_outcome(target)
+from jobs.ops import follow, launch
+from jobs.tracking import add_run_arguments, by_name, find_all
+from trainer.errors import one_line_errors
 
 
 @one_line_errors
@@ -36,14 +21,9 @@ def main(argv: list[str] | None = None) -> int:
         return code
     problems = []
     for _, target in find_all(run):
-        if line := wait(target, args.offset):
+        if line := launch.wait(target, args.offset):
             problems.append(line)
-    if problems:
-        first = problems[0]
-        print(first if first.startswith(launch.CANCELLED) else f"error: {first}", file=sys.stderr)
-        return 1
-    print("finished")
-    return 0
+    return launch.said(problems, "finished")
 
 
 if __name__ == "__main__":

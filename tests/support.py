@@ -82,6 +82,7 @@ def submit_here(
     refusals, which stop before any job (no interpreter to start and no imports: about 0.4 s less each, a
     third of the inner loop). An exception that would be a traceback on a terminal fails the test here."""
     from jobs import submit as command
+    from jobs.ops.resume import release_claims
 
     out, err = io.StringIO(), io.StringIO()
     before, saved = Path.cwd(), {key: os.environ.get(key) for key in env or {}}
@@ -101,7 +102,7 @@ def submit_here(
                 code = exc.code if isinstance(exc.code, int) else 1
         err.write("".join(warnings.formatwarning(w.message, w.category, w.filename, w.lineno) for w in said))
     finally:
-        command.release_claims()  # a --resume's claim on a run, which the process's end would release
+        release_claims()  # a --resume's claim on a run, which the process's end would release
         os.chdir(before)
         for key, value in saved.items():
             if value is None:

@@ -331,11 +331,11 @@ def test_of_two_racing_submits_the_loser_removes_nothing(
     local_profile: Path, sample_root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The second submit of one --name finds the folder claimed between its checks and its mkdir."""
-    from jobs import submit as submit_module
+    from jobs.ops.prepare import create_and_submit, prepare
+    from jobs.submit import parse_args
 
-    request = submit_module.prepare(
-        ["--profile", str(local_profile), "--name", "same", f"data.root={sample_root / 'pix2pix'}"]
-    )
+    argv = ["--profile", str(local_profile), "--name", "same", f"data.root={sample_root / 'pix2pix'}"]
+    request = prepare(tuple(argv), parse_args(argv), [])
     winner = tmp_path / "runs" / "same"
     winner.mkdir(parents=True)
     (winner / "config.yaml").write_text("the winner's\n")
@@ -343,7 +343,7 @@ def test_of_two_racing_submits_the_loser_removes_nothing(
     real_exists = Path.exists
     monkeypatch.setattr(Path, "exists", lambda self: False if self == winner else real_exists(self))
     with pytest.raises(UserError, match="already exists"):
-        submit_module.create_and_submit(request)
+        create_and_submit(request)
     assert (winner / "config.yaml").read_text() == "the winner's\n"
 
 
@@ -429,8 +429,8 @@ RAN_ON_TWO = {"tasks": 2, "profile": {"nodes": 1, "gpus_per_node": 2}}
 def test_a_resume_on_another_number_of_processes_is_refused(
     golden: Golden, record: dict[str, object], nodes: int, gpus: int, refused: bool
 ) -> None:
+    from jobs.ops.resume import layout_change
     from jobs.profiles import profile_of
-    from jobs.submit import layout_change
 
     profile = profile_of({"name": "test", "executor": "slurm", "nodes": nodes, "gpus_per_node": gpus})
     why = layout_change(record, profile)

@@ -1,6 +1,6 @@
 """jobs.check's table from what the tasks report (pure: tests/slurm/test_check.py runs the real check)."""
 
-from jobs.check import rows, stack_text
+from jobs.ops.preflight import rows, stack_text
 
 H100 = {"gpu_models": ["NVIDIA H100 80GB HBM3"], "driver": "550.54.15", "cuda": "12.4", "nccl": "2.21.5"}
 

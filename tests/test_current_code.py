@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from jobs.ops.resume import replace_code
 from jobs.snapshot import Snapshot
-from jobs.submit import replace_code
 from tests.messages import Golden, refused
 from tests.support import script_run, submit_here, write_profile
 

@@ -95,7 +95,7 @@ def test_each_rank_gets_its_own_gpus_or_a_refusal_never_a_shared_one() -> None:
 
 
 def test_a_local_shape_beyond_the_machine_is_refused(golden: Golden) -> None:
-    from jobs.submit import refuse_local_shape
+    from jobs.ops.prepare import refuse_local_shape
 
     refuse_local_shape(8, 4, 8, 2)  # 4 tasks of 2 GPUs on 8 GPUs
     refuse_local_shape(2, 2, 0, 2)  # 2 processes on 2 CPUs

@@ -93,7 +93,7 @@ def test_submitting_does_not_import_torch() -> None:
 def test_a_dry_run_imports_only_what_it_prints() -> None:
     """The dry run stays within issue 52's 2x `import submitit`: what only a submit, a wait or SSH needs
     (launch, tracking, the local controller, the script runner, OpenSSL's hashlib) is imported where used."""
-    unused = "jobs.launch jobs.tracking jobs.local_controller jobs.remote.submit trainer.script hashlib".split()
+    unused = "jobs.ops.launch jobs.tracking jobs.local_controller jobs.ops.remote_submit trainer.script hashlib".split()
     code = (
         "import sys, jobs.submit\n"
         "jobs.submit.main(['--profile', 'example', '--dry-run', '--name', 'x'])\n"
@@ -143,7 +143,7 @@ def test_a_job_is_sent_plain_values_only(tmp_path: Path) -> None:
     nothing of yours (your task's file is imported by the entry, after its signal handler is in place)."""
     import pickle
 
-    from jobs.launch import calls_of
+    from jobs.ops.launch import calls_of
     from jobs.plan import make_plan
     from jobs.profiles import profile_of
     from trainer.config import build_config

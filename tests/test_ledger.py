@@ -140,7 +140,7 @@ def test_a_live_summary_that_cannot_be_written_does_not_stop_training(
 
 
 def test_a_sweeps_status_has_a_goodput_column_and_sums_its_points(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
-    from jobs import status
+    from jobs.ops import state
     from jobs.tracking import JobInfo, Target
 
     points = []
@@ -149,9 +149,9 @@ def test_a_sweeps_status_has_a_goodput_column_and_sums_its_points(tmp_path: Path
         (tmp_path / name / "provenance" / "submit.json").write_text(json.dumps({"time": 0.0}))
         (tmp_path / name / "attempts.json").write_text(json.dumps(TIMELINE))
         points.append((name, Target(job, "local", tmp_path / name, None)))
-    monkeypatch.setattr(status, "infos", lambda targets: [JobInfo("COMPLETED", 2, "")] * len(targets))
-    monkeypatch.setattr(status, "failure_line", lambda target: None)
-    header, columns, *rows, total = status.sweep_table(tmp_path, points).splitlines()
+    monkeypatch.setattr(state, "infos", lambda targets: [JobInfo("COMPLETED", 2, "")] * len(targets))
+    monkeypatch.setattr(state, "failure_line", lambda target: None)
+    header, columns, *rows, total = state.sweep_table(tmp_path, points).splitlines()
     assert columns.split() == ["point", "job", "state", "step", "goodput", "validation"]
     assert [r.split()[:5] for r in rows] == [
         ["0-0", "1", "COMPLETED", "-", "56%"],
@@ -174,7 +174,7 @@ def test_status_counts_restarts_as_the_runs_attempts_do(
 ) -> None:
     """jobs.status and summary.json give one count (Slurm's requeue count of one job id is not the run's: it
     misses restarts in the allocation and --resume's new jobs, and a local job has none)."""
-    from jobs.status import restarts_line
+    from jobs.ops.state import restarts_line
     from jobs.tracking import JobInfo, Target
 
     attempts = [{"started": float(i)} | ({"stop": {"reason": r}} if r else {}) for i, r in enumerate(reasons)]

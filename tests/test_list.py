@@ -77,7 +77,7 @@ def test_two_runs_with_one_job_id_keep_their_own_states(tmp_path: Path) -> None:
 def test_a_login_nodes_runs_are_listed_by_the_newest_runs_code(monkeypatch) -> None:  # type: ignore[no-untyped-def]
     """One jobs.list on the login node answers for all its runs, in a run's code snapshot: the newest job's (an
     older snapshot's code may not read a newer run's files), else the next where that one is gone."""
-    from jobs import list as listing_module
+    from jobs.ops import listing as listing_module
     from jobs.remote.runs import RemoteRun
     from jobs.remote.ssh import Login
     from trainer.errors import UserError

@@ -12,6 +12,7 @@ from PIL import Image
 from torch.utils.tensorboard import SummaryWriter
 
 from jobs import picture
+from jobs.ops import drawing
 from tests.messages import Golden, refused
 from tests.support import ROOT, TIMELINE
 from trainer.run import ledger
@@ -33,7 +34,7 @@ def fake_run(folder: Path, val: bool = True) -> Path:
 @pytest.mark.parametrize(("val", "charts"), [(True, 3), (False, 2)])
 def test_a_picture_of_a_run_has_a_chart_per_curve_and_the_image_grid(tmp_path: Path, val: bool, charts: int) -> None:
     run = fake_run(tmp_path / "run", val)
-    loaded = picture.load(run)
+    loaded = drawing.load(run)
     assert list(loaded.curves) == ["train/loss", *(["val/l1"] if val else []), "train/lr"]
     assert loaded.curves["train/loss"] == [
         (10, pytest.approx(0.1)),
@@ -44,7 +45,7 @@ def test_a_picture_of_a_run_has_a_chart_per_curve_and_the_image_grid(tmp_path: P
     output = tmp_path / "out.png"
     assert picture.main([str(run), "-o", str(output)]) == 0
     with Image.open(output) as image:
-        rows = -(-charts // picture.COLUMNS)
+        rows = -(-charts // drawing.COLUMNS)
         assert (image.format, image.size) == ("PNG", (960, 40 + rows * 280 + 420))
         assert image.convert("L").getextrema()[0] < 100  # drawn on, not a blank canvas
 
@@ -72,13 +73,13 @@ def test_a_run_with_attempts_gets_its_ledger_as_one_stacked_bar(tmp_path: Path) 
     output = tmp_path / "out.png"
     assert picture.main([str(run), "-o", str(output)]) == 0
     with Image.open(output) as image:
-        assert image.size == (960, 40 + picture.LEDGER_BAND + 2 * 280 + 420)
+        assert image.size == (960, 40 + drawing.LEDGER_BAND + 2 * 280 + 420)
         bar = image.convert("RGB")
         y, left, right = 40 + 30, 16, 960 - 16
         queued_end = left + 70 / 344 * (right - left)
-        assert bar.getpixel((left + 5, y)) == picture.PART_COLOURS["queued"]
-        assert bar.getpixel((int(queued_end) + 5, y)) == picture.PART_COLOURS["starting"]
-        assert picture.PART_COLOURS["training"] in {bar.getpixel((x, y)) for x in range(left, right)}
+        assert bar.getpixel((left + 5, y)) == drawing.PART_COLOURS["queued"]
+        assert bar.getpixel((int(queued_end) + 5, y)) == drawing.PART_COLOURS["starting"]
+        assert drawing.PART_COLOURS["training"] in {bar.getpixel((x, y)) for x in range(left, right)}
 
 
 def script_events(folder: Path, written_at: int, values: dict[str, list[tuple[int, float]]]) -> Path:
@@ -101,7 +102,7 @@ def test_a_scripts_own_event_files_anywhere_under_the_run_are_drawn(tmp_path: Pa
         run / "code" / "runs" / "Nov28_b", 200, {"train/loss": [(20, 1.4), (30, 1.2)], "eval/loss": [(30, 1.3)]}
     )
     (run / "command.json").write_text("[]")
-    loaded = picture.load(run)
+    loaded = drawing.load(run)
     assert list(loaded.curves) == ["train/loss", "eval/loss", "train/learning_rate"]
     assert loaded.curves["train/loss"] == [(10, 2.0), (20, pytest.approx(1.4)), (30, pytest.approx(1.2))]
     assert picture.main([str(run), "-o", str(tmp_path / "out.png")]) == 0
@@ -110,7 +111,7 @@ def test_a_scripts_own_event_files_anywhere_under_the_run_are_drawn(tmp_path: Pa
 def test_a_scripts_other_scalars_are_drawn_when_it_logs_no_loss(tmp_path: Path) -> None:
     run = tmp_path / "run"
     script_events(run / "tb", 100, {"accuracy": [(1, 0.5), (2, 0.75)], "reward/mean": [(1, 3.0)]})
-    assert list(picture.load(run).curves) == ["accuracy", "reward/mean"]
+    assert list(drawing.load(run).curves) == ["accuracy", "reward/mean"]
 
 
 def test_event_files_are_read_from_the_run_only_never_through_a_link(tmp_path: Path) -> None:
@@ -122,7 +123,7 @@ def test_event_files_are_read_from_the_run_only_never_through_a_link(tmp_path: P
     script_events(run / "tb", 200, {"loss": [(1, 1.0)]})
     (run / "linked").symlink_to(outside, target_is_directory=True)
     (run / "tb" / "events.out.tfevents.300.host.1.0").symlink_to(elsewhere)
-    assert list(picture.load(run).curves) == ["loss"]
+    assert list(drawing.load(run).curves) == ["loss"]
 
 
 def test_a_run_without_event_files_is_refused_naming_where_it_looked(golden: Golden, tmp_path: Path) -> None:

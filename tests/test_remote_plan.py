@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
+from jobs.ops.remote_submit import cluster_profile, with_after, with_profile, with_resume
 from jobs.profiles import profile_of
 from jobs.remote.agent import MANIFEST
 from jobs.remote.ssh import Login, ssh_argv
-from jobs.remote.submit import cluster_profile, with_after, with_profile, with_resume
 from jobs.remote.sync import changed_tar, digest
 from jobs.snapshot import Snapshot
 from tests.messages import Golden, raises
@@ -234,7 +234,7 @@ def test_fetch_writes_only_what_an_honest_pack_sends(
     """The login node's pack is data: a record of the run or a file under tensorboard/, nothing else. Never
     the laptop's own remote.json (whose ProxyCommand the next jobs.status would run). One line; the files
     before the bad member stay whole, nothing after it is written, no .part is left."""
-    from jobs.remote import follow
+    from jobs.ops import follow
     from jobs.remote.runs import RemoteRun
     from jobs.remote.ssh import Connection
 
@@ -255,7 +255,7 @@ def test_fetch_writes_only_what_an_honest_pack_sends(
 def test_fetch_refuses_in_one_line_a_folder_where_a_record_goes(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from jobs.remote import follow
+    from jobs.ops import follow
     from jobs.remote.runs import RemoteRun
     from jobs.remote.ssh import Connection
 
@@ -321,7 +321,8 @@ def test_advice_from_the_login_node_names_the_run_as_the_laptop_knows_it(
     """Every command on a cluster run goes through one place (`follow.elsewhere`): the module runs there, and a
     line of advice it prints (`--resume /scratch/...`) names the run's folder here, which the laptop's commands
     take; other lines, paths inside the run's folder and other runs' folders stay the cluster's words."""
-    from jobs.remote import follow, runs
+    from jobs.ops import follow
+    from jobs.remote import runs
     from jobs.remote.runs import RemoteRun
     from jobs.remote.ssh import Connection
 
@@ -404,7 +405,7 @@ def test_the_agent_packs_no_link_from_the_run_folder(tmp_path: Path, monkeypatch
 
 
 class _LoginNode:
-    """A Connection's `call` for jobs.remote.submit.unqueued: the login node's answer to `job`."""
+    """A Connection's `call` for jobs.ops.remote_submit.unqueued: the login node's answer to `job`."""
 
     def __init__(self, seen: dict) -> None:  # type: ignore[type-arg]
         self.seen = seen
@@ -424,8 +425,8 @@ class _LoginNode:
     ],
 )
 def test_a_retry_after_a_drop_that_queued_nothing_simply_works(tmp_path: Path, seen: dict, goes: bool) -> None:  # type: ignore[type-arg]
+    from jobs.ops.remote_submit import unqueued
     from jobs.remote import runs
-    from jobs.remote.submit import unqueued
 
     login = Login("me@login", "/scratch/runs", [], "python3")
     folder = tmp_path / "runs" / "r1"

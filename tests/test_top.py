@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from jobs import top
+from jobs.ops import live as top_live
 from jobs.tracking import Target
 from tests.messages import Golden
 from tests.support import ROOT
@@ -28,7 +28,7 @@ def test_a_row_per_rank_with_stragglers_and_stopped_ranks_marked(tmp_path: Path)
     target = Target("7", "local", tmp_path, tmp_path)
     # Rank 2 waits 80 ms a step for its batch, the others 5 ms (its step time is theirs: DDP's all-reduce)
     beats = [beat(2, 40, NOW - 1, data_s=0.08), beat(0, 42, NOW), beat(1, 12, NOW - 30), beat(3, 41, NOW - 2)]
-    rows = top._rows(target, beats, "RUNNING", NOW, stale_s=11.0)
+    rows = top_live._rows(target, beats, "RUNNING", NOW, stale_s=11.0)
     assert [r["rank"] for r in rows] == [0, 1, 2, 3]
     assert [r["state"] for r in rows] == ["training", "hung", "training", "training"]
     assert [r.get("mark") for r in rows] == [None, "hung", "straggler", None]
@@ -36,16 +36,16 @@ def test_a_row_per_rank_with_stragglers_and_stopped_ranks_marked(tmp_path: Path)
         "head": {"job": "7", "state": "RUNNING", "attempt": 2, "restarted_in_job": 1, "goodput": 0.5},
         "rows": rows,
     }
-    head, header, *lines = top.text(frame).splitlines()
+    head, header, *lines = top_live.text(frame).splitlines()
     assert head == "job 7: RUNNING  attempt 2, restarted in the job 1x  goodput 50%"
-    assert header.split() == list(top.COLUMNS)
+    assert header.split() == list(top_live.COLUMNS)
     assert lines[1].split()[:4] == ["1", "node2", "hung", "12"] and "30.0" in lines[1].split()  # seen 30 s ago
     assert lines[2].split()[:5] == ["2", "node3", "training", "(straggler)", "40"]
 
 
 def test_a_login_nodes_cells_are_printed_as_plain_text() -> None:
     row = {"rank": 0, "node": "n1\x1b[2J\nrm", "state": "training", "loss": "\x07"}
-    assert top.cells(row)[1] == "n1?[2J?rm" and top.cells(row)[7] == "?"
+    assert top_live.cells(row)[1] == "n1?[2J?rm" and top_live.cells(row)[7] == "?"
 
 
 def test_a_script_runs_rows_come_from_its_folder(tmp_path: Path) -> None:
@@ -54,7 +54,7 @@ def test_a_script_runs_rows_come_from_its_folder(tmp_path: Path) -> None:
     for rank in (0, 1):
         (tmp_path / "provenance" / "ranks" / f"rank_{rank}.json").write_text(json.dumps({"rank": rank, "host": "vm"}))
         (tmp_path / f"7_{rank}_log.out").write_text("x")
-    rows = top._rows(Target("7", "local", tmp_path, tmp_path), [], "RUNNING", NOW * 10**7, stale_s=11.0)
+    rows = top_live._rows(Target("7", "local", tmp_path, tmp_path), [], "RUNNING", NOW * 10**7, stale_s=11.0)
     assert [(r["rank"], r["node"], r["state"]) for r in rows] == [(0, "vm", "running"), (1, "vm", "running")]
     assert all(r["idle_s"] > 0 for r in rows)
 
@@ -74,10 +74,10 @@ def test_with_the_straggler_timing_a_rank_is_marked_by_its_own_work() -> None:
     beats = [beat(r, 40, NOW) for r in range(3)]
     for rank, own in enumerate((0.05, 0.05, 0.09)):
         beats[rank]["stats"]["own_s"] = own
-    rows = top._rows(Target("7", "local", None, None), beats, "RUNNING", NOW, stale_s=11.0)
+    rows = top_live._rows(Target("7", "local", None, None), beats, "RUNNING", NOW, stale_s=11.0)
     assert [r.get("mark") for r in rows] == [None, None, "straggler"]
     beats[1]["written"] = "garbage"  # a damaged beat: left out, the others shown
-    assert [r["rank"] for r in top._rows(Target("7", "local", None, None), beats, "RUNNING", NOW, 11.0)] == [0, 2]
+    assert [r["rank"] for r in top_live._rows(Target("7", "local", None, None), beats, "RUNNING", NOW, 11.0)] == [0, 2]
 
 
 @pytest.mark.parametrize(
@@ -89,7 +89,7 @@ def test_a_save_now_is_refused_where_no_watchdog_thread_reads_it(
 ) -> None:
     """Rank 0's watchdog threads take jobs.top's save request: with hang.enabled=false there are none, and the
     request would wait forever. A config.yaml that is missing or unreadable does not refuse it."""
-    from jobs import act
+    from jobs.ops import act
     from trainer.errors import UserError
 
     if config is not None:
@@ -107,7 +107,7 @@ def test_a_second_requeue_request_waits_for_the_next_attempt(
 ) -> None:
     """--requeue-now (r) twice within a second: the second is refused in one line, nothing sent, until the
     attempt the first one stopped has a successor in attempts.json (the ranks died of a second signal once)."""
-    from jobs import act
+    from jobs.ops import act
     from trainer.errors import UserError
     from trainer.supervise import live
 

@@ -1,3 +1,3 @@
-"""Submitting from another machine (a laptop) to a cluster's login node over SSH, and following the runs there:
-`ssh` (the connection), `agent` (what runs on the login node), `sync` (the code snapshot, sent incrementally),
-`submit`, `runs` (the laptop's record of a remote run), `follow` (status, logs, wait, fetch over SSH)."""
+"""Submitting from another machine (a laptop) to a cluster's login node over SSH: `ssh` (the connection),
+`agent` (what runs on the login node), `sync` (the code snapshot, sent incrementally), `runs` (the laptop's record
+of a remote run). Submitting and following over SSH are operations: jobs.ops.remote_submit, jobs.ops.follow."""

@@ -5,7 +5,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from jobs import top
+from jobs.ops import live as top_live
 from tests.support import cli, poll, run_dir_of, submit
 
 
@@ -71,7 +71,7 @@ class Keys:
 def test_the_keys_act_and_cancel_asks_first() -> None:
     done: list[str] = []
     keys = Keys(["s", "d", "c", "n", "r", "c", "", "", "y"])  # "": no key within the wait
-    notes = list(top.acting(lambda what: done.append(what) or f"did {what}", keys, 0.0))  # type: ignore[arg-type, func-returns-value]
+    notes = list(top_live.acting(lambda what: done.append(what) or f"did {what}", keys, 0.0))  # type: ignore[arg-type, func-returns-value]
     assert done == ["save", "dump", "requeue", "cancel"]
     ask = "cancel the job? y to confirm, any other key not to"
     assert notes == ["did save", "did dump", ask, "not cancelled", "did requeue", ask, ask, ask, "did cancel"]

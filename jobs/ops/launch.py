@@ -6,6 +6,7 @@ import io
 import os
 import shutil
 import subprocess
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -255,3 +256,38 @@ def target_outcome(target: Target, results: Callable[[], Any] | None = None) -> 
     if run_dir is None or not RunDir(run_dir).finished():
         return f"job {target.job_id} ended without a finished summary; see {log}"
     return None
+
+
+def wait_for(jobs: list, plan: Plan, folder: Path) -> int:  # type: ignore[type-arg]
+    """--wait: follow rank 0's output, then report each job's outcome."""
+    for job in jobs:
+        follow(job)
+        if plan.executor == "slurm":
+            settle(job)
+    failed = [f for job, d in zip(jobs, plan.run_dirs, strict=True) if (f := outcome(job, d, plan.executor))]
+    wrote_events = plan.script is None or bool(RunDir(folder).event_files())  # what jobs.picture draws
+    return said(failed, f"finished; TensorBoard: tensorboard --logdir {folder}" if wrote_events else "finished")
+
+
+def said(problems: list[str], done: str) -> int:
+    """The outcome of a wait: the first problem (a cancel as it is, else as an error), or `done`; its exit code."""
+    if problems:
+        first = problems[0]
+        print(first if first.startswith(CANCELLED) else f"error: {first}", file=sys.stderr)
+        return 1
+    print(done)
+    return 0
+
+
+def wait(target: Target, offset: int = 0) -> str | None:
+    """Print rank 0's log (stdout from byte `offset`, and a local task's stderr file) until the job ends; its
+    outcome line, None when it succeeded."""
+    if target.executor == "debug":
+        raise UserError(f"job {target.job_id} ran in its submitter's process (debug executor): nothing to wait for")
+    if target.log0 is None:
+        raise UserError(f"the log folder of job {target.job_id} is unknown; pass its run directory instead")
+    stderr = target.logs(0)[1] if target.executor != "slurm" else None  # on Slurm, in stdout's file
+    tail(target.log0, lambda: info(target).state in TERMINAL, poll_s=0.5, offset=offset, stderr=stderr)
+    if target.executor == "slurm":
+        settle_id(target)
+    return target_outcome(target)

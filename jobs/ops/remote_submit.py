@@ -15,8 +15,9 @@ from pathlib import Path
 
 import yaml
 
+from jobs.ops import follow
 from jobs.profiles import Profile
-from jobs.remote import follow, runs, sync
+from jobs.remote import runs, sync
 from jobs.remote.runs import RemoteRun
 from jobs.remote.ssh import Connection, Login, dropped
 from jobs.snapshot import git_diff, plan_snapshot

@@ -1,16 +1,17 @@
 """What jobs.top's keys (and its --save-now, --requeue-now, --dump-stacks flags) do to a running job: ask for a
-checkpoint without stopping, requeue it now, write every rank's Python stacks. Cancel is jobs.cancel's.
-Each returns the line jobs.top shows; a job that is not running is refused in one line."""
+checkpoint without stopping, requeue it now, write every rank's Python stacks; and cancel it (jobs.cancel's, and
+jobs.top's c key). Each returns the line jobs.top shows; a job that is not running is refused in one line."""
 
 import contextlib
 import json
 import os
 import re
+import signal
 import subprocess
 import time
 
 from jobs.snapshot import tool_environment
-from jobs.tracking import Target, info, is_local_job, run_settings
+from jobs.tracking import TERMINAL, Target, info, is_local_job, run_settings, slurm_info
 from trainer.errors import UserError
 from trainer.run.atomic import json_or_none
 from trainer.run.rundir import RunDir
@@ -176,3 +177,37 @@ def _scancel(args: list[str]) -> None:
     done = subprocess.run(["scancel", *args], capture_output=True, text=True, timeout=60)
     if done.returncode:
         raise UserError(f"scancel refused: {(done.stderr.strip().splitlines() or ['no reason given'])[-1]}")
+
+
+STOP_WAIT_S = 30  # the local controller stops its tasks within seconds (SIGTERM, then SIGKILL)
+
+
+def cancel(target: Target, whole_array: bool = False) -> str:
+    if target.executor == "slurm":
+        # scancel exits 0 for a job that already ended (or one it does not know): ask Slurm before and after.
+        before = None if whole_array else slurm_info(target.job_id).state
+        if before in TERMINAL:
+            raise UserError(f"job {target.job_id} already ended ({before}): nothing to cancel")
+        result = subprocess.run(["scancel", target.job_id], capture_output=True, text=True)
+        if result.returncode:
+            raise UserError(f"scancel refused: {result.stderr.strip().splitlines()[-1]}")
+        if not whole_array:
+            deadline = time.monotonic() + STOP_WAIT_S
+            while (state := slurm_info(target.job_id).state) not in TERMINAL:
+                if time.monotonic() > deadline:
+                    raise UserError(
+                        f"job {target.job_id} is still {state} {STOP_WAIT_S} s after scancel; scancel it again"
+                    )
+                time.sleep(0.2)
+        return f"cancelled job {target.job_id}"
+    # The local controller stops every task on SIGTERM and records the job as cancelled. Only its own
+    # process is signalled: after the job ended, its PID may belong to anything.
+    if not is_local_job(target):
+        raise UserError(f"job {target.job_id} is not running; python -m jobs.status shows how it ended")
+    os.kill(int(target.job_id), signal.SIGTERM)
+    deadline = time.monotonic() + STOP_WAIT_S
+    while is_local_job(target):
+        if time.monotonic() > deadline:
+            raise UserError(f"job {target.job_id} did not stop within {STOP_WAIT_S} s; kill -9 {target.job_id}")
+        time.sleep(0.1)
+    return f"cancelled job {target.job_id}"
