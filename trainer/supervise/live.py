@@ -34,7 +34,7 @@ WATCHED_S = 5.0  # a request older than this: nobody watches any more
 def request(run_dir: Path, save: bool = False, requeue: bool = False) -> None:
     """jobs.top: ask rank 0 for live.json for the next WATCHED_S seconds, and with `save` for a checkpoint at
     the next vote (dist.stop_check_every steps), training on. `requeue`: the requeue signal was just sent (no
-    rank reads it: jobs.act refuses another until the next attempt starts). Earlier asks are kept."""
+    rank reads it: jobs.ops.act refuses another until the next attempt starts). Earlier asks are kept."""
     now = time.time()
     asked = {what: now if new else _asked(run_dir, what) for what, new in (("save", save), ("requeue", requeue))}
     write_text(RunDir(run_dir).top_request, json.dumps({"time": now} | asked) + "\n")

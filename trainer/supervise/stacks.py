@@ -123,7 +123,7 @@ def dump_node(run_dir: Path, stamp: str, node: str | None, job: Job) -> dict[str
     folder.mkdir(parents=True, exist_ok=True)
     tool, records = py_spy(), ranks_of(run_dir, node)
     # A node's ranks all at once: one after another, eight ranks py-spy cannot read would take 8 x PY_SPY_S,
-    # past the step's own limit (jobs.act), and the ranks' stacks would be minutes apart.
+    # past the step's own limit (jobs.ops.act), and the ranks' stacks would be minutes apart.
     with ThreadPoolExecutor(max_workers=min(max(len(records), 1), 32)) as pool:
         how = list(pool.map(lambda r: dump_rank(r, folder, tool, job), records))
     return {str(r["rank"]): h for r, h in zip(records, how, strict=True)}
