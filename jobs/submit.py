@@ -16,7 +16,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-import trainer.tasks
 from jobs import oneoff
 from jobs.plan import (
     Plan,
@@ -47,7 +46,8 @@ from jobs.snapshot import (
     tool_dir,
 )
 from jobs.snapshot import copy as copy_snapshot
-from trainer.config import TrainConfig, build_config, config_dict, flat, from_dict, section
+from trainer.config import TrainConfig, build_config, config_dict, flat, from_dict, section, tasks, write_config
+from trainer.data.resolve import resolve_data, validation_config
 from trainer.errors import UserError, one_line_errors
 from trainer.run.atomic import read_json, try_lock, write_text
 from trainer.run.checkpoint_names import list_checkpoints
@@ -60,9 +60,6 @@ from trainer.run.prepare import (
     new_run_dir,
     not_a_run,
     point_name,
-    resolve_data,
-    validation_config,
-    write_config,
 )
 from trainer.run.provenance import write_submit
 from trainer.run.rundir import RunDir
@@ -293,13 +290,13 @@ def prepare(argv: list[str] | None) -> Request:
         folder = Path(args.resume).resolve()
         snapshot, code_dir = code_for(args, profile, folder, run_root)  # once: it reads job.json
         if code_dir is not None and snapshot is None:
-            trainer.tasks.code_folder = code_dir  # your task module as the job imports it: from the run's snapshot
+            tasks.code_folder = code_dir  # your task module as the job imports it: from the run's snapshot
         base = load_config_file(folder)
         refuse_task_change(base, args.overrides)
     else:
         base = profile.trainer
     configs = [build_config([*args.overrides, *point], base=base) for point in points]
-    trainer.tasks.check_devices(trainer.tasks.get(configs[0].task), profile.resources.gpus_per_task)
+    tasks.check_devices(tasks.get(configs[0].task), profile.resources.gpus_per_task)
     finished = check_resume(folder, build_config(base=base), configs[0], profile) if args.resume else ""
     if not args.resume:
         folder = run_root / args.name if args.name else new_run_dir(run_root, section(configs[0].task))
@@ -383,7 +380,7 @@ def file_lists(configs: list[TrainConfig], folder: Path) -> tuple[dict[tuple[str
     lists: dict[tuple[str, str], list[str]] = {}
     out = []
     for config in configs:
-        task = trainer.tasks.get(config.task)
+        task = tasks.get(config.task)
         if not hasattr(task, "file_list"):
             out.append(config)
             continue
@@ -644,7 +641,7 @@ def refuse_task_change(base: dict[str, Any], overrides: list[str]) -> None:
     old = str(base.get("task", ""))
     for item in overrides:
         key, _, value = item.partition("=")
-        if key == "task" and trainer.tasks.canonical(value) != trainer.tasks.canonical(old):
+        if key == "task" and tasks.canonical(value) != tasks.canonical(old):
             raise UserError(
                 f"--resume cannot change task ({old} -> {value}): the checkpoints hold the old model; drop "
                 "task=..., or start a new run without --resume"
