@@ -2,7 +2,7 @@
 
 For each layout (nodes x tasks per node: 1x1, 1x2, 2x1, 2x2) one Slurm job runs this script under srun
 on the project's test cluster; each task reads its rank from Slurm's variables the way the trainer does
-(trainer.env.launcher), joins a gloo group and measures, for the pix2pix U-Net's gradients:
+(trainer.supervise.launcher), joins a gloo group and measures, for the pix2pix U-Net's gradients:
 
 - the all-reduce of all gradient bytes as one flat buffer, against the ring all-reduce time
   2(n-1)/n x bytes / bandwidth, with the loopback TCP bandwidth measured by this script in the same run;
@@ -79,7 +79,7 @@ def worker(steps: int, width: int, out: Path) -> None:
 
     from trainer.config import DistConfig
     from trainer.distributed import wrap
-    from trainer.env.launcher import resolve
+    from trainer.supervise.launcher import resolve
     from trainer.tasks._pix2pix_nn import UNet
 
     env = resolve(os.environ)

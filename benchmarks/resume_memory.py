@@ -28,8 +28,8 @@ def make_checkpoint(out: Path, width: int) -> Path:
     """One step of a pix2pix run of this width, in this process, saved: its checkpoint folder."""
     from trainer.config import build_config
     from trainer.data.sample import ensure_sample_data
-    from trainer.env.launcher import resolve
     from trainer.run.rundir import RunDir
+    from trainer.supervise.launcher import resolve
     from trainer.train import train
 
     data = ensure_sample_data(out / "sample") / "pix2pix"

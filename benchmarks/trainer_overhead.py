@@ -38,8 +38,8 @@ def run_ours(steps: int, data: Path, out: Path, settings: list[str], shape: tupl
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     from trainer.config import build_config
-    from trainer.env.launcher import resolve
     from trainer.run.rundir import RunDir
+    from trainer.supervise.launcher import resolve
     from trainer.train import train
 
     config = build_config(

@@ -14,6 +14,6 @@ def _drop_working_folder() -> None:
 
 _drop_working_folder()
 
-from trainer.imports import keep_own_modules  # noqa: E402 - after the working folder is off sys.path
+from trainer import keep_own_modules  # noqa: E402 - after the working folder is off sys.path
 
 keep_own_modules()

@@ -2,7 +2,7 @@
 one minute, before a real job meets them.
 
 It submits a tiny job with the profile's own settings (partition, account, setup lines, srun options, container,
-interpreter, code snapshot) whose tasks each run trainer/preflight.py, waits for it, and prints one table: per
+interpreter, code snapshot) whose tasks each run trainer/entry/preflight.py, waits for it, and prints one table: per
 node, that the run root can be written and the code snapshot is seen there, that the interpreter imports torch,
 submitit and this project at the versions here, the GPUs each task sees against the profile's, their model, the
 driver and the CUDA and NCCL versions, where rank 0 listens, and one all-reduce across every task with the job's
@@ -29,7 +29,7 @@ from jobs.plan import make_plan
 from jobs.profiles import Profile, load_profile, run_root_of
 from jobs.snapshot import copy, plan_snapshot
 from jobs.tracking import TERMINAL, Target, aligned, info
-from trainer import preflight  # the tasks' side (torch only inside its functions)
+from trainer.entry import preflight  # the tasks' side (torch only inside its functions)
 from trainer.errors import UserError, one_line_errors
 from trainer.run.prepare import make_run_root
 from trainer.run.rundir import RunDir

@@ -47,8 +47,8 @@ def main(argv: list[str] | None = None) -> int:
         if {"-h", "--help"} & set(rest):
             print(f"usage: slurm-ddp settings [task=NAME]   {COMMANDS[name]}")
             return 0
-        from trainer.__main__ import HELP_FLAG
-        from trainer.__main__ import main as trainer
+        from trainer.entry.command import HELP_FLAG
+        from trainer.entry.command import main as trainer
 
         return int(trainer([*rest, HELP_FLAG]) or 0)
     return int(importlib.import_module(f"jobs.{name}").main(rest) or 0)

@@ -24,15 +24,15 @@ from typing import Any
 import submitit
 from submitit.local import local
 
-from trainer.env.attempt import Attempt
-from trainer.env.launcher import LOCAL_PORT
-from trainer.env.rendezvous import any_free_port
 from trainer.run import failures
 from trainer.run.atomic import try_lock, write_text
 from trainer.supervise import agent, relay, signals
 from trainer.supervise.agent import Exit
+from trainer.supervise.attempt import Attempt
+from trainer.supervise.launcher import LOCAL_PORT
 from trainer.supervise.policy import Decision, Policy, State
 from trainer.supervise.relay import die_with_parent
+from trainer.supervise.rendezvous import any_free_port
 from trainer.supervise.signals import JobSettings
 
 RESTARTS_IN_JOB = "SLURM_DDP_RESTARTS_IN_JOB"  # the profile's restarts_in_job, for the controller

@@ -11,9 +11,9 @@ from jobs import containers, restarts
 from jobs.profiles import INTERFACE_VARS, Profile
 from jobs.snapshot import tool_dir, tool_environment
 from trainer.config import TrainConfig
-from trainer.env.launcher import GPUS_PER_TASK
 from trainer.errors import UserError
 from trainer.supervise import signals
+from trainer.supervise.launcher import GPUS_PER_TASK
 from trainer.supervise.signals import JobSettings
 
 
@@ -97,7 +97,7 @@ def sweep_points(sweeps: list[str]) -> list[list[str]]:
 
 
 PLACEHOLDER = re.compile(r"\{([A-Za-z_][\w.]*)\}")
-RUN_DIR_WORD = "RUN_DIR"  # {RUN_DIR} in a command: the run directory, filled in by each task (trainer.script)
+RUN_DIR_WORD = "RUN_DIR"  # {RUN_DIR} in a command: the run directory, filled in by each task (trainer.supervise.script)
 
 
 def script_commands(command: list[str], points: list[list[str]]) -> list[list[str]]:
@@ -131,13 +131,13 @@ def script_commands(command: list[str], points: list[list[str]]) -> list[list[st
 
 
 def restart_words(text: str | None) -> list[str]:
-    """--restart-args as the words the tasks add (trainer.script.with_restart_args); a quote left open or a
+    """--restart-args as the words the tasks add (trainer.supervise.script.with_restart_args); a quote left open or a
     {LATEST...} that is not {LATEST:pattern} refused, as the tasks would pass it to the script as it is."""
     try:
         words = shlex.split(text or "")
     except ValueError as exc:  # shlex's "No closing quotation"
         raise UserError(f"--restart-args {text}: {str(exc).lower()}; close the quote or drop it") from None
-    from trainer.script import LATEST  # here, not at the top: the trainer's plan needs none of trainer.script
+    from trainer.supervise.script import LATEST  # here, not at the top: the trainer's plan needs none of it
 
     for word in words:
         if "{latest" in LATEST.sub("", word.replace("{RUN_DIR}", RUN_DIR_WORD)).lower():
@@ -210,7 +210,7 @@ def shell_value(value: object) -> str:
 
 
 def interface_variables(profile: Profile) -> dict[str, str]:
-    """network_interface for NCCL, gloo and the tasks' MASTER_ADDR (trainer.env.rendezvous.agree_port)."""
+    """network_interface for NCCL, gloo and the tasks' MASTER_ADDR (trainer.supervise.rendezvous.agree_port)."""
     name = profile.environment.network_interface
     return dict.fromkeys(INTERFACE_VARS, name) if name else {}
 

@@ -15,9 +15,9 @@ import yaml
 from jobs.remote.ssh import check_login, check_remote_root, check_ssh_options
 from trainer.config import from_dict
 from trainer.config.schema import setting
-from trainer.env.launcher import IFNAME_VAR
 from trainer.errors import UserError
 from trainer.supervise import signals
+from trainer.supervise.launcher import IFNAME_VAR
 from trainer.supervise.signals import JobSettings
 
 EXECUTORS = ("local", "debug", "slurm")

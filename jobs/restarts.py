@@ -8,7 +8,7 @@ import shlex
 from pathlib import Path
 
 from jobs.profiles import Profile
-from trainer.env.attempt import NAME
+from trainer.supervise.attempt import NAME
 
 SUPERVISOR = "trainer.supervise.slurm"
 
@@ -44,7 +44,7 @@ def supervised(script: str, python: str, job_spec: dict[str, object]) -> str:
     # job FAILED, this shell killed by it) leaves the signal's file instead, which the supervisor and the tasks
     # find. Only the python's own start-up, after exec, is left without a handler.
     log_dir = shlex.quote(str(job_spec["log_dir"]))
-    name = NAME.format(job='"$SLURM_JOB_ID"', requeue='"${SLURM_RESTART_COUNT:-0}"')  # trainer.env.attempt's
+    name = NAME.format(job='"$SLURM_JOB_ID"', requeue='"${SLURM_RESTART_COUNT:-0}"')  # trainer.supervise.attempt's
     early = [
         f"early_signal={log_dir}/{name}.signal",
         f"""trap 'touch "$early_signal"' {job_spec["signal"]}""",

@@ -372,7 +372,7 @@ def tool_environment(tool: Path | None) -> dict[str, str]:
     """What every process of the tool runs with, on every node: imports from `tool` (the run's tool/, or the
     installed tool when there is no snapshot) before anything else, and never from the working folder (it is
     the code snapshot, which may hold a trainer.py or jobs.py of yours). PYTHONSAFEPATH (Python 3.11) keeps
-    the working folder off sys.path; trainer.script takes it out again for your command."""
+    the working folder off sys.path; trainer.supervise.script takes it out again for your command."""
     env = {"PYTHONSAFEPATH": "1"}
     if tool is None:
         tool = installed_tool_root()

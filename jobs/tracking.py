@@ -21,7 +21,6 @@ import yaml
 from jobs.local_controller import exit_codes_path
 from jobs.profiles import DEFAULT_PROFILE, load_profile, run_root_of
 from jobs.remote.runs import LOCAL_ROOT, RECORD
-from trainer.env.hostlist import expand_hostlist
 from trainer.errors import UserError
 from trainer.run import failures, procfs
 from trainer.run.atomic import NotAFile, open_file, read_json, read_text
@@ -29,6 +28,7 @@ from trainer.run.checkpoint_names import has_checksum, list_checkpoints
 from trainer.run.failures import Failure
 from trainer.run.prepare import NAME, is_job_id, not_a_run
 from trainer.run.rundir import RunDir
+from trainer.supervise.hostlist import expand_hostlist
 
 TERMINAL = {
     "ENDED",  # a forgotten job without accounting, neither finished nor failed by its run directory

@@ -1,7 +1,7 @@
 """A job's ranks forked from a server that imported torch once, for the tests whose subject is what the trainer
 does (scalars, images, checkpoints, validation, resume exactness, summary.json) rather than how a job starts.
 
-Each rank runs the entry every task of a job runs (trainer.entry.run), with the env:// variables a launcher
+Each rank runs the entry every task of a job runs (trainer.entry.task.run), with the env:// variables a launcher
 gives it, in a process forked from multiprocessing's forkserver: no fresh interpreter importing torch and
 torchvision, no submitter, no controller. The forkserver imports torch but runs no torch op, so the OpenMP pool
 a fork must not inherit is never started there. Tests of the launch itself keep `python -m jobs.submit`.
@@ -16,12 +16,13 @@ from multiprocessing.process import BaseProcess
 from pathlib import Path
 from typing import Any
 
-from trainer.config import build_config, config_dict
-from trainer.env.rendezvous import any_free_port
-from trainer.run.prepare import make_dirs, resolve_data, write_config
+from trainer.config import build_config, config_dict, write_config
+from trainer.data.resolve import resolve_data
+from trainer.run.prepare import make_dirs
+from trainer.supervise.rendezvous import any_free_port
 
 CONTEXT = multiprocessing.get_context("forkserver")
-CONTEXT.set_forkserver_preload(["torch", "torchvision", "trainer.train", "trainer.entry"])
+CONTEXT.set_forkserver_preload(["torch", "torchvision", "trainer.train", "trainer.entry.task"])
 # What a launcher outside this test may have set: the ranks see only the variables made for them.
 LAUNCHER_PREFIXES = ("SLURM_", "SUBMITIT_", "TORCHELASTIC_", "MASTER_", "GROUP_", "ROLE_")
 LAUNCHER_NAMES = {"RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE"}
@@ -42,7 +43,7 @@ def _rank(rank: int, world: int, port: int, config: dict[str, Any], log: str, en
     sys.stderr = open(2, "w", buffering=1, closefd=False)  # noqa: SIM115
     # A fresh interpreter's default start method (loader workers), not the forkserver's, which spawn.prepare set.
     multiprocessing.set_start_method(None, force=True)
-    from trainer.entry import run
+    from trainer.entry.task import run
 
     run(config)
 

@@ -105,7 +105,7 @@ def commands_page() -> str:
 
 
 def settings_page() -> str:
-    from trainer.__main__ import settings_table
+    from trainer.entry.command import settings_table
 
     table = settings_table()
     own = [row for row in settings_table("classify").splitlines() if row.startswith("| `classify.")]

@@ -11,14 +11,14 @@ import pytest
 from jobs.tracking import run_settings
 from tests.messages import Golden, raises, refused
 from tests.support import ROOT, submit
-from trainer.entry import record_error
-from trainer.env.launcher import resolve
+from trainer.entry.task import record_error
 from trainer.errors import UserError
 from trainer.run import ledger
 from trainer.run.atomic import json_or_none, read_json
 from trainer.run.prepare import load_config_file
 from trainer.run.rundir import RunDir, summary_verdict
 from trainer.supervise.attempts import Attempts
+from trainer.supervise.launcher import resolve
 
 BROKEN = {"empty": "", "torn": '{"job_id": "12', "misshapen": '{"x": 1}'}
 

@@ -36,7 +36,7 @@ def test_a_cpu_node_and_tasks_that_disagree_are_shown_as_they_are() -> None:
 
 
 def test_the_driver_version_is_read_from_either_form_of_the_kernel_modules_line() -> None:
-    from trainer.preflight import driver_version
+    from trainer.entry.preflight import driver_version
 
     proprietary = (
         "NVRM version: NVIDIA UNIX x86_64 Kernel Module  550.54.15  Tue Mar  5 22:23:56 UTC 2024\nGCC version: gcc 12"

@@ -1,7 +1,7 @@
 import pytest
 
-from trainer.env.launcher import PORT_BASE, PORT_SPAN, port_from_job_id, resolve, tasks_on_node
 from trainer.errors import UserError
+from trainer.supervise.launcher import PORT_BASE, PORT_SPAN, port_from_job_id, resolve, tasks_on_node
 
 TORCHRUN = {
     "TORCHELASTIC_RUN_ID": "abc",
@@ -185,7 +185,7 @@ def test_a_restart_in_the_allocation_never_reads_the_port_of_the_start_before(tm
     """Rank 0 of the first start published its port; the next start's rank 1 waits for its own rank 0's."""
     import dataclasses
 
-    from trainer.env.rendezvous import agree_port
+    from trainer.supervise.rendezvous import agree_port
 
     env = {"SLURM_PROCID": "0", "SLURM_STEP_ID": "0", "SLURM_NTASKS": "2", "SLURM_JOB_NODELIST": "n[1-2]",
            "SLURM_JOB_ID": "77", "SLURM_NODEID": "0", "SLURM_TASKS_PER_NODE": "1(x2)"}  # fmt: skip
@@ -200,7 +200,7 @@ def test_a_restart_in_the_allocation_never_reads_the_port_of_the_start_before(tm
 def test_a_network_interface_gives_its_address_or_a_one_line_refusal_naming_the_node() -> None:
     import dataclasses
 
-    from trainer.env.rendezvous import interface_address, own_address
+    from trainer.supervise.rendezvous import interface_address, own_address
 
     assert interface_address("lo") == "127.0.0.1" and interface_address("nosuch0") is None
     env = dataclasses.replace(resolve({}), node_name="node7", interface="nosuch0")

@@ -11,7 +11,7 @@ import torch.distributed as dist
 from tests.messages import Golden, raises
 from trainer.config import DistConfig
 from trainer.distributed import CommTimer, covered, wrap
-from trainer.env.launcher import DistEnv
+from trainer.supervise.launcher import DistEnv
 
 TWO_RANKS = DistEnv("torchrun", 0, 0, 2, 2, 0, 1, "127.0.0.1", 29500, None, 1)
 ONE_RANK = DistEnv("single", 0, 0, 1, 1, 0, 1, "127.0.0.1", 29500, None, 1)

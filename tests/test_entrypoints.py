@@ -93,7 +93,9 @@ def test_submitting_does_not_import_torch() -> None:
 def test_a_dry_run_imports_only_what_it_prints() -> None:
     """The dry run stays within issue 52's 2x `import submitit`: what only a submit, a wait or SSH needs
     (launch, tracking, the local controller, the script runner, OpenSSL's hashlib) is imported where used."""
-    unused = "jobs.ops.launch jobs.tracking jobs.local_controller jobs.ops.remote_submit trainer.script hashlib".split()
+    unused = (
+        "jobs.ops.launch jobs.tracking jobs.local_controller jobs.ops.remote_submit trainer.supervise.script hashlib"
+    ).split()
     code = (
         "import sys, jobs.submit\n"
         "jobs.submit.main(['--profile', 'example', '--dry-run', '--name', 'x'])\n"
@@ -104,7 +106,7 @@ def test_a_dry_run_imports_only_what_it_prints() -> None:
     assert "imported: []" in result.stdout, result.stdout.splitlines()[-1]
 
 
-TORCH_FREE = ["trainer.config", "trainer.env", "trainer.requeue", "trainer.run", "trainer.supervise"]
+TORCH_FREE = ["trainer.config", "trainer.entry", "trainer.requeue", "trainer.run", "trainer.supervise"]
 
 
 @pytest.mark.parametrize("package", TORCH_FREE)
@@ -121,7 +123,7 @@ def test_a_torch_free_package_says_so_and_imports_no_torch(package: str) -> None
 
 def test_the_torch_free_modules_of_other_packages_import_no_torch() -> None:
     """What the submitter and the watchdog use of the data package and the trainer's top level."""
-    modules = ["trainer.data.checks", "trainer.data.filelist", "trainer.data.sample", "trainer.supervise.watchdog"]
+    modules = ["trainer.data.checks", "trainer.data.filelist", "trainer.data.resolve", "trainer.data.sample"]
     code = f"import importlib, sys\nfor m in {modules!r}:\n    importlib.import_module(m)\n"
     code += "assert 'torch' not in sys.modules, 'torch was imported'\n"
     result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
@@ -130,7 +132,7 @@ def test_the_torch_free_modules_of_other_packages_import_no_torch() -> None:
 
 def test_the_entry_builds_the_config_from_plain_values_and_records_a_bad_one(tmp_path: Path) -> None:
     """A task is sent plain values; a config the entry cannot build is this rank's recorded failure."""
-    from trainer.entry import run
+    from trainer.entry.task import run
 
     with pytest.raises(UserError, match="eval.metric: task pix2pix reports"):
         run({"run_dir": str(tmp_path), "eval": {"metric": "nope"}}, {"signal": "USR1"})
@@ -151,7 +153,7 @@ def test_a_job_is_sent_plain_values_only(tmp_path: Path) -> None:
     profile = profile_of({"name": "p", "executor": "local"})
     plan = make_plan(profile, [build_config([f"run_dir={tmp_path}"])], tmp_path, False, "")
     [(function, config, job)] = calls_of(plan)
-    assert function.__module__ == "trainer.entry" and type(config) is dict and type(job) is dict
+    assert function.__module__ == "trainer.entry.task" and type(config) is dict and type(job) is dict
     assert b"trainer.config" not in pickle.dumps((config, job)) and job["signal"] == "USR2"
 
 
@@ -177,9 +179,9 @@ def test_a_failure_keeps_its_traceback_in_torchs_error_file(tmp_path: Path, monk
     the agent's TORCHELASTIC_ERROR_FILE, which torch's ProcessFailure (torchrun's summary) reads."""
     from torch.distributed.elastic.multiprocessing.errors import ProcessFailure
 
-    from trainer.entry import record_error
-    from trainer.env.launcher import resolve
+    from trainer.entry.task import record_error
     from trainer.run import failures
+    from trainer.supervise.launcher import resolve
 
     agents = tmp_path / "agent_error.json"
     monkeypatch.setenv("TORCHELASTIC_ERROR_FILE", str(agents))
@@ -199,7 +201,7 @@ def test_a_failure_keeps_its_traceback_in_torchs_error_file(tmp_path: Path, monk
 
 
 def test_a_bad_setting_writes_no_traceback(tmp_path: Path) -> None:
-    from trainer.entry import run
+    from trainer.entry.task import run
 
     with pytest.raises(UserError):
         run({"run_dir": str(tmp_path), "eval": {"metric": "nope"}}, {"signal": "USR1"})

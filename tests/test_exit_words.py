@@ -1,9 +1,9 @@
-"""A script run's exit words (trainer.script): rank 0 clears earlier attempts' at its start, never this attempt's
+"""A script run's exit words (trainer.supervise.script): rank 0 clears earlier attempts' at its start, never this attempt's
 or one a fast peer is still writing."""
 
 from pathlib import Path
 
-from trainer.script import _clear_other_attempts
+from trainer.supervise.script import _clear_other_attempts
 
 
 def test_rank_0_clears_earlier_attempts_words_only(tmp_path: Path) -> None:

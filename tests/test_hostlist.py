@@ -1,9 +1,9 @@
 import pytest
 
 from tests.support import CASES, REFUSED
-from trainer.env.hostlist import expand_hostlist
-from trainer.env.launcher import resolve
 from trainer.errors import UserError
+from trainer.supervise.hostlist import expand_hostlist
+from trainer.supervise.launcher import resolve
 
 
 @pytest.mark.parametrize(("hostlist", "hosts"), CASES)

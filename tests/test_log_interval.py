@@ -7,7 +7,7 @@ import pytest
 
 from trainer import train as train_module
 from trainer.config import build_config
-from trainer.env.launcher import resolve
+from trainer.supervise.launcher import resolve
 
 ONE_PROCESS = {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "LOCAL_WORLD_SIZE": "1", "CUDA_VISIBLE_DEVICES": ""}
 

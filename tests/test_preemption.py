@@ -187,9 +187,9 @@ def test_a_peer_error_as_the_job_stops_for_a_requeue_is_the_stops_consequence(
     """A rank's command failed on its lost peer before its task saw the requeue signal (a peer's task saw it
     first and stopped its command): once the signal's file is there, the rank stopped for the requeue, not
     failed. Without the signal, or with an error of its own, it failed."""
-    from trainer.env import attempt as attempts
-    from trainer.env.launcher import DistEnv
-    from trainer.script import Ended, after_the_signal
+    from trainer.supervise import attempt as attempts
+    from trainer.supervise.launcher import DistEnv
+    from trainer.supervise.script import Ended, after_the_signal
 
     attempt = str(tmp_path / "attempt_5_0")
     env = DistEnv("slurm", 0, 0, 2, 1, 0, 2, "node1", 20005, "5", 1, attempt=attempt)

@@ -1,4 +1,4 @@
-"""--restart-args (trainer.script.with_restart_args): words added to a command on a start once what they name
+"""--restart-args (trainer.supervise.script.with_restart_args): words added to a command on a start once what they name
 exists; {LATEST:pattern} names the newest match (the Trainer's checkpoint-N/ folders). A malformed one is
 refused at submit."""
 
@@ -10,7 +10,7 @@ import pytest
 from tests.messages import Golden, case_id
 from tests.support import assert_refused, write_profile
 from tests.support import submit_here as submit
-from trainer.script import with_restart_args
+from trainer.supervise.script import with_restart_args
 
 COMMAND = ["python", "train.py", "--output_dir", "{RUN_DIR}/out"]
 

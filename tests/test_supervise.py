@@ -105,7 +105,7 @@ def test_the_signals_node_local_copy_is_left_until_the_job_ends_its_steps(tmp_pa
     poll("the node-local file", node_file.exists, timeout=10)
     proc.terminate()
     assert proc.wait(timeout=10) == 0 and not node_file.exists()
-    from trainer.env.attempt import Attempt
+    from trainer.supervise.attempt import Attempt
 
     attempt = Attempt(Path("/logs"), "7", 0)
     cmd = relay.fan_out_command(attempt.node_signal, "7", 3)

@@ -28,8 +28,8 @@ def classify(local_profile: Path, root: Path, *args: str) -> subprocess.Complete
 
 def test_the_submit_path_imports_no_torch() -> None:
     code = (
-        "import sys, trainer.tasks, trainer.config, trainer.run.prepare;"
-        "[trainer.tasks.get(n) for n in trainer.tasks.available()];"
+        "import sys, trainer.tasks, trainer.config, trainer.data.resolve;"
+        "[trainer.config.tasks.get(n) for n in trainer.config.tasks.available()];"
         "trainer.config.build_config(['task=classify', 'classify.model=vgg11']);"
         "assert 'torch' not in sys.modules, 'torch imported'"
     )

@@ -18,7 +18,7 @@ from tests import ranks
 from tests.messages import Golden, case_id, raises
 from tests.support import ROOT, submit
 from trainer.config import build_config
-from trainer.env.launcher import DistEnv
+from trainer.supervise.launcher import DistEnv
 from trainer.tasks.classify import TASK as CLASSIFY
 from trainer.validation import evaluate, shard_loader
 

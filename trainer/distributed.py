@@ -16,13 +16,13 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from trainer.config import DistConfig
-from trainer.env.launcher import DistEnv
+from trainer.config.tasks import check_devices
 from trainer.errors import UserError
 from trainer.run.rundir import RunDir
 from trainer.supervise.attempts import Attempts, record_stop, requeue
 from trainer.supervise.flag import StopFlag
+from trainer.supervise.launcher import DistEnv
 from trainer.supervise.signals import JobSettings
-from trainer.tasks import check_devices
 
 # torch's names for its flight recorder, and the deprecated ones a user may still set (either form counts).
 FR_NAMES = {

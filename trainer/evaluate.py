@@ -11,9 +11,9 @@ import sys
 from pathlib import Path
 
 from trainer.config import build_config
-from trainer.env.launcher import resolve
 from trainer.errors import UserError, one_line_errors
 from trainer.run.rundir import RunDir
+from trainer.supervise.launcher import resolve
 
 
 def checkpoint_of(target: Path) -> Path:
@@ -37,7 +37,8 @@ def main(argv: list[str]) -> int:
     env = resolve(os.environ)
     import torch
 
-    from trainer import checkpoint, tasks, validation
+    from trainer import checkpoint, validation
+    from trainer.config import tasks
     from trainer.distributed import make_model, pick_device, process_group
     from trainer.train import AMP_DTYPES
 

@@ -11,38 +11,12 @@ this process already holds. A script, `-- python train.py`, has no such limit.)
 
 import contextlib
 import importlib
-import importlib.abc
 import importlib.machinery
-import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 
-TOOL_PACKAGES = ("trainer", "jobs")
-HOME = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the folder holding trainer/ and jobs/
-
-
-class OwnModules(importlib.abc.MetaPathFinder):
-    """A module of the tool's packages comes from the package's own folder, or is missing. An installed copy
-    of the project elsewhere (`pip install -e .` on a login node) puts a finder on sys.meta_path that answers
-    for `jobs.X` from its own folder when this copy (a run's tool/ snapshot) lacks X: two versions mixed in
-    one command. This finder answers first, for this copy's packages only."""
-
-    def find_spec(self, fullname: str, path: object = None, target: object = None) -> object:
-        top, _, rest = fullname.partition(".")
-        own = [os.path.join(HOME, top)]
-        if top not in TOOL_PACKAGES or not rest or "." in rest or list(path or []) != own:
-            return None
-        spec = importlib.machinery.PathFinder.find_spec(fullname, own)
-        if spec is None:
-            raise ModuleNotFoundError(f"No module named {fullname!r} in {own[0]}", name=fullname)
-        return spec
-
-
-def keep_own_modules() -> None:
-    """Install OwnModules (once) ahead of every other finder."""
-    if not any(isinstance(finder, OwnModules) for finder in sys.meta_path):
-        sys.meta_path.insert(0, OwnModules())
+from trainer import TOOL_PACKAGES
 
 
 def defines(folder: Path, name: str) -> bool:

@@ -9,7 +9,7 @@ import torch
 import torch.distributed as dist
 
 from trainer.distributed import mean_over_ranks
-from trainer.env.launcher import DistEnv
+from trainer.supervise.launcher import DistEnv
 
 
 class IntervalMeter:

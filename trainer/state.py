@@ -7,8 +7,8 @@ from typing import Any
 import torch
 
 from trainer.distributed import gather_rng, restore_rng
-from trainer.env.launcher import DistEnv
 from trainer.errors import UserError
+from trainer.supervise.launcher import DistEnv
 
 # What a checkpoint must hold; one lacking any of them is not one of ours (trainer.checkpoint checks it).
 KEYS = ("model", "optimizer", "scheduler", "scaler", "progress", "rng", "meta", "best")

@@ -16,9 +16,9 @@ from typing import Any
 
 import torch
 
-import trainer.tasks
+import trainer.config.tasks
 from trainer import checkpoint, validation
-from trainer.config import TrainConfig, config_dict, flat
+from trainer.config import TrainConfig, config_dict, flat, write_config
 from trainer.data.checks import count_bad_images
 from trainer.data.loader import batches, make_loader, shutdown, to_device
 from trainer.distributed import (
@@ -35,14 +35,12 @@ from trainer.distributed import (
     rendezvous_file,
     wrap,
 )
-from trainer.env.launcher import DistEnv
 from trainer.errors import UserError
 from trainer.meter import IntervalMeter, Progress
 from trainer.rng import deterministic_kernels, isolated
 from trainer.run import failures, ledger, provenance, startup
 from trainer.run.atomic import write_text
 from trainer.run.checkpoint_names import best_path
-from trainer.run.prepare import write_config
 from trainer.run.rundir import RunDir
 from trainer.schedule import lr_factor
 from trainer.state import TrainState
@@ -50,6 +48,7 @@ from trainer.stragglers import Stragglers
 from trainer.supervise import live
 from trainer.supervise.attempts import Attempts, leave
 from trainer.supervise.flag import StopFlag
+from trainer.supervise.launcher import DistEnv
 from trainer.supervise.signals import JobSettings
 from trainer.supervise.watchdog import Watchdog
 from trainer.tblog import NullLogger, TensorBoardLogger
@@ -271,7 +270,7 @@ def setup(config: TrainConfig, env: DistEnv, device: torch.device, watchdog: Wat
     torch.manual_seed(config.seed)
     if config.deterministic:
         deterministic_kernels()
-    task = trainer.tasks.get(config.task)
+    task = trainer.config.tasks.get(config.task)
     data = validation.datasets(task, config)
     startup.mark("datasets_built")  # the task's decoding imported (torchvision, and with it torch._dynamo)
     loader, sampler = make_loader(data.train, config, env, device, task)

@@ -16,11 +16,11 @@ import torch.distributed as dist
 from torch.utils.data import DataLoader, Dataset, Subset
 
 from trainer.config import TrainConfig, best_metric
+from trainer.config.tasks import Task
 from trainer.data.loader import loader_options, num_workers, to_device
-from trainer.env.launcher import DistEnv
+from trainer.data.resolve import validation_config
 from trainer.errors import UserError
-from trainer.run.prepare import validation_config
-from trainer.tasks import Task
+from trainer.supervise.launcher import DistEnv
 
 
 @dataclass

@@ -145,20 +145,20 @@ def submit(plan: Plan) -> list[submitit.Job[Any]]:
 
 
 def calls_of(plan: Plan) -> list[tuple[Any, ...]]:
-    """The function each job runs and its arguments: the trainer, or your command (trainer.script)."""
+    """The function each job runs and its arguments: the trainer, or your command (trainer.supervise.script)."""
     if plan.script is None:
-        import trainer.entry  # imported here, not at the top, to keep --dry-run quick
+        import trainer.entry.task  # imported here, not at the top, to keep --dry-run quick
 
         # Plain values: a task unpickles them without importing anything of yours (your task's file is
         # imported by the entry, after its signal handler is in place).
         job = dataclasses.asdict(plan.settings)
-        return [(trainer.entry.run, config_dict(config), job) for config in plan.configs]
-    import trainer.script
+        return [(trainer.entry.task.run, config_dict(config), job) for config in plan.configs]
+    import trainer.supervise.script
 
     script, debug = plan.script, plan.executor == "debug"
     return [
         (
-            trainer.script.run,
+            trainer.supervise.script.run,
             command,
             script.cwd,
             run_dir,

@@ -1,4 +1,4 @@
-"""The preflight check's reading (python -m jobs.check): what each task reported (trainer/preflight.py) made
+"""The preflight check's reading (python -m jobs.check): what each task reported (trainer/entry/preflight.py) made
 into rows, one per node and check, each failed one saying how to fix it."""
 
 import json

@@ -14,7 +14,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-import trainer.tasks
 from jobs import oneoff
 from jobs.ops.resume import (
     check_own_code,
@@ -50,7 +49,8 @@ from jobs.snapshot import (
     plan_snapshot,
 )
 from jobs.snapshot import copy as copy_snapshot
-from trainer.config import TrainConfig, build_config, config_dict, from_dict, section
+from trainer.config import TrainConfig, build_config, config_dict, from_dict, section, tasks, write_config
+from trainer.data.resolve import resolve_data, validation_config
 from trainer.errors import UserError
 from trainer.run.atomic import read_json, write_text
 from trainer.run.prepare import (
@@ -62,9 +62,6 @@ from trainer.run.prepare import (
     new_run_dir,
     not_a_run,
     point_name,
-    resolve_data,
-    validation_config,
-    write_config,
 )
 from trainer.run.provenance import write_submit
 from trainer.run.rundir import RunDir
@@ -218,13 +215,13 @@ def prepare(given: tuple[str, ...], args: argparse.Namespace, command: list[str]
         folder = Path(args.resume).resolve()
         snapshot, code_dir = code_for(args, profile, folder, run_root)  # once: it reads job.json
         if code_dir is not None and snapshot is None:
-            trainer.tasks.code_folder = code_dir  # your task module as the job imports it: from the run's snapshot
+            tasks.code_folder = code_dir  # your task module as the job imports it: from the run's snapshot
         base = load_config_file(folder)
         refuse_task_change(base, args.overrides)
     else:
         base = profile.trainer
     configs = [build_config([*args.overrides, *point], base=base) for point in points]
-    trainer.tasks.check_devices(trainer.tasks.get(configs[0].task), profile.resources.gpus_per_task)
+    tasks.check_devices(tasks.get(configs[0].task), profile.resources.gpus_per_task)
     finished = check_resume(folder, build_config(base=base), configs[0], profile) if args.resume else ""
     if not args.resume:
         folder = run_root / args.name if args.name else new_run_dir(run_root, section(configs[0].task))
@@ -308,7 +305,7 @@ def file_lists(configs: list[TrainConfig], folder: Path) -> tuple[dict[tuple[str
     lists: dict[tuple[str, str], list[str]] = {}
     out = []
     for config in configs:
-        task = trainer.tasks.get(config.task)
+        task = tasks.get(config.task)
         if not hasattr(task, "file_list"):
             out.append(config)
             continue

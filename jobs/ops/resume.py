@@ -10,7 +10,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-import trainer.tasks
 from jobs.profiles import Profile
 from jobs.snapshot import (
     Snapshot,
@@ -20,7 +19,7 @@ from jobs.snapshot import (
     tool_dir,
 )
 from jobs.snapshot import copy as copy_snapshot
-from trainer.config import TrainConfig, config_dict, flat, section
+from trainer.config import TrainConfig, config_dict, flat, section, tasks
 from trainer.errors import UserError
 from trainer.run.atomic import read_json, try_lock
 from trainer.run.checkpoint_names import list_checkpoints
@@ -157,7 +156,7 @@ def refuse_task_change(base: dict[str, Any], overrides: list[str]) -> None:
     old = str(base.get("task", ""))
     for item in overrides:
         key, _, value = item.partition("=")
-        if key == "task" and trainer.tasks.canonical(value) != trainer.tasks.canonical(old):
+        if key == "task" and tasks.canonical(value) != tasks.canonical(old):
             raise UserError(
                 f"--resume cannot change task ({old} -> {value}): the checkpoints hold the old model; drop "
                 "task=..., or start a new run without --resume"

@@ -28,7 +28,7 @@ EXACT = ("deterministic=true",)
 def test_an_nccl_group_of_one_all_reduces_on_the_gpu() -> None:
     import torch.distributed as dist
 
-    from trainer.env.rendezvous import any_free_port
+    from trainer.supervise.rendezvous import any_free_port
 
     dist.init_process_group("nccl", init_method=f"tcp://127.0.0.1:{any_free_port()}", rank=0, world_size=1)
     try:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from tests.messages import Golden
 from tests.support import assert_refused, submit, write_profile
-from trainer.env.rendezvous import interface_address
+from trainer.supervise.rendezvous import interface_address
 
 SHOW = (
     "import os\nprint('seen', *(os.environ[k] for k in ('GLOO_SOCKET_IFNAME', 'NCCL_SOCKET_IFNAME', 'MASTER_ADDR')))\n"

@@ -437,7 +437,7 @@ def test_the_tensorboard_line_comes_when_the_script_wrote_events(tmp_path: Path)
     ],
 )
 def test_the_last_exception_line_of_a_scripts_stderr(stderr: str, line: str) -> None:
-    from trainer.script import last_exception
+    from trainer.supervise.script import last_exception
 
     assert last_exception(stderr) == line
 
@@ -706,7 +706,7 @@ def test_wait_shows_rank_0s_stderr_and_a_commands_last_words_are_its_error(tmp_p
     ],
 )
 def test_a_commands_last_words(stderr: str, words: str) -> None:
-    from trainer.script import last_words
+    from trainer.supervise.script import last_words
 
     assert last_words(stderr) == words
 

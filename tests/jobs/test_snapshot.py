@@ -57,7 +57,7 @@ def test_git_tree_snapshot_is_what_git_would_commit(tmp_path: Path) -> None:
     assert {".gitignore", "pkg/model.py", "new.py"} <= names
     assert not any(n.startswith(("data/", "runs/")) or n.endswith(".log") for n in names)
     assert not any(n.startswith(("trainer/", "jobs/")) for n in names)  # the tool's code: never in yours
-    assert {"trainer/entry.py", "jobs/submit.py"} <= {name for _, name in snapshot.tool_files}  # but beside it
+    assert {"trainer/entry/task.py", "jobs/submit.py"} <= {name for _, name in snapshot.tool_files}  # but beside it
     assert snapshot.git["dirty"] is True and len(str(snapshot.git["commit"])) == 40
 
 

@@ -29,7 +29,7 @@ DBD_PORT, DB_PORT = 16819, 16306
 
 # Per cluster: its folder, controller port, slurmd ports, and first job id. The ids are apart, so that a job id
 # and a slurmstepd's name belong to one cluster, and the master ports derived from them (10000 + id % 20000,
-# trainer.env.launcher) do not meet: a's first 10,000 jobs get 10000-19999, b's 20000-29999.
+# trainer.supervise.launcher) do not meet: a's first 10,000 jobs get 10000-19999, b's 20000-29999.
 class Side(NamedTuple):
     home: Path
     name: str

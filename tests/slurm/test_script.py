@@ -86,7 +86,7 @@ def test_a_scripts_tasks_take_the_signal_from_a_copy_on_their_node(slurm_cluster
     """The supervisor leaves the requeue signal on every node of the job (srun --overlap): each task reads it
     there within a second, not from the shared log folder (looked at every 10 s), and the copy is gone once
     the job has been requeued."""
-    from trainer.env.attempt import Attempt
+    from trainer.supervise.attempt import Attempt
 
     (tmp_path / "notes.py").write_text(NOTES_THE_SIGNAL)
     args = ["--profile", str(mini_profile(tmp_path)), "--nodes", "2", "--gpus-per-node", "1"]

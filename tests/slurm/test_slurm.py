@@ -28,9 +28,9 @@ from tests.support import (
     submit,
     write_profile,
 )
-from trainer.env.hostlist import expand_hostlist
-from trainer.env.launcher import port_from_job_id
 from trainer.run.rundir import RunDir
+from trainer.supervise.hostlist import expand_hostlist
+from trainer.supervise.launcher import port_from_job_id
 
 
 def test_two_nodes_four_tasks_complete(mini: Path, sample_root: Path) -> None:

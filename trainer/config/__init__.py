@@ -1,5 +1,5 @@
-"""The trainer's configuration: the schema (validated frozen dataclasses) and how a config is built from YAML,
-a plain dict and `key=value` overrides.
+"""The trainer's configuration: the schema (validated frozen dataclasses), which task `task=` names and what a
+task is (tasks), and how a config is built from YAML, a plain dict and `key=value` overrides, and written.
 
 Torch-free: the submitter imports this to validate before anything is queued.
 """
@@ -14,6 +14,7 @@ from trainer.config.build import (
     parse_overrides,
     section,
     valid_keys,
+    write_config,
 )
 from trainer.config.schema import (
     CheckpointConfig,
@@ -44,4 +45,5 @@ __all__ = [
     "parse_overrides",
     "section",
     "valid_keys",
+    "write_config",
 ]

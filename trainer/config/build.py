@@ -5,20 +5,25 @@ import dataclasses
 import math
 import typing
 from collections.abc import Iterable, Mapping
+from pathlib import Path
 from typing import Any
 
-import trainer.tasks
+import yaml
+
+from trainer.config import tasks
 from trainer.config.schema import TrainConfig, _check
 from trainer.errors import UserError
+from trainer.run.atomic import write_text
+from trainer.run.rundir import RunDir
 
 
 def task_settings_class(task: str) -> type:
-    return trainer.tasks.get(task).settings
+    return tasks.get(task).settings
 
 
 def section(task: str) -> str:
     """The key the task's settings live under (`<section>.<key>=value`): its name."""
-    return trainer.tasks.get(task).name
+    return tasks.get(task).name
 
 
 def _fields(cls: type) -> dict[str, Any]:
@@ -117,13 +122,13 @@ def _train_config(data: Mapping[str, Any]) -> TrainConfig:
             kwargs[name] = _coerce(value, tp, name, example_of(TrainConfig, name, tp))
     settings = from_dict(settings_class, data.get(own) or {}, f"{own}.")
     # Your task's file as an absolute path: the same file whatever folder a resume starts from.
-    config = TrainConfig(**kwargs | {"task": trainer.tasks.canonical(task)}, task_settings=settings)
+    config = TrainConfig(**kwargs | {"task": tasks.canonical(task)}, task_settings=settings)
     _check_against_task(config)
     return config
 
 
 def _check_against_task(config: TrainConfig) -> None:
-    metrics = trainer.tasks.get(config.task).metrics
+    metrics = tasks.get(config.task).metrics
     _check(
         not config.eval.metric or config.eval.metric in metrics,
         "eval.metric",
@@ -138,7 +143,7 @@ def _check_against_task(config: TrainConfig) -> None:
 
 def best_metric(config: TrainConfig) -> tuple[str, str]:
     """The validation metric that picks the best checkpoint, and whether lower (min) or higher is better."""
-    metrics = trainer.tasks.get(config.task).metrics
+    metrics = tasks.get(config.task).metrics
     name = config.eval.metric or next(iter(metrics))
     return name, config.eval.mode or metrics[name]
 
@@ -146,7 +151,7 @@ def best_metric(config: TrainConfig) -> tuple[str, str]:
 def _refuse_other_tasks(keys: Iterable[str], task: str) -> None:
     for key in keys:
         other = key.split(".", 1)[0]
-        if other != task and other in trainer.tasks.available():
+        if other != task and other in tasks.available():
             raise UserError(f"{key} is a setting of task {other}, but task is {task}; drop it, or pass task={other}")
 
 
@@ -155,6 +160,11 @@ def config_dict(config: TrainConfig) -> dict[str, Any]:
     out = {f.name: getattr(config, f.name) for f in dataclasses.fields(config) if f.name != "task_settings"}
     out = {k: dataclasses.asdict(v) if dataclasses.is_dataclass(v) else v for k, v in out.items()}
     return out | {section(config.task): dataclasses.asdict(config.task_settings)}
+
+
+def write_config(run_dir: Path, config: TrainConfig) -> None:
+    """The resolved config, the last thing written before a run starts: its presence marks a run."""
+    write_text(RunDir(run_dir).config, yaml.safe_dump(config_dict(config), sort_keys=False))
 
 
 _TRUE = {"true", "yes", "on", "1"}

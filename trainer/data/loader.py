@@ -8,8 +8,8 @@ import torch
 from torch.utils.data import DataLoader, Dataset, DistributedSampler
 
 from trainer.config import TrainConfig
-from trainer.env.launcher import DistEnv
 from trainer.rng import SeededSamples, sample_seed
+from trainer.supervise.launcher import DistEnv
 
 
 class ResumableSampler(DistributedSampler[Any]):

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from PIL import Image, ImageDraw, ImageFilter
 
-import trainer.tasks
+from trainer.config import tasks
 from trainer.errors import UserError, one_line_errors
 
 SHAPES = ("circle", "square", "triangle")
@@ -52,14 +52,14 @@ def ensure_sample_data(root: str | os.PathLike[str], count: int = 256) -> Path:
     interrupted runs never leave a half-written data set behind.
     """
     root = Path(root)
-    names = trainer.tasks.available()
+    names = tasks.available()
     if all((root / name).is_dir() for name in names):
         return root
     root.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=".sample-", dir=root.parent))
     try:
         for name in names:
-            trainer.tasks.get(name).sample_data(tmp / name, count)
+            tasks.get(name).sample_data(tmp / name, count)
         try:
             os.rename(tmp, root)
         except OSError:

@@ -24,7 +24,7 @@ import sys
 from typing import Any, NoReturn
 
 SIGNAL_ENV = "REQUEUE_SIGNAL"  # the profile's signal, as the task names it (USR2): trainer.supervise.signals.ENV
-PROGRESS_ENV = "SLURM_DDP_PROGRESS_FILE"  # set by the task that runs your command (trainer.script)
+PROGRESS_ENV = "SLURM_DDP_PROGRESS_FILE"  # set by the task that runs your command (trainer.supervise.script)
 REQUEUE_EXIT = 144  # submitit's local requeue code, used for Slurm too: one number everywhere
 _raised = False
 _first: int | None = None  # the first step this process reported: where its attempt went on from

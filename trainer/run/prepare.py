@@ -1,6 +1,5 @@
-"""Run directories and the data a run points at (torch-free: the submitter uses it)."""
+"""Run directories: their names, the run root, a run's folder and config file (torch-free: the submitter uses it)."""
 
-import dataclasses
 import os
 import re
 import tempfile
@@ -10,62 +9,9 @@ from typing import NoReturn
 
 import yaml
 
-import trainer.tasks
-from trainer.config import TrainConfig, config_dict
 from trainer.errors import UserError
-from trainer.run.atomic import json_or_none, write_text
+from trainer.run.atomic import json_or_none
 from trainer.run.rundir import RunDir
-
-
-def resolve_data(config: TrainConfig, sample_root: Path, world_size: int) -> TrainConfig:
-    """Point an empty data.root at the built-in sample data (made on first use); the task checks the data
-    and its settings for `world_size` processes."""
-    task = trainer.tasks.get(config.task)
-    root: Path | None = None
-    if config.data.root:
-        root = Path(config.data.root).expanduser().resolve()
-    elif config.task not in trainer.tasks.available():
-        if getattr(task, "checks_data", True):
-            raise UserError(f"task {config.task} has no built-in sample data; set data.root=PATH")
-        # A task of yours without check(): its dataset() may make its data in code; data.root stays empty.
-    else:
-        from trainer.data.sample import ensure_sample_data  # Pillow: only when the sample data is used
-
-        try:
-            root = ensure_sample_data(sample_root).resolve() / config.task
-        except OSError as exc:
-            raise UserError(
-                f"the sample data cannot be written to {sample_root} ({exc.strerror}); set data.root=PATH or a "
-                "writable run_root"
-            ) from None
-        if not root.is_dir():
-            raise UserError(f"task {config.task} has no built-in sample data; set data.root=PATH")
-    if root is not None:
-        config = dataclasses.replace(config, data=dataclasses.replace(config.data, root=str(root)))
-    try:
-        task.check(config, world_size)
-    except OSError as exc:  # a name over 255 bytes, a path the system refuses: not a traceback
-        raise UserError(
-            f"data.root {config.data.root} or data.csv {config.data.csv}: {exc.strerror or exc} ({exc.filename}); "
-            "fix the path"
-        ) from None
-    if config.data.val_root:  # checked as data in its own right; any size will do for evaluation
-        val_root = str(Path(config.data.val_root).expanduser().resolve())
-        config = dataclasses.replace(config, data=dataclasses.replace(config.data, val_root=val_root))
-        try:
-            task.check(validation_config(config), 1)
-        except UserError as exc:  # its words name data.root and data.csv: say which data they mean here
-            raise UserError(f"validation data (data.val_root, data.val_csv): {exc}") from None
-    return config
-
-
-def validation_config(config: TrainConfig) -> TrainConfig:
-    """The config that describes the validation root as a task's data (one sample per batch will do)."""
-    data = dataclasses.replace(
-        config.data, root=config.data.val_root, csv=config.data.val_csv or config.data.csv, val_root="", val_csv=""
-    )
-    return dataclasses.replace(config, data=data, batch_size=1)
-
 
 # One rule for every name that becomes a folder (and reaches the batch script): no separators, no "..".
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}", re.ASCII)
@@ -149,11 +95,6 @@ def claim(folder: Path) -> None:
 def new_run_dir(run_root: Path, task: str) -> Path:
     stamp = time.strftime("%Y%m%d-%H%M%S")
     return (run_root / f"{stamp}-{re.sub(r'[^A-Za-z0-9._-]+', '_', task)}-{os.urandom(2).hex()}").resolve()
-
-
-def write_config(run_dir: Path, config: TrainConfig) -> None:
-    """The resolved config, the last thing written before a run starts: its presence marks a run."""
-    write_text(RunDir(run_dir).config, yaml.safe_dump(config_dict(config), sort_keys=False))
 
 
 def not_a_run(folder: Path) -> str | None:

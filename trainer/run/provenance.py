@@ -21,7 +21,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-from trainer.env.launcher import DistEnv
 from trainer.run.atomic import json_or_none, write_text
 from trainer.run.rundir import RunDir
 
@@ -54,22 +53,17 @@ def read_submit(run_dir: Path) -> dict[str, Any]:
     return {}
 
 
-def record_rank(run_dir: Path, env: DistEnv) -> None:
-    """This rank's host and ids: which node ran which rank, per attempt (the latest one is kept)."""
-    record = {
-        "rank": env.rank,
-        "local_rank": env.local_rank,
-        "node_rank": env.node_rank,
-        "host": env.node_name or socket.gethostname(),
-        "job_id": env.job_id,
-        "restart": env.restart_count,
+def record_rank(run_dir: Path, ids: dict[str, Any]) -> None:
+    """This rank's host and ids (DistEnv.ids): which node ran which rank, per attempt (the latest one is kept)."""
+    record = ids | {
+        "host": ids["host"] or socket.gethostname(),
         "pid": os.getpid(),
         "python": sys.executable,  # jobs.top's stack dump runs it on the node (trainer.supervise.stacks)
         "time": time.time(),
         "cwd": os.getcwd(),  # the code snapshot, when the run has one
         "trainer": str(Path(__file__).resolve().parents[1]),  # where this process imported the trainer from
     }
-    _write(RunDir(run_dir).provenance / "ranks" / f"rank_{env.rank}.json", _json(record))
+    _write(RunDir(run_dir).provenance / "ranks" / f"rank_{ids['rank']}.json", _json(record))
 
 
 def torch_versions() -> dict[str, Any]:
@@ -168,10 +162,10 @@ def report_environment(run_dir: Path) -> None:
         threading.Thread(target=report.wait, name="collect-env-reaper", daemon=True).start()
 
 
-def record_start(run_dir: Path, env: DistEnv) -> None:
+def record_start(run_dir: Path, ids: dict[str, Any], slurm_job_id: str | None) -> None:
     """Every rank at the start of every attempt; rank 0 also the environment and the Slurm record (torch's
     report comes after the first step: report_environment)."""
-    record_rank(run_dir, env)
-    if env.is_main:
+    record_rank(run_dir, ids)
+    if ids["rank"] == 0:
         record_environment(run_dir)
-        record_slurm_job(run_dir, env.slurm_job_id)
+        record_slurm_job(run_dir, slurm_job_id)

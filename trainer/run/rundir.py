@@ -133,7 +133,7 @@ class RunDir:
 
     @property
     def rendezvous(self) -> Path:
-        """The master port rank 0 chose for each Slurm attempt (trainer.env.rendezvous): port_<job>_<restart>."""
+        """The master port rank 0 chose for each Slurm attempt (trainer.supervise.rendezvous): port_<job>_<restart>."""
         return self.path / "rendezvous"
 
     @property

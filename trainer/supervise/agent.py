@@ -1,7 +1,7 @@
 """The one supervisor loop, in the shape of torch's elastic agent: start the tasks, monitor them, ask the policy
 what follows, act. Two backends run it: a Slurm job's batch step, whose tasks are an srun step
 (trainer.supervise.slurm), and the local profile's controller, whose tasks are processes (jobs.local_controller).
-What they share is here, once: the attempt (trainer.env.attempt names it), the hang no rank can name (every rank frozen at once), the
+What they share is here, once: the attempt (trainer.supervise.attempt names it), the hang no rank can name (every rank frozen at once), the
 failure held against a node, the attempt's record closed, the policy. Standard library only: the batch step runs
 on the node's own python3.
 """
@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol, TypeVar
 
-from trainer.env.attempt import Attempt
 from trainer.run import failures
+from trainer.supervise.attempt import Attempt
 from trainer.supervise.attempts import close
 from trainer.supervise.policy import Decision, Ended, Policy, State, decide, step_args
 from trainer.supervise.watch import name_and_end

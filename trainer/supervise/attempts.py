@@ -8,12 +8,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-from trainer.env.attempt import Attempt, mark_stopped
-from trainer.env.launcher import DistEnv
 from trainer.errors import UserError
 from trainer.run import failures, ledger
 from trainer.run.atomic import json_or_none, read_json, write_text
 from trainer.run.rundir import RunDir
+from trainer.supervise.attempt import Attempt, mark_stopped
+from trainer.supervise.launcher import DistEnv
 from trainer.supervise.signals import JobSettings
 
 TIMEOUT_SLACK_S = 30  # Slurm checks time limits periodically: the signal can come a little late
@@ -75,7 +75,7 @@ class Attempts:
     def summarise(self, step: int | None = None) -> dict[str, float] | None:
         """summary.json as the run goes: `"finished": false`, the attempts' counts and the goodput ledger up to
         now (an unfinished attempt training until now). At every attempt's start and stop, and from the
-        training loop at most once a LIVE_SUMMARY_S. The finished run's summary (trainer.train, trainer.script)
+        training loop at most once a LIVE_SUMMARY_S. The finished run's summary (trainer.train, trainer.supervise.script)
         replaces it with `"finished": true`: only that one says the run is done (RunDir.finished). Not by an
         attempt that has nothing to train (start's `live`): the finished summary stays. `step`: the loop's, else
         where this attempt stopped or resumed."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from trainer.env.hostlist import expand_hostlist
+from trainer.supervise.hostlist import expand_hostlist
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,7 @@
 Slurm sends the profile's signal to the batch shell alone (`#SBATCH --signal=B:USR2@N`): sent to the job's
 steps, it would reach every process of every task, children included, and a script without a handler (nearly
 every script) would die of it instead of being requeued. The supervisor in the batch step
-(trainer.supervise.slurm) writes the attempt's `.signal` file (trainer.env.attempt) in the job's log folder, which every node sees,
+(trainer.supervise.slurm) writes the attempt's `.signal` file (trainer.supervise.attempt) in the job's log folder, which every node sees,
 and rank 0 of the trainer watches it. For a `-- COMMAND` script every task watches: on the shared filesystem
 that would be 5 stat calls a second from each of thousands of ranks (and NFS may hide a new file for up to a
 minute), so the supervisor also leaves a node-local copy on every node of the job (`srun --overlap ... touch`),

@@ -18,12 +18,12 @@ import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from trainer.env.attempt import Attempt
-from trainer.env.hostlist import expand_hostlist
 from trainer.run.atomic import write_text
 from trainer.supervise import agent
 from trainer.supervise.agent import Exit, careful, close_attempt
+from trainer.supervise.attempt import Attempt
 from trainer.supervise.attempts import requeued_by_rank_0
+from trainer.supervise.hostlist import expand_hostlist
 from trainer.supervise.policy import Decision, Policy, State
 from trainer.supervise.relay import fan_out_command, fan_out_environment
 

@@ -3,7 +3,7 @@
 Torch-free: the task only starts your command, hands the requeue signal to it where it can take it, and acts
 on its exit code.
 - RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, GROUP_RANK, ROLE_RANK, ROLE_WORLD_SIZE, MASTER_ADDR,
-  MASTER_PORT from the same reading of the environment the trainer uses (trainer.env.launcher), RUN_DIR, and
+  MASTER_PORT from the same reading of the environment the trainer uses (trainer.supervise.launcher), RUN_DIR, and
   REQUEUE_SIGNAL: `torch.distributed.init_process_group("env://")` just works.
 - The requeue signal goes to the command's processes that handle it; a command with none is stopped
   (trainer.supervise.relay). After the signal, any non-zero exit is a stop to requeue, not a failure.
@@ -30,9 +30,6 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from trainer.env.attempt import Attempt, exit_word
-from trainer.env.launcher import DistEnv, resolve, torchrun_variables
-from trainer.env.rendezvous import agree_port
 from trainer.errors import UserError
 from trainer.imports import user_imports
 from trainer.requeue import PROGRESS_ENV, REQUEUE_EXIT
@@ -40,7 +37,10 @@ from trainer.run import failures, ledger, procfs, provenance
 from trainer.run.atomic import write_text
 from trainer.run.rundir import RunDir
 from trainer.supervise import relay, signals
+from trainer.supervise.attempt import Attempt, exit_word
 from trainer.supervise.attempts import Attempts, leave, record_stop
+from trainer.supervise.launcher import DistEnv, resolve, torchrun_variables
+from trainer.supervise.rendezvous import agree_port
 from trainer.supervise.signals import JobSettings
 from trainer.supervise.watchdog import CHECK_S, Beat, CommandWatch, culprit, progress_path, read_beats
 
@@ -94,7 +94,7 @@ def run(
     command = with_restart_args(command, restart_args or [], run_dir, cwd)
     env = agree_port(resolve(os.environ), folder)
     print(env.describe(), flush=True)
-    provenance.record_start(folder, env)
+    provenance.record_start(folder, env.ids(), env.slurm_job_id)
     if env.is_main:  # at once: a command's steps are its own (the trainer's rank 0 waits for its first step)
         provenance.report_environment(folder)
     attempts = Attempts(folder) if env.is_main else None

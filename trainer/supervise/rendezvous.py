@@ -1,6 +1,6 @@
 """A master port every rank agrees on, even when the one derived from the job id is taken (torch-free).
 
-On Slurm the port comes from the job id (trainer.env.launcher), the same on every node without a word exchanged.
+On Slurm the port comes from the job id (trainer.supervise.launcher), the same on every node without a word exchanged.
 Another program may hold it on the first node: then rank 0 takes a free port instead, and publishes the one
 it chose in the run directory, which every node sees; the other ranks wait for it there. An exported
 MASTER_PORT is used as it is. The local controller picks a free port itself (jobs.local_controller).
@@ -11,10 +11,10 @@ import socket
 import time
 from pathlib import Path
 
-from trainer.env.launcher import DistEnv
 from trainer.errors import UserError
 from trainer.run.atomic import write_text
 from trainer.run.rundir import RunDir
+from trainer.supervise.launcher import DistEnv
 
 WAIT_S = 300.0  # the other ranks' wait for rank 0's choice: rank 0 may start late on a busy node
 

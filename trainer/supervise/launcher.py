@@ -13,10 +13,11 @@ import socket
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-from trainer.env.attempt import ATTEMPT, IN_JOB_RESTART, WATCH_BEAT, Attempt
-from trainer.env.hostlist import expand_hostlist
 from trainer.errors import UserError
+from trainer.supervise.attempt import ATTEMPT, IN_JOB_RESTART, WATCH_BEAT, Attempt
+from trainer.supervise.hostlist import expand_hostlist
 
 # Ports derived from the job id stay in [10000, 30000): clear of well-known ports and of
 # Linux's default ephemeral range (32768-60999), where a derived port could already be taken.
@@ -26,7 +27,7 @@ DEFAULT_PORT = 29500
 LOCAL_PORT = "SLURM_DDP_LOCAL_PORT"  # set by the local controller for each start of its tasks
 # The profile's gpus_per_task, exported by the batch script and the local executor: devices per process.
 GPUS_PER_TASK = "SLURM_DDP_GPUS_PER_TASK"
-# The profile's network_interface: MASTER_ADDR is node 0's address on it (trainer.env.rendezvous)
+# The profile's network_interface: MASTER_ADDR is node 0's address on it (trainer.supervise.rendezvous)
 IFNAME_VAR = "SLURM_DDP_NETWORK_INTERFACE"
 
 
@@ -66,6 +67,17 @@ class DistEnv:
             + (f" gpus_per_task={self.gpus_per_task}" if self.gpus_per_task > 1 else "")
             + (f" ({self.note})" if self.note else "")
         )
+
+    def ids(self) -> dict[str, Any]:
+        """Who this process is in the job, as the run records it (trainer.run.provenance.record_rank)."""
+        return {
+            "rank": self.rank,
+            "local_rank": self.local_rank,
+            "node_rank": self.node_rank,
+            "host": self.node_name,
+            "job_id": self.job_id,
+            "restart": self.restart_count,
+        }
 
     @property
     def attempt_key(self) -> str:

@@ -9,14 +9,14 @@ from pathlib import Path
 from typing import Any
 
 from trainer.config import TrainConfig, from_dict
-from trainer.env.attempt import Attempt, mark_stopped
-from trainer.env.launcher import DistEnv, resolve
-from trainer.env.rendezvous import agree_port
 from trainer.errors import UserError
 from trainer.run import failures, procfs, provenance, startup
 from trainer.run.rundir import RunDir
 from trainer.supervise import live, relay
+from trainer.supervise.attempt import Attempt, mark_stopped
 from trainer.supervise.flag import StopFlag
+from trainer.supervise.launcher import DistEnv, resolve
+from trainer.supervise.rendezvous import agree_port
 from trainer.supervise.signals import JobSettings
 
 
@@ -75,7 +75,7 @@ def run(config: dict[str, Any], job: dict[str, Any] | None = None) -> dict[str, 
     startup.mark("torch_imported")
 
     print(env.describe(), flush=True)  # every rank, into its own log
-    provenance.record_start(run_dir, env)  # after torch's import: its versions are read from it
+    provenance.record_start(run_dir, env.ids(), env.slurm_job_id)  # after torch's import: its versions are read from it
     cause = None
     if env.is_main:
         cause = failures.clear(run_dir, procfs.start_time())  # from an earlier, failed attempt

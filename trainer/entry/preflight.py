@@ -19,8 +19,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from trainer.env.launcher import resolve
 from trainer.run.atomic import write_text
+from trainer.supervise.launcher import resolve
 
 SIZE_MB = 32  # the all-reduce's payload: big enough to measure a bandwidth, small for a check
 
