@@ -14,7 +14,7 @@ import yaml
 
 from jobs.remote.ssh import check_login, check_remote_root, check_ssh_options
 from trainer.config import from_dict
-from trainer.config.schema import setting
+from trainer.config.schema import HangConfig, setting
 from trainer.errors import UserError
 from trainer.supervise import signals
 from trainer.supervise.launcher import IFNAME_VAR
@@ -241,8 +241,8 @@ class Recovery:
     def requeue(self) -> JobSettings:
         """What every task is told about requeueing."""
         return JobSettings(
-            self.signal, self.signal_delay_s, self.max_num_timeout, self.restarts_in_job, float(self.script_hang_s),
-            self.requeue_grace,
+            self.signal, self.signal_delay_s, self.max_num_timeout, self.restarts_in_job, self.requeue_grace,
+            HangConfig.for_command(float(self.script_hang_s)),
         )  # fmt: skip
 
     @property

@@ -1,13 +1,16 @@
 """The supervisor's policy (pure) and the batch script that hands srun to it."""
 
+import dataclasses
 import subprocess
 import time
 from pathlib import Path
 
 import pytest
 
+from jobs.profiles import profile_of
 from tests.support import poll
 from trainer.supervise.policy import Ended, Policy, State, decide, step_args
+from trainer.supervise.signals import JobSettings
 
 
 def test_a_failed_start_restarts_in_the_allocation_up_to_the_profiles_count() -> None:
@@ -146,3 +149,13 @@ def test_a_task_takes_the_signal_from_the_node_file_at_once_or_the_shared_one_la
         assert 0.4 <= got[2] - begun < 5, got[2] - begun  # at its next look, FALLBACK_S after the first
     finally:
         signal.signal(signal.SIGUSR2, previous)
+
+
+@pytest.mark.parametrize("idle_s", [0, 10, 1800])
+def test_a_commands_hang_settings_reach_its_task_as_the_trainers_hang_config(idle_s: int) -> None:
+    """One hang configuration: the profile's script_hang_s becomes a HangConfig (0: off), sent as plain values
+    and rebuilt in the task, its heartbeat three times within the budget at least."""
+    sent = dataclasses.asdict(profile_of({"name": "t", "executor": "local", "script_hang_s": idle_s}).recovery.requeue)
+    hang = JobSettings(**sent).hang
+    assert (hang.enabled, hang.timeout_s) == (idle_s > 0, idle_s)
+    assert 3 * hang.beat_s <= (idle_s or 15) and hang.beat_s <= 5

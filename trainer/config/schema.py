@@ -193,7 +193,8 @@ class DistConfig:
 
 @dataclass(frozen=True, eq=False)
 class HangConfig:
-    """Hang detection: a watchdog thread per rank (trainer/supervise/watchdog.py) and its budgets."""
+    """Hang detection, for the trainer (a watchdog thread per rank, trainer/supervise/watchdog.py) and for a
+    `-- COMMAND` (its task watches it, trainer/supervise/script.py): the budgets and the heartbeat."""
 
     enabled: bool = setting(
         True, "a rank that makes no progress for its section's budget names the stuck rank and exits"
@@ -215,6 +216,12 @@ class HangConfig:
         _check(least <= self.first_s <= WEEK_S, "hang.first_s", f"must be between {least:g} and {WEEK_S} seconds")
         _check(1.5 <= self.factor <= 100, "hang.factor", "must be between 1.5 and 100, e.g. 5")
         _check(least <= self.floor_s <= WEEK_S, "hang.floor_s", f"must be between {least:g} and {WEEK_S} seconds")
+
+    @classmethod
+    def for_command(cls, idle_s: float) -> "HangConfig":
+        """A `-- COMMAND`'s: one budget for any stretch without progress (the profile's script_hang_s, checked
+        there; 0: never), with a heartbeat at least three times within it (5 s, as the trainer's, at most)."""
+        return cls(enabled=idle_s > 0, timeout_s=idle_s, beat_s=min(5.0, idle_s / 3) if idle_s else 5.0)
 
 
 @dataclass(frozen=True, eq=False)

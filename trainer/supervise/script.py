@@ -30,6 +30,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from trainer.config.schema import HangConfig
 from trainer.errors import UserError
 from trainer.imports import user_imports
 from trainer.requeue import PROGRESS_ENV, REQUEUE_EXIT
@@ -410,22 +411,23 @@ def _run(
     if env.attempt:
         relay.watch(Attempt.of(env.attempt).node_signal, requeue, fallback=Attempt.of(env.attempt).signal)
     acted: set[int] = set()
-    watch = CommandWatch(settings.script_hang_s, progress)
+    hang = settings.hang
+    watch = CommandWatch(hang.timeout_s, progress)
     hung, checked, beat_due = "", time.monotonic(), 0.0
     stuck: tuple[int, str] | None = None
     over = False  # the command outlived its grace after the requeue signal, and was stopped
     while (code := _wait(child, 0.1)) is None:
         reported.look(time.monotonic())
         over = _act_on_signals(child, received, acted, settings, Path(run_dir), env, over)
-        if settings.script_hang_s and not hung and time.monotonic() - checked >= CHECK_S:
+        if hang.enabled and not hung and time.monotonic() - checked >= CHECK_S:
             checked = time.monotonic()
             pids = relay.tree(child.pid)
             idle = watch.idle_s(pids)
-            if checked >= beat_due:  # every BEAT_S: what this rank's peers read when they find a hang
+            if checked >= beat_due:  # every hang.beat_s: what this rank's peers read when they find a hang
                 _beat(run_dir, watch.beat(env.rank, env.node_name, pids))
-                beat_due = checked + BEAT_S
-            if idle > settings.script_hang_s:
-                hung, stuck = _hang_verdict(run_dir, env, watch, pids, idle, settings.script_hang_s)
+                beat_due = checked + hang.beat_s
+            if idle > hang.timeout_s:
+                hung, stuck = _hang_verdict(run_dir, env, watch, pids, idle, hang)
                 _stop_hung(child, hung)
     signal.signal(requeue, signal.SIG_IGN)  # the command ended: a late signal must not kill this task as it exits
     reported.due = 0.0
@@ -437,7 +439,7 @@ def _run(
     stopped = code == 0 or terminated or requeue in received
     error, words = ("", "") if stopped else command_error(error_file, log, Path(run_dir), env.rank)
     error_file.unlink(missing_ok=True)
-    if settings.script_hang_s:
+    if hang.enabled:
         _beat(run_dir, None, env.rank)
     return Ended(code, received.get(requeue), terminated, error, words, hung=hung, culprit=stuck)
 
@@ -489,9 +491,6 @@ def _act_on_signals(
     return over
 
 
-BEAT_S = 5.0  # a -- COMMAND rank's heartbeat: one small file every 5 s on the shared filesystem
-
-
 def _beat(run_dir: str, beat: Beat | None, rank: int = -1) -> None:
     """Write this rank's heartbeat (trainer.supervise.watchdog's file), or remove it (None) as the command ends."""
     files = RunDir(Path(run_dir))
@@ -507,14 +506,15 @@ def _beat(run_dir: str, beat: Beat | None, rank: int = -1) -> None:
 
 
 def _hang_verdict(
-    run_dir: str, env: DistEnv, watch: CommandWatch, pids: list[int], idle: float, budget: float
+    run_dir: str, env: DistEnv, watch: CommandWatch, pids: list[int], idle: float, hang: HangConfig
 ) -> tuple[str, tuple[int, str] | None]:
     """Whom a hang is blamed on: this task sees only its own command, idle; its peers' heartbeats say whose
     stopped first (a frozen process, a stopped heartbeat, else the one idle longest). A rank blocked in a
     collective is idle too, so the ranks' own view alone would often name a victim."""
     me = watch.beat(env.rank, env.node_name, pids)
     beats = [b for b in read_beats(Path(run_dir)) if b.rank < env.world_size and b.rank != env.rank] + [me]
-    found = culprit(beats, time.time(), stale_s=2 * BEAT_S + CHECK_S)
+    found = culprit(beats, time.time(), stale_s=2 * hang.beat_s + CHECK_S)
+    budget = hang.timeout_s  # the profile's script_hang_s, as the user set it
     own = f"its command {watch.how()} for {idle:.0f} s (script_hang_s={budget:g})"
     if found is None or found[0].rank == env.rank:
         frozen = ", stopped or in uninterruptible sleep (frozen)" if me.section == "frozen" else ""

@@ -6,9 +6,10 @@ number a handler is installed for.
 """
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from signal import Signals
 
+from trainer.config.schema import HangConfig
 from trainer.requeue import SIGNAL_ENV
 
 NAMES = ("USR1", "USR2", "TERM", "INT", "HUP", "URG")  # the ones a job can be given and a script can catch
@@ -45,8 +46,13 @@ class JobSettings:
     signal_delay_s: int = DEFAULT_DELAY_S  # sent this long before the time limit
     max_num_timeout: int = DEFAULT_MAX_NUM_TIMEOUT  # requeues after a time limit before the job is left to end
     restarts_in_job: int = 0  # after a failed step, the tasks started again in the same allocation (no queue)
-    script_hang_s: float = 1800.0  # a -- COMMAND rank idle this long is stopped as hung (0: never)
     grace_s: float = DEFAULT_DELAY_S - 30  # a -- COMMAND still running this long after the signal is stopped
+    # A -- COMMAND's hang detection, in the trainer's terms: from the profile's script_hang_s (for_command).
+    hang: HangConfig = field(default_factory=lambda: HangConfig.for_command(1800.0))
+
+    def __post_init__(self) -> None:
+        if isinstance(self.hang, dict):  # as sent: dataclasses.asdict made it plain values
+            object.__setattr__(self, "hang", HangConfig(**self.hang))
 
     @property
     def signum(self) -> Signals:
