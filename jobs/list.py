@@ -11,8 +11,8 @@ from typing import Any
 
 from jobs.ops.listing import COLUMNS, all_rows, far_rows
 from jobs.remote import runs
-from jobs.tracking import aligned, printable
-from trainer.errors import one_line_errors
+from jobs.tracking import aligned
+from trainer.errors import one_line_errors, printable
 
 
 def table(rows: list[dict[str, Any]]) -> str:

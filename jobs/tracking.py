@@ -44,12 +44,6 @@ TERMINAL = {
 }
 
 
-def printable(text: str, escaped: bool = False) -> str:
-    """Text a run's files or a login node gave, as one line of plain text for a terminal: a newline or a
-    terminal escape in it shows as `?`, or, `escaped`, as `\\n` or `\\x1b` (a cell that names a run)."""
-    return "".join(c if c.isprintable() else (repr(c)[1:-1] if escaped else "?") for c in text)
-
-
 def aligned(rows: list[Sequence[str]]) -> list[str]:
     """A table's lines: every column but the last padded to its widest cell, two spaces between columns."""
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]

@@ -19,7 +19,7 @@ from jobs.remote.sync import changed_tar, digest
 from jobs.snapshot import Snapshot
 from tests.messages import Golden, raises
 from tests.support import ROOT
-from trainer.errors import UserError
+from trainer.errors import UserError, one_line_errors
 
 
 @pytest.mark.parametrize(
@@ -313,6 +313,21 @@ def test_a_connection_that_drops_after_it_worked_is_named_as_such(monkeypatch: p
 
 
 DROP = "import sys; sys.stderr.write('client_loop: send disconnect: Broken pipe\\n'); sys.exit(255)"
+
+
+def test_what_a_login_node_says_reaches_the_terminal_as_one_printable_line(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A login node's reply is data: an error line there with a terminal escape (a window title) and a
+    C1 control shows as one plain line here, exit code 2."""
+    from jobs.remote.ssh import Connection
+
+    hostile = "import sys; sys.stderr.write('error: no \\x1b]0;owned\\x07run\\x9bthere\\n'); sys.exit(1)"
+    monkeypatch.setattr("jobs.remote.ssh.control_options", lambda login: [])
+    monkeypatch.setattr(Connection, "argv", lambda self, *a: [sys.executable, "-c", hostile])
+    command = one_line_errors(lambda: len(Connection(Login("a@h", "/runs")).call("manifest", "/runs/x")))
+    assert command() == 2
+    assert capsys.readouterr().err == "error: no ?]0;owned?run?there\n"
 
 
 def test_advice_from_the_login_node_names_the_run_as_the_laptop_knows_it(

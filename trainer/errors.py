@@ -14,9 +14,15 @@ class UserError(Exception):
     """Bad input. The message says what is wrong and ends with how to fix it."""
 
 
+def printable(text: str, escaped: bool = False) -> str:
+    """Text a run's files or a login node gave, as one line of plain text for a terminal: a newline or a
+    terminal escape in it shows as `?`, or, `escaped`, as `\\n` or `\\x1b` (a cell that names a run)."""
+    return "".join(c if c.isprintable() else (repr(c)[1:-1] if escaped else "?") for c in text)
+
+
 def one_line_errors(main: Callable[P, int]) -> Callable[P, int]:
-    """A command's main(): a UserError becomes `error: ...` on stderr and exit code 2; a reader that closed our
-    output early (`jobs.status RUN | head -3`) ends it quietly (reader_gone)."""
+    """A command's main(): a UserError becomes `error: ...` on stderr, one printable line, and exit code 2; a
+    reader that closed our output early (`jobs.status RUN | head -3`) ends it quietly (reader_gone)."""
 
     @functools.wraps(main)
     def wrapped(*args: P.args, **kwargs: P.kwargs) -> int:
@@ -24,7 +30,7 @@ def one_line_errors(main: Callable[P, int]) -> Callable[P, int]:
             try:
                 return main(*args, **kwargs)
             except UserError as exc:
-                print(f"error: {exc}", file=sys.stderr)
+                print(f"error: {printable(str(exc))}", file=sys.stderr)  # one line, whatever a login node said
                 return 2
             finally:
                 sys.stdout.flush()  # a closed pipe shows here, where it is caught, not in the flush at exit

@@ -16,8 +16,8 @@ from typing import Any
 from jobs.ops import act
 from jobs.remote import runs
 from jobs.remote.ssh import Connection
-from jobs.tracking import TERMINAL, JobInfo, Target, aligned, find, info, printable, run_settings
-from trainer.errors import UserError
+from jobs.tracking import TERMINAL, JobInfo, Target, aligned, find, info, run_settings
+from trainer.errors import UserError, printable
 from trainer.run import failures, ledger
 from trainer.run.atomic import json_or_none
 from trainer.run.rundir import RunDir
