@@ -202,6 +202,16 @@ def job_state(run_dir: Path) -> str:
     return line.split(": ", 1)[1].split()[0]
 
 
+def val_scalars(run_dir: Path) -> dict[int, float]:
+    """Validation's l1 by step, as the run's TensorBoard events hold it (an evaluation done again after a kill:
+    its last)."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator  # few tests read events
+
+    events = EventAccumulator(str(run_dir / "tensorboard"), size_guidance={"scalars": 0})
+    events.Reload()
+    return {e.step: e.value for e in events.Scalars("val/l1")}
+
+
 def summary(run_dir: Path, timeout: float = 240) -> dict:
     """The run's summary.json, once it says the run finished (at once for a run that has)."""
     poll_cluster("the summary", lambda: RunDir(run_dir).finished(), timeout=timeout)

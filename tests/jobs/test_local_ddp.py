@@ -11,7 +11,7 @@ import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from tests import ranks
-from tests.support import REFERENCE, ROOT, attempts, poll, run_dir_of, run_dirs, submit, summary
+from tests.support import REFERENCE, ROOT, attempts, poll, run_dir_of, run_dirs, submit, summary, val_scalars
 from trainer.run.rundir import RunDir
 
 SMALL = ["steps=24", "log.every=4", "log.image_every=12", "checkpoint.every=8", "batch_size=4"]
@@ -74,12 +74,6 @@ def test_same_seed_same_weights(reference_run: Path, tmp_path: Path, sample_root
     assert summary(reference_run)["final_loss"] == summary(second)["final_loss"]
     third = ranks.train(tmp_path / "third", data, *REFERENCE, "seed=1").run_dir
     assert summary(third)["weights_sha256"] != summary(reference_run)["weights_sha256"]
-
-
-def val_scalars(run_dir: Path) -> dict[int, float]:
-    events = EventAccumulator(str(run_dir / "tensorboard"), size_guidance={"scalars": 0})
-    events.Reload()
-    return {e.step: e.value for e in events.Scalars("val/l1")}  # an evaluation done again after a kill: its last
 
 
 def test_killed_run_resumes_to_the_same_weights(reference_run: Path, sample_root: Path, tmp_path: Path) -> None:
