@@ -186,6 +186,12 @@ def failure(run_dir: Path) -> dict:
     return record | {"line": line.rstrip("\n")}
 
 
+def says_error(output: str, line: str) -> bool:
+    """The output (--wait's, jobs.status's, a log) gives the run's failure as one of its lines: `error: ` and
+    error.txt's line."""
+    return f"error: {line}" in output.splitlines()
+
+
 def exit_codes(run_dir: Path) -> dict:
     """What the local controller recorded when the job's tasks ended (logs/<job>_exit_codes.json): each task's
     exit code, and whether the job was cancelled."""

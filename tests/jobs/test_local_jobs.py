@@ -31,6 +31,7 @@ from tests.support import (
     ranks,
     run_dir_of,
     run_dirs,
+    says_error,
     submit,
     write_profile,
 )
@@ -103,10 +104,10 @@ def test_a_failed_rank_ends_the_local_job(local_profile: Path, sample_root: Path
     failed = failure(run_dir)
     assert (failed["rank"], failed["host"], failed["killed"]) == (0, socket.gethostname(), True), failed
     assert failed["message"] == "killed by signal 9 (SIGKILL)", failed
-    assert f"error: {failed['line']}" in out.read_text().splitlines()
+    assert says_error(out.read_text(), failed["line"])
     assert not any(alive(*p) for p in tasks.values())
     assert job_state(run_dir) == "FAILED"
-    assert f"error: {failed['line']}" in cli("jobs.status", str(run_dir)).stdout.splitlines()
+    assert says_error(cli("jobs.status", str(run_dir)).stdout, failed["line"])
 
 
 def test_ctrl_c_stops_waiting_and_leaves_the_job_running(

@@ -32,6 +32,7 @@ from tests.support import (
     job_state,
     poll,
     run_dir_of,
+    says_error,
     summary,
 )
 
@@ -175,7 +176,7 @@ def test_the_local_controller_restarts_as_often_as_max_num_timeout_allows(
         failed = failure(run_dir)
         assert (failed["rank"], failed["kind"]) == (0, "") and not failed["peer"], failed
         golden(failed["message"], run=run_dir.name)
-        assert f"error: {failed['line']}" in result.stderr.splitlines(), result.stderr
+        assert says_error(result.stderr, failed["line"]), result.stderr
         attempts = json.loads((run_dir / "attempts.json").read_text())
         assert [a["stop"]["reason"] for a in attempts] == ["requested"] * 3
 
@@ -378,7 +379,7 @@ def test_a_failing_scripts_exception_is_where_the_user_looks(tmp_path: Path) -> 
     status = subprocess.run(
         [sys.executable, "-m", "jobs.status", str(run_dir)], env=env, capture_output=True, text=True
     )
-    assert f"error: {failed['line']}" in status.stdout.splitlines(), status.stdout
+    assert says_error(status.stdout, failed["line"]), status.stdout
     assert "last step" not in status.stdout  # a script's steps are its own
     logs = subprocess.run([sys.executable, "-m", "jobs.logs", str(run_dir)], env=env, capture_output=True, text=True)
     assert "(rank 1: the rank that failed first; --rank N for another)" in logs.stderr, logs.stderr
@@ -478,7 +479,7 @@ def test_a_rank_failing_after_rank_0_finished_fails_the_job(tmp_path: Path) -> N
     assert (failed["rank"], failed["message"]) == (1, f"{shutil.which('python')} late.py exited with status 5"), failed
     assert result.stderr == f"error: {failed['line']}\n", result.stderr
     assert job_state(run_dir) == "FAILED"
-    assert f"error: {failed['line']}" in cli("jobs.status", str(run_dir)).stdout.splitlines()
+    assert says_error(cli("jobs.status", str(run_dir)).stdout, failed["line"])
 
 
 @pytest.mark.slow  # the signal comes a fixed 8 s in: rank 0 must have finished by then

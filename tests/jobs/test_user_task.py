@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 from tests import ranks
 from tests.messages import Golden
@@ -55,7 +56,7 @@ def test_readmes_example_task_trains_from_a_folder_outside_the_project(project: 
     [summary] = [json.loads(p.read_text()) for p in (project / "runs").glob("*-Denoise-*/summary.json")]
     assert summary["final_step"] == 4 and summary["world_size"] == 2
     [config] = list((project / "runs").glob("*/config.yaml"))
-    assert "Denoise:\n  width: 8\n  noise: 0.2" in config.read_text()
+    assert yaml.safe_load(config.read_text())["Denoise"] == {"width": 8, "noise": 0.2}
 
 
 @pytest.mark.parametrize(
