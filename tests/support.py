@@ -176,6 +176,49 @@ def training(run_dir: Path, attempt: int) -> bool:
     return progress.exists() and json.loads(progress.read_text())["step"] > items[attempt]["resumed_step"]
 
 
+def failure(run_dir: Path) -> dict:
+    """The run's first failure, the one error.txt names: its rank's record (errors/rank_N.json: rank, host, kind,
+    message, peer, killed), with error.txt's `line`."""
+    line = (run_dir / "error.txt").read_text()
+    assert line.endswith("\n") and line.count("\n") == 1, line  # one line
+    rank = int(re.match(r"rank (\d+)", line).group(1))  # type: ignore[union-attr]
+    record = json.loads((run_dir / "errors" / f"rank_{rank}.json").read_text())
+    assert line.rstrip("\n").endswith(record["message"]), (line, record)  # the record error.txt was made from
+    return record | {"line": line.rstrip("\n")}
+
+
+def says_error(output: str, line: str) -> bool:
+    """The output (--wait's, jobs.status's, a log) gives the run's failure as one of its lines: `error: ` and
+    error.txt's line."""
+    return f"error: {line}" in output.splitlines()
+
+
+def exit_codes(run_dir: Path) -> dict:
+    """What the local controller recorded when the job's tasks ended (logs/<job>_exit_codes.json): each task's
+    exit code, and whether the job was cancelled."""
+    job = json.loads((run_dir / "job.json").read_text())
+    return json.loads((Path(job["log"]).parent / f"{job['job_id']}_exit_codes.json").read_text())
+
+
+def job_state(run_dir: Path) -> str:
+    """The state jobs.status gives the run's job (RUNNING, COMPLETED, FAILED, CANCELLED): the word after the
+    `job <id>:` of the job job.json names."""
+    said = cli("jobs.status", str(run_dir))
+    assert said.returncode == 0, said.stdout + said.stderr
+    [line] = [line for line in said.stdout.splitlines() if line.startswith(f"job {job_id_of(run_dir)}: ")]
+    return line.split(": ", 1)[1].split()[0]
+
+
+def val_scalars(run_dir: Path) -> dict[int, float]:
+    """Validation's l1 by step, as the run's TensorBoard events hold it (an evaluation done again after a kill:
+    its last)."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator  # few tests read events
+
+    events = EventAccumulator(str(run_dir / "tensorboard"), size_guidance={"scalars": 0})
+    events.Reload()
+    return {e.step: e.value for e in events.Scalars("val/l1")}
+
+
 def summary(run_dir: Path, timeout: float = 240) -> dict:
     """The run's summary.json, once it says the run finished (at once for a run that has)."""
     poll_cluster("the summary", lambda: RunDir(run_dir).finished(), timeout=timeout)

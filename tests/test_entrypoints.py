@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from tests import ranks
-from tests.support import ROOT, submit, write_profile
+from tests.support import ROOT, failure, submit, write_profile
 from trainer.errors import UserError
 
 
@@ -134,10 +134,10 @@ def test_the_entry_builds_the_config_from_plain_values_and_records_a_bad_one(tmp
     """A task is sent plain values; a config the entry cannot build is this rank's recorded failure."""
     from trainer.entry.task import run
 
-    with pytest.raises(UserError, match="eval.metric: task pix2pix reports"):
+    with pytest.raises(UserError, match="eval.metric: task pix2pix reports") as raised:
         run({"run_dir": str(tmp_path), "eval": {"metric": "nope"}}, {"signal": "USR1"})
-    assert "eval.metric: task pix2pix reports" in (tmp_path / "error.txt").read_text()
-    assert (tmp_path / "errors" / "rank_0.json").exists()
+    failed = failure(tmp_path)  # errors/rank_0.json, named by error.txt
+    assert (failed["rank"], failed["kind"], failed["message"]) == (0, "", str(raised.value)), failed
 
 
 def test_a_job_is_sent_plain_values_only(tmp_path: Path) -> None:

@@ -16,7 +16,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 from jobs.tracking import ATTEMPT_START, Target, failure_line, killed_tasks, lost_nodes
-from tests.support import ROOT, poll, run_dir_of, submit
+from tests.support import ROOT, poll, run_dir_of, says_error, submit
 from trainer.errors import UserError
 from trainer.run import failures
 from trainer.run.failures import Failure, describe, root_cause
@@ -179,7 +179,7 @@ def test_the_rank_that_failed_is_named_not_its_peer(local_profile: Path, sample_
     status = subprocess.run(
         [sys.executable, "-m", "jobs.status", str(run_dir)], cwd=ROOT, env=ENV, capture_output=True, text=True
     )
-    assert f"error: {line}" in status.stdout
+    assert says_error(status.stdout, line), status.stdout
     # The traceback went to the task's stderr: jobs.logs shows it after the output.
     logs = subprocess.run(
         [sys.executable, "-m", "jobs.logs", str(run_dir), "--rank", str(failed)],
@@ -245,7 +245,7 @@ def test_a_killed_rank_is_named_and_its_run_refuses_a_second_job(
     status = subprocess.run(
         [sys.executable, "-m", "jobs.status", str(run_dir)], cwd=ROOT, env=ENV, capture_output=True, text=True
     )
-    assert f"error: {line}" in status.stdout
+    assert says_error(status.stdout, line), status.stdout
 
 
 def test_clearing_an_earlier_attempts_failures_spares_a_peers_record_in_flight(tmp_path: Path) -> None:

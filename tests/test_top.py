@@ -117,7 +117,8 @@ def test_a_second_requeue_request_waits_for_the_next_attempt(
     target = Target("7", "local", tmp_path, tmp_path)
     attempts = tmp_path / "attempts.json"
     attempts.write_text(json.dumps([{"started": time.time() - 60}]))
-    assert "it saves and is requeued" in act.requeue_now(target)
+    act.requeue_now(target)
+    assert sent == [(7, signal.SIGUSR2)] and live.requeue_asked(tmp_path)  # the signal sent, the request recorded
     with pytest.raises(UserError) as refused:
         act.requeue_now(target)
     asked = time.strftime("%H:%M:%S", time.localtime(live.requeue_asked(tmp_path)))

@@ -16,7 +16,7 @@ from torch.utils.data import TensorDataset
 
 from tests import ranks
 from tests.messages import Golden, case_id, raises
-from tests.support import ROOT, submit
+from tests.support import ROOT, submit, summary, val_scalars
 from trainer.config import build_config
 from trainer.supervise.launcher import DistEnv
 from trainer.tasks.classify import TASK as CLASSIFY
@@ -91,7 +91,8 @@ def test_a_separate_validation_root_is_checked_at_submit_and_evaluated(tmp_path:
     assert refused.returncode == 2 and refused.stderr.startswith("error: validation data (data.val_root, data.val_csv)")
     assert not list((tmp_path / "runs").glob("*/config.yaml"))
     evaluated = ranks.train(tmp_path / "run", *data[2:], data[0], f"data.val_root={sample_root / 'pix2pix'}")
-    assert "validation at step 4: l1=" in evaluated.log(0)
+    assert list(val_scalars(evaluated.run_dir)) == [4]  # validation at step 4
+    assert summary(evaluated.run_dir)["val_metrics"]["l1"] == pytest.approx(val_scalars(evaluated.run_dir)[4])
 
 
 def evaluate_cli(target: Path, *args: str) -> dict:  # type: ignore[type-arg]

@@ -11,7 +11,7 @@ import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from tests import ranks
-from tests.support import REFERENCE, ROOT, poll, run_dir_of, run_dirs, submit, summary
+from tests.support import REFERENCE, ROOT, attempts, poll, run_dir_of, run_dirs, submit, summary, val_scalars
 from trainer.run.rundir import RunDir
 
 SMALL = ["steps=24", "log.every=4", "log.image_every=12", "checkpoint.every=8", "batch_size=4"]
@@ -76,12 +76,6 @@ def test_same_seed_same_weights(reference_run: Path, tmp_path: Path, sample_root
     assert summary(third)["weights_sha256"] != summary(reference_run)["weights_sha256"]
 
 
-def val_scalars(run_dir: Path) -> dict[int, float]:
-    events = EventAccumulator(str(run_dir / "tensorboard"), size_guidance={"scalars": 0})
-    events.Reload()
-    return {e.step: e.value for e in events.Scalars("val/l1")}  # an evaluation done again after a kill: its last
-
-
 def test_killed_run_resumes_to_the_same_weights(reference_run: Path, sample_root: Path, tmp_path: Path) -> None:
     """...and evaluates at the same steps with the same numbers: evaluation is part of resume."""
     args = [f"data.root={sample_root / 'pix2pix'}", *REFERENCE]
@@ -93,7 +87,8 @@ def test_killed_run_resumes_to_the_same_weights(reference_run: Path, sample_root
     assert not RunDir(interrupted).finished(), "the run finished before it was killed"
 
     resumed = ranks.train(interrupted, *args)  # the same folder again: what a requeued job does
-    assert "resumed from" in resumed.log(0)
+    first, *_, last = attempts(interrupted)
+    assert first["resumed_step"] == 0 and last["resumed_step"] >= 16  # the restart resumed from a checkpoint
     assert summary(interrupted)["weights_sha256"] == summary(reference_run)["weights_sha256"]
     # Rank 0 alone read the checkpoint; rank 1 got it over the process group (checkpoint.broadcast).
     reads = [re.search(r"checkpoint bytes read by this rank: (\d+)", resumed.log(r)) for r in (0, 1)]
@@ -116,7 +111,8 @@ def test_a_run_over_four_ranks_resumes_to_the_same_weights(sample_root: Path, tm
     (resumed / "checkpoints").mkdir(parents=True)
     for path in (reference / "checkpoints").glob("step_00000006.pt*"):
         (resumed / "checkpoints" / path.name).write_bytes(path.read_bytes())
-    assert "resumed from" in ranks.train(resumed, *args, world=4).log(0)
+    ranks.train(resumed, *args, world=4)
+    assert [a["resumed_step"] for a in attempts(resumed)] == [6]  # from the one checkpoint there
     assert summary(resumed)["weights_sha256"] == summary(reference)["weights_sha256"]
 
 

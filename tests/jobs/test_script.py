@@ -5,6 +5,7 @@ import contextlib
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -25,8 +26,14 @@ from tests.support import (
     STUBBORN,
     TORCHRUN,
     assert_refused,
+    cli,
+    exit_codes,
+    failure,
+    job_state,
     poll,
     run_dir_of,
+    says_error,
+    summary,
 )
 
 
@@ -51,13 +58,8 @@ def test_every_rank_gets_torchruns_variables(tmp_path: Path) -> None:
         assert report["MASTER_ADDR"] == "127.0.0.1" and report["MASTER_PORT"] == reports[0]["MASTER_PORT"]
         assert report["sum"] == 3.0 and report["argv"] == ["--lr", "3e-4"]
         assert report["cwd"] == str(run_dir / "code")  # the snapshot of the folder submitted from
-    status = subprocess.run(
-        [sys.executable, "-m", "jobs.status", str(run_dir)],
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-        capture_output=True,
-        text=True,
-    )
-    assert ": COMPLETED" in status.stdout, status.stdout + status.stderr
+    assert exit_codes(run_dir)["codes"] == [0, 0] and summary(run_dir)["exit_code"] == 0
+    assert job_state(run_dir) == "COMPLETED"
     assert json.loads((run_dir / "command.json").read_text())["command"][1:] == ["train.py", "--lr", "3e-4"]
 
 
@@ -71,7 +73,10 @@ def test_a_module_and_a_failing_rank(tmp_path: Path) -> None:
     finally:
         del os.environ["FAIL_RANK"]
     assert result.returncode == 1, result.stdout + result.stderr
-    assert "error: rank 1 on " in result.stderr and "-m mypkg.train exited with status 3" in result.stderr
+    failed = failure(run_dir_of(result))
+    assert (failed["rank"], failed["kind"]) == (1, "") and not failed["peer"], failed
+    assert failed["message"] == f"{sys.executable} -m mypkg.train exited with status 3", failed
+    assert result.stderr == f"error: {failed['line']}\n", result.stderr
 
 
 def test_a_rank_failing_while_rank_0_starts_is_the_one_named(tmp_path: Path) -> None:
@@ -82,7 +87,9 @@ def test_a_rank_failing_while_rank_0_starts_is_the_one_named(tmp_path: Path) -> 
     )
     result = submit_in(tmp_path, "--wait", "--", sys.executable, "quick.py")
     assert result.returncode == 1, result.stdout + result.stderr
-    assert "error: rank 1 on " in result.stderr and "quick.py exited with status 3" in result.stderr, result.stderr
+    failed = failure(run_dir_of(result))
+    assert (failed["rank"], failed["message"]) == (1, f"{sys.executable} quick.py exited with status 3"), failed
+    assert result.stderr == f"error: {failed['line']}\n", result.stderr
 
 
 @pytest.mark.slow  # the signal comes a fixed 8 s in: the script must have saved by then
@@ -149,7 +156,9 @@ sys.exit(144 if len(open(path).read()) < 8 else 0)
 
 
 @pytest.mark.parametrize("budget", [7, 2])
-def test_the_local_controller_restarts_as_often_as_max_num_timeout_allows(tmp_path: Path, budget: int) -> None:
+def test_the_local_controller_restarts_as_often_as_max_num_timeout_allows(
+    golden: Golden, tmp_path: Path, budget: int
+) -> None:
     """Up to max_num_timeout restarts, as on Slurm (submitit's own controller stops after 6 starts in all):
     7 restarts are exactly what the script needs (8 starts), so a controller one start short fails;
     one more ends the run with the trainer's one-line error."""
@@ -163,10 +172,11 @@ def test_the_local_controller_restarts_as_often_as_max_num_timeout_allows(tmp_pa
     else:
         assert result.returncode == 1, result.stdout + result.stderr
         assert (run_dir / "starts").read_text() == "x" * 3
-        assert "more than max_num_timeout=2" in result.stderr, result.stderr
-        # What happened, not a time limit nor a checkpoint: the script asked, with no signal.
-        assert "requeue asked for by the command (exit 144, no signal) 3 time(s)" in result.stderr, result.stderr
-        assert "time limit" not in result.stderr and "checkpoint" not in result.stderr, result.stderr
+        # What happened, not a time limit nor a checkpoint: the script asked, with no signal (the golden line).
+        failed = failure(run_dir)
+        assert (failed["rank"], failed["kind"]) == (0, "") and not failed["peer"], failed
+        golden(failed["message"], run=run_dir.name)
+        assert says_error(result.stderr, failed["line"]), result.stderr
         attempts = json.loads((run_dir / "attempts.json").read_text())
         assert [a["stop"]["reason"] for a in attempts] == ["requested"] * 3
 
@@ -360,14 +370,16 @@ def test_a_failing_scripts_exception_is_where_the_user_looks(tmp_path: Path) -> 
     result = submit_in(tmp_path, "--wait", "--", "python", "multinode.py")
     assert result.returncode == 1, result.stdout + result.stderr
     run_dir = run_dir_of(result.stdout)
-    line = "ValueError: bad batch at step 3 ("
-    assert "error: rank 1 on " in result.stderr and line in result.stderr, result.stderr
-    assert line in (run_dir / "error.txt").read_text() and "multinode.py exited with status 1)" in result.stderr
+    failed = failure(run_dir)
+    assert (failed["rank"], failed["kind"]) == (1, "ValueError"), failed
+    python = shutil.which("python")  # the command as it ran: `python` found on PATH
+    assert failed["message"] == f"bad batch at step 3 ({python} multinode.py exited with status 1)", failed
+    assert result.stderr == f"error: {failed['line']}\n", result.stderr
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     status = subprocess.run(
         [sys.executable, "-m", "jobs.status", str(run_dir)], env=env, capture_output=True, text=True
     )
-    assert "error: rank 1 on " in status.stdout and line in status.stdout, status.stdout
+    assert says_error(status.stdout, failed["line"]), status.stdout
     assert "last step" not in status.stdout  # a script's steps are its own
     logs = subprocess.run([sys.executable, "-m", "jobs.logs", str(run_dir)], env=env, capture_output=True, text=True)
     assert "(rank 1: the rank that failed first; --rank N for another)" in logs.stderr, logs.stderr
@@ -398,8 +410,9 @@ def test_torchruns_worker_error_reaches_error_txt_with_its_traceback(tmp_path: P
     result = submit_in(tmp_path, "--wait", "--", *torchrun, profile=profile)
     assert result.returncode == 1, result.stdout + result.stderr
     run_dir = run_dir_of(result.stdout)
-    line = (run_dir / "error.txt").read_text()
-    assert line.startswith("rank 0 on ") and ": ValueError: bad batch at step 3 (" in line, line
+    failed = failure(run_dir)
+    assert (failed["rank"], failed["kind"]) == (0, "ValueError"), failed
+    assert failed["message"] == f"bad batch at step 3 ({' '.join(torchrun)} exited with status 1)", failed
     kept = json.loads((run_dir / "errors" / "traceback_rank_0.json").read_text())["message"]
     assert 'raise ValueError("bad batch at step 3")' in kept["extraInfo"]["py_callstack"], kept
 
@@ -459,13 +472,14 @@ def test_a_rank_failing_after_rank_0_finished_fails_the_job(tmp_path: Path) -> N
         "        time.sleep(0.05)\n    sys.exit(5)\n"
     )
     result = submit_in(tmp_path, "--wait", "--", "python", "late.py")
-    assert result.returncode == 1 and "late.py exited with status 5" in result.stderr, result.stdout + result.stderr
+    assert result.returncode == 1, result.stdout + result.stderr
     run_dir = run_dir_of(result.stdout)
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    status = subprocess.run(
-        [sys.executable, "-m", "jobs.status", str(run_dir)], env=env, capture_output=True, text=True
-    )
-    assert ": FAILED" in status.stdout and "late.py exited with status 5" in status.stdout, status.stdout
+    assert summary(run_dir)["finished"] and exit_codes(run_dir)["codes"] == [0, 1]
+    failed = failure(run_dir)
+    assert (failed["rank"], failed["message"]) == (1, f"{shutil.which('python')} late.py exited with status 5"), failed
+    assert result.stderr == f"error: {failed['line']}\n", result.stderr
+    assert job_state(run_dir) == "FAILED"
+    assert says_error(cli("jobs.status", str(run_dir)).stdout, failed["line"])
 
 
 @pytest.mark.slow  # the signal comes a fixed 8 s in: rank 0 must have finished by then

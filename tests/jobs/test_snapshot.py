@@ -1,10 +1,12 @@
 """The code you submitted is the code that runs: the snapshot in the run directory, and where the run came from."""
 
 import json
+import re
 import subprocess
 from pathlib import Path
 
 import pytest
+import yaml
 
 from jobs.snapshot import plan_snapshot
 from tests.messages import Golden
@@ -85,8 +87,7 @@ def test_submit_refuses_a_large_folder_before_writing_anything(golden: Golden, w
     profile = workspace / "local.yaml"
     profile.write_text(profile.read_text() + "snapshot_limit_mb: 1\n")
     result = submit("--profile", str(profile), *RUN, cwd=workspace)
-    assert_refused(result, golden, "snapshot_limit_mb", workspace / "runs")
-    assert "checkpoints.bin" in result.stderr
+    assert_refused(result, golden, "snapshot_limit_mb", workspace / "runs")  # its golden line names checkpoints.bin
 
 
 @pytest.mark.parametrize(("line", "named"), [("snapshot_limit_mb: 0", "snapshot_limit_mb")])
@@ -121,9 +122,11 @@ def test_a_resume_runs_the_submitted_code_not_the_edited_tree(workspace: Path) -
     report = run_dir / "provenance" / "collect_env.txt"  # torch's own, written by a child of rank 0's
     poll("torch's environment report", report.exists, timeout=120)
     assert report.read_text().startswith("PyTorch version: 2.")
-    status = cli("jobs.status", str(run_dir))
-    commit = git(workspace, "rev-parse", "HEAD")[:12]
-    assert f"code: {commit} on " in status.stdout and "(dirty: uncommitted changes" in status.stdout
+    assert submitted["git"]["commit"] == git(workspace, "rev-parse", "HEAD").strip()  # dirty: above
+    # jobs.status's code line gives submit.json's record: `code: COMMIT on BRANCH (dirty: ...`
+    status = cli("jobs.status", str(run_dir)).stdout
+    said = re.search(r"^code: (\w+) on (\S+) \((\w+)", status, re.MULTILINE)
+    assert said and said.groups() == (submitted["git"]["commit"][:12], submitted["git"]["branch"], "dirty"), status
 
 
 def test_a_script_runs_from_the_snapshot(workspace: Path) -> None:
@@ -149,7 +152,8 @@ def test_a_task_file_outside_the_folder_joins_the_snapshot(workspace: Path, tmp_
     result = submit("--profile", "local.yaml", "--name", "far", "--wait", *args, cwd=workspace)
     assert result.returncode == 0, result.stdout + result.stderr
     run_dir = workspace / "runs" / "far"
-    assert f"task: {run_dir / 'code' / '_tasks' / 'far_tasks.py'}:Denoise" in (run_dir / "config.yaml").read_text()
+    task = yaml.safe_load((run_dir / "config.yaml").read_text())["task"]
+    assert task == f"{run_dir / 'code' / '_tasks' / 'far_tasks.py'}:Denoise"
 
 
 def test_dry_run_copies_nothing_and_no_snapshot_runs_in_place(workspace: Path) -> None:

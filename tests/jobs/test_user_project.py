@@ -7,7 +7,8 @@ import subprocess
 from pathlib import Path
 
 from tests import userproject
-from tests.support import run_dir_of, slurm_ddp
+from tests.messages import Golden, refused
+from tests.support import job_id_of, run_dir_of, slurm_ddp
 
 
 def test_a_project_with_its_own_trainer_and_jobs_modules_runs_restarts_requeues_and_resumes(tmp_path: Path) -> None:
@@ -24,32 +25,34 @@ def test_a_project_with_its_own_trainer_and_jobs_modules_runs_restarts_requeues_
         records = userproject.starts(run_dir, rank)
         assert len(records) == 3 and all(userproject.all_from(run_dir, r) for r in records), records
     code = sorted(str(p.relative_to(run_dir / "code")) for p in (run_dir / "code").rglob("*") if p.is_file())
-    assert "trainer.py" in code and "jobs.py" in code and "tests/test_model.py" in code
+    assert {"trainer.py", "jobs.py", "tests/test_model.py"} <= set(code), code
     assert not any(n.startswith(("runs/", "lightning_logs/", "trainer/", "jobs/")) for n in code), code
     assert (run_dir / "tool" / "trainer" / "entry.py").is_file()  # the tool's own, beside your code
     assert "note:" not in result.stderr  # nothing to advise: runs/ and lightning_logs/ are outputs
     status = slurm_ddp(project, "status", str(run_dir))
-    assert status.returncode == 0 and "COMPLETED" in status.stdout, status.stdout + status.stderr
-    (project / "utils.py").write_text("def seed():\n    return 1  # fixed after the submit\n")
+    assert status.returncode == 0, status.stdout + status.stderr
+    assert status.stdout.splitlines()[0] == f"job {job_id_of(run_dir)}: COMPLETED", status.stdout
+    fix = "def seed():\n    return 1  # fixed after the submit\n"
+    (project / "utils.py").write_text(fix)
     again = slurm_ddp(project, "submit", "--resume", str(run_dir), "--wait")
     assert again.returncode == 0, again.stdout + again.stderr
     assert again.stdout.startswith(f"code: the run's own snapshot in {run_dir / 'code'} ")  # said, in one line
-    assert "return 0" in (run_dir / "code" / "utils.py").read_text()
+    assert (run_dir / "code" / "utils.py").read_text() == userproject.FILES["utils.py"]  # the code submitted
     last = userproject.starts(run_dir, 0)
     assert len(last) == 4 and userproject.all_from(run_dir, last[-1])
     fixed = slurm_ddp(project, "submit", "--resume", str(run_dir), "--current-code", "--wait")
     assert fixed.returncode == 0, fixed.stdout + fixed.stderr
     assert fixed.stdout.startswith("code: this folder's as it is now")
-    assert "return 1" in (run_dir / "code" / "utils.py").read_text() and len(userproject.starts(run_dir, 0)) == 5
+    assert (run_dir / "code" / "utils.py").read_text() == fix and len(userproject.starts(run_dir, 0)) == 5
     [aside] = (run_dir / "superseded").iterdir()
-    assert "return 0" in (aside / "code" / "utils.py").read_text() and (aside / "tool" / "trainer").is_dir()
+    assert (aside / "code" / "utils.py").read_text() == userproject.FILES["utils.py"]
+    assert (aside / "tool" / "trainer").is_dir()
 
 
-def test_current_code_without_resume_is_refused_in_one_line(tmp_path: Path) -> None:
+def test_current_code_without_resume_is_refused_in_one_line(golden: Golden, tmp_path: Path) -> None:
     project = userproject.make(tmp_path / "project")
     result = slurm_ddp(project, "submit", "--current-code", "--", "python", "train.py")
-    assert result.returncode == 2 and result.stderr.startswith("error: ") and "--current-code" in result.stderr
-    assert len(result.stderr.splitlines()) == 1 and "Traceback" not in result.stderr
+    refused(result, golden, "--current-code")
     assert not (project / "runs").exists() or not any((project / "runs").glob("*/job.json"))
 
 

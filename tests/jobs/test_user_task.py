@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 from tests import ranks
 from tests.messages import Golden
@@ -55,7 +56,7 @@ def test_readmes_example_task_trains_from_a_folder_outside_the_project(project: 
     [summary] = [json.loads(p.read_text()) for p in (project / "runs").glob("*-Denoise-*/summary.json")]
     assert summary["final_step"] == 4 and summary["world_size"] == 2
     [config] = list((project / "runs").glob("*/config.yaml"))
-    assert "Denoise:\n  width: 8\n  noise: 0.2" in config.read_text()
+    assert yaml.safe_load(config.read_text())["Denoise"] == {"width": 8, "noise": 0.2}
 
 
 @pytest.mark.parametrize(
@@ -81,8 +82,7 @@ def test_a_bad_task_reference_is_one_line(golden: Golden, project: Path, task: s
 
 def test_a_task_settings_typo_is_one_line(golden: Golden, project: Path) -> None:
     result = submit_from(project, "task=my_tasks.py:Denoise", "data.root=photos", "Denoise.widht=8")
-    assert_refused(result, golden, "Denoise.widht", project / "runs")
-    assert "Denoise.width" in result.stderr
+    assert_refused(result, golden, "Denoise.widht", project / "runs")  # its golden line lists Denoise.width
 
 
 def test_a_task_whose_data_is_made_in_code_runs_without_data_root(tmp_path: Path) -> None:
@@ -277,8 +277,9 @@ def test_a_model_split_over_two_devices_per_process_trains_what_one_device_does(
         profile = write_profile(tmp_path, text, f"p{per_task}.yaml")
         result = submit("--profile", str(profile), *args, cwd=tmp_path)
         assert result.returncode == 0, result.stdout + result.stderr
-        assert "(1 x 2 task(s), local)" in result.stdout
         [run_dir] = run_dirs(root)
+        job = json.loads((run_dir / "job.json").read_text())
+        assert (job["tasks"], job["profile"]["nodes"], job["executor"]) == (2, 1, "local"), job  # 1 node x 2 tasks
         hashes[per_task] = json.loads((run_dir / "summary.json").read_text())["weights_sha256"]
         logs = "".join(p.read_text() for p in (run_dir / "logs").glob("*_log.out"))
         assert logs.count(" gpus_per_task=2") == (2 if per_task == 2 else 0)  # each task was told
