@@ -242,7 +242,7 @@ class Recovery:
         """What every task is told about requeueing."""
         return JobSettings(
             self.signal, self.signal_delay_s, self.max_num_timeout, self.restarts_in_job, self.requeue_grace,
-            HangConfig.for_command(float(self.script_hang_s)),
+            dataclasses.asdict(HangConfig.for_command(float(self.script_hang_s))),
         )  # fmt: skip
 
     @property

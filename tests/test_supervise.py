@@ -9,6 +9,7 @@ import pytest
 
 from jobs.profiles import profile_of
 from tests.support import poll
+from trainer.config.schema import HangConfig
 from trainer.supervise.policy import Ended, Policy, State, decide, step_args
 from trainer.supervise.signals import JobSettings
 
@@ -156,6 +157,6 @@ def test_a_commands_hang_settings_reach_its_task_as_the_trainers_hang_config(idl
     """One hang configuration: the profile's script_hang_s becomes a HangConfig (0: off), sent as plain values
     and rebuilt in the task, its heartbeat three times within the budget at least."""
     sent = dataclasses.asdict(profile_of({"name": "t", "executor": "local", "script_hang_s": idle_s}).recovery.requeue)
-    hang = JobSettings(**sent).hang
+    hang = HangConfig(**JobSettings(**sent).hang)
     assert (hang.enabled, hang.timeout_s) == (idle_s > 0, idle_s)
     assert 3 * hang.beat_s <= (idle_s or 15) and hang.beat_s <= 5

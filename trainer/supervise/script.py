@@ -411,7 +411,7 @@ def _run(
     if env.attempt:
         relay.watch(Attempt.of(env.attempt).node_signal, requeue, fallback=Attempt.of(env.attempt).signal)
     acted: set[int] = set()
-    hang = settings.hang
+    hang = HangConfig(**settings.hang)
     watch = CommandWatch(hang.timeout_s, progress)
     hung, checked, beat_due = "", time.monotonic(), 0.0
     stuck: tuple[int, str] | None = None

@@ -9,7 +9,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from signal import Signals
 
-from trainer.config.schema import HangConfig
 from trainer.requeue import SIGNAL_ENV
 
 NAMES = ("USR1", "USR2", "TERM", "INT", "HUP", "URG")  # the ones a job can be given and a script can catch
@@ -47,12 +46,10 @@ class JobSettings:
     max_num_timeout: int = DEFAULT_MAX_NUM_TIMEOUT  # requeues after a time limit before the job is left to end
     restarts_in_job: int = 0  # after a failed step, the tasks started again in the same allocation (no queue)
     grace_s: float = DEFAULT_DELAY_S - 30  # a -- COMMAND still running this long after the signal is stopped
-    # A -- COMMAND's hang detection, in the trainer's terms: from the profile's script_hang_s (for_command).
-    hang: HangConfig = field(default_factory=lambda: HangConfig.for_command(1800.0))
-
-    def __post_init__(self) -> None:
-        if isinstance(self.hang, dict):  # as sent: dataclasses.asdict made it plain values
-            object.__setattr__(self, "hang", HangConfig(**self.hang))
+    # A -- COMMAND's hang detection: the trainer's HangConfig as plain values (HangConfig.for_command of the
+    # profile's script_hang_s). Not the type itself: the batch step's supervisor imports this module with the
+    # node's own python3, where the config's pyyaml is missing.
+    hang: dict[str, float | bool] = field(default_factory=lambda: {"timeout_s": 1800.0})
 
     @property
     def signum(self) -> Signals:
