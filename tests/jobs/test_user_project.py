@@ -27,7 +27,7 @@ def test_a_project_with_its_own_trainer_and_jobs_modules_runs_restarts_requeues_
     code = sorted(str(p.relative_to(run_dir / "code")) for p in (run_dir / "code").rglob("*") if p.is_file())
     assert {"trainer.py", "jobs.py", "tests/test_model.py"} <= set(code), code
     assert not any(n.startswith(("runs/", "lightning_logs/", "trainer/", "jobs/")) for n in code), code
-    assert (run_dir / "tool" / "trainer" / "entry.py").is_file()  # the tool's own, beside your code
+    assert (run_dir / "tool" / "trainer" / "entry" / "task.py").is_file()  # the tool's own, beside your code
     assert "note:" not in result.stderr  # nothing to advise: runs/ and lightning_logs/ are outputs
     status = slurm_ddp(project, "status", str(run_dir))
     assert status.returncode == 0, status.stdout + status.stderr
