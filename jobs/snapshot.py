@@ -287,14 +287,38 @@ def plan_snapshot(
         if path.is_file():  # a tracked file deleted in the work tree, a submodule's folder: nothing to copy
             files.append((path, name))
     tool_root = Path(__file__).resolve().parents[1]
-    tool_files = [(tool_root / n, n) for package in PACKAGES for n in package_files(tool_root / package)]
     project_git = git_state(tool_root) if tool_root != workspace.resolve() else {}
     sizes = [(_size(source), name) for source, name in files]
     size = sum(s for s, _ in sizes)
     if size > limit or len(files) > MAX_FILES:
         raise UserError(too_large(workspace, sizes, limit_mb, listed is not None))
     git = git_state(workspace) if listed is not None else {}
-    return Snapshot(workspace, files, size, git, project_git, ignored, tool_files, sorted(outputs))
+    return Snapshot(workspace, files, size, git, project_git, ignored, tool_files(), sorted(outputs))
+
+
+def tool_files() -> list[tuple[Path, str]]:
+    """This tool's own packages, as copied into a run's tool/: (source, name) pairs."""
+    root = Path(__file__).resolve().parents[1]
+    return [(root / n, n) for package in PACKAGES for n in package_files(root / package)]
+
+
+def refresh_tool(code_dir: Path, aside: Path) -> bool:
+    """A plain --resume runs your code as the run's snapshot holds it, and this version of the tool: the job
+    this submitter queues calls the tool by its own module paths and settings, which a run's tool/ from another
+    version may lack (its tasks failed to start). A tool/ that differs is moved to `aside`/tool and this
+    version's copied in its place; True when it was."""
+    tool, files = tool_dir(code_dir), tool_files()
+    if not tool.is_dir() or tool.is_symlink():  # no tool of its own (the installed one runs), or not ours to move
+        return False
+    have = {p.relative_to(tool).as_posix() for p in tool.rglob("*.py") if "__pycache__" not in p.parts}
+    if have == {name for _, name in files} and all(
+        (tool / name).read_bytes() == source.read_bytes() for source, name in files
+    ):
+        return False
+    aside.mkdir(parents=True)
+    tool.rename(aside / tool.name)
+    _copy(files, tool)
+    return True
 
 
 def too_large(workspace: Path, sizes: list[tuple[int, str]], limit_mb: float, in_git: bool) -> str:

@@ -152,8 +152,8 @@ def test_a_task_takes_the_signal_from_the_node_file_at_once_or_the_shared_one_la
         signal.signal(signal.SIGUSR2, previous)
 
 
-@pytest.mark.parametrize("idle_s", [0, 10, 1800])
-def test_a_commands_hang_settings_reach_its_task_as_the_trainers_hang_config(idle_s: int) -> None:
+@pytest.mark.parametrize("idle_s", [0, 10, 12.06, 13.01, 1800])
+def test_a_commands_hang_settings_reach_its_task_as_the_trainers_hang_config(idle_s: float) -> None:
     """One hang configuration: the profile's script_hang_s becomes a HangConfig (0: off), sent as plain values
     and rebuilt in the task, its heartbeat three times within the budget at least."""
     sent = dataclasses.asdict(profile_of({"name": "t", "executor": "local", "script_hang_s": idle_s}).recovery.requeue)

@@ -20,6 +20,7 @@ from jobs.ops.resume import (
     check_resume,
     claim_resume,
     code_note,
+    keep_tool_current,
     refuse_if_running,
     refuse_task_change,
     replace_code,
@@ -446,6 +447,8 @@ def create_and_submit(request: Request) -> list:  # type: ignore[type-arg]
         # config.yaml stays as it is: the job's rank 0 replaces it once it has loaded the checkpoint.
         if request.snapshot is not None and plan.code_dir is not None:  # --current-code
             replace_code(request.snapshot, plan.code_dir)
+        elif plan.code_dir is not None:
+            keep_tool_current(plan.code_dir)
         jobs = launch.submit(plan)
         write_job_record(plan.run_dirs[0], jobs[0], plan, request.profile)
         return jobs

@@ -16,6 +16,7 @@ from jobs.snapshot import (
     copied_names,
     importable,
     manifest,
+    refresh_tool,
     tool_dir,
 )
 from jobs.snapshot import copy as copy_snapshot
@@ -74,6 +75,20 @@ def replace_code(snapshot: Snapshot, code_dir: Path) -> None:
         print(f"warning: {problem}: what the run wrote into code/ stays in {old}", file=sys.stderr)
     else:
         carry_outputs(old, code_dir, copied)
+
+
+def keep_tool_current(code_dir: Path) -> None:
+    """A plain --resume: the run's tool/ replaced by this version's where it differs (refresh_tool), the old one
+    kept under superseded/DATE-TIME/; your code/ stays as the snapshot holds it."""
+    superseded = code_dir.parent / "superseded"
+    if superseded.is_symlink():
+        raise UserError(
+            f"{superseded} is a link (to {os.readlink(superseded)}), and this resume sets the run's tool/ from "
+            "another version aside there; put the folder itself there, or move the link away"
+        )
+    aside = superseded / time.strftime("%Y%m%d-%H%M%S")
+    if refresh_tool(code_dir, aside):
+        print(f"note: the run's tool/ was another version's; it is kept in {aside}", file=sys.stderr)
 
 
 def supersede(code_dir: Path) -> Path:

@@ -47,8 +47,13 @@ def test_resume_with_more_steps_continues_and_reports_its_warnings(reference_cop
     old_job = json.loads((reference_copy / "job.json").read_text())
     newest = reference_copy / "checkpoints" / "step_00000048.pt"
     newest.write_bytes(newest.read_bytes()[:100])  # torn
+    entry = Path("tool", "trainer", "entry", "task.py")  # the function this version's job calls
+    (reference_copy / entry).unlink()  # a run made by another version of the tool, which lacked it
+    (reference_copy / "job.json").write_text(json.dumps(old_job | {"code": str(reference_copy / "code")}))
     result = resume(reference_copy, "steps=52")
     assert result.returncode == 0, result.stdout + result.stderr
+    [aside] = (reference_copy / "superseded").iterdir()  # that tool/ set aside, this version's in its place
+    assert (reference_copy / entry).is_file() and not (aside / entry).exists() and (aside / "tool/jobs").is_dir()
     first, second = attempts(reference_copy)
     assert first["stop"]["reason"] == "finished" and first["cost"]["time_lost_s"] == 0
     assert second["resumed_step"] == 40 and len(second["warnings"]) == 1

@@ -221,7 +221,8 @@ class HangConfig:
     def for_command(cls, idle_s: float) -> "HangConfig":
         """A `-- COMMAND`'s: one budget for any stretch without progress (the profile's script_hang_s, checked
         there; 0: never), with a heartbeat at least three times within it (5 s, as the trainer's, at most)."""
-        return cls(enabled=idle_s > 0, timeout_s=idle_s, beat_s=min(5.0, idle_s / 3) if idle_s else 5.0)
+        # Whole seconds: idle_s / 3 could round above a third (3 x (12.06 / 3) > 12.06), failing __post_init__'s check.
+        return cls(enabled=idle_s > 0, timeout_s=idle_s, beat_s=min(5.0, idle_s // 3) if idle_s else 5.0)
 
 
 @dataclass(frozen=True, eq=False)

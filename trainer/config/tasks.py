@@ -165,7 +165,7 @@ def _get(name: str) -> Task:
     if missing:
         raise UserError(
             f"task {name}: {attribute} lacks {', '.join(missing)}(); a task defines dataset(config), "
-            "model(config, dataset) and forward(model, batch) (see README, Your own task)"
+            "model(config, dataset) and forward(model, batch) (see README, Your task)"
         )
     return UserTask(obj, attribute)  # type: ignore[return-value]
 
