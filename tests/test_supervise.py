@@ -160,3 +160,57 @@ def test_a_commands_hang_settings_reach_its_task_as_the_trainers_hang_config(idl
     hang = HangConfig(**JobSettings(**sent).hang)
     assert (hang.enabled, hang.timeout_s) == (idle_s > 0, idle_s)
     assert 3 * hang.beat_s <= (idle_s or 15) and hang.beat_s <= 5
+
+
+def test_a_heartbeat_left_by_a_dead_supervisor_of_the_same_pid_is_not_read_as_this_starts(tmp_path: Path) -> None:
+    """A local job's id is its controller's pid, and pids are reused: a heartbeat file a killed controller left
+    in /dev/shm under this start's name must not name this start's healthy ranks frozen."""
+    import json
+
+    from trainer.supervise import agent
+    from trainer.supervise.attempt import Attempt
+
+    class Backend:
+        nodes: set[str] = set()
+
+        def __init__(self) -> None:
+            self.stopped, self.polls = False, 0
+
+        def attempt(self, in_job: int, start: int) -> Attempt:
+            return Attempt(tmp_path, "stale-beat-test", 0, in_job, start)
+
+        def start(self, attempt: Attempt, extra: list[str]) -> None:
+            pass
+
+        def poll(self) -> agent.Exit | None:
+            self.polls += 1
+            return agent.Exit(0) if self.polls > 3 else None
+
+        def stop(self) -> None:
+            self.stopped = True
+
+        def clean_up(self) -> None:
+            pass
+
+        def room(self) -> list[str] | None:
+            return None
+
+        def remember(self, state: State) -> None:
+            pass
+
+        def may_go_on(self, ended: agent.Exit, run_dir: Path | None) -> bool:
+            return False
+
+        def act(self, decision: object, attempt: Attempt, ended: agent.Exit) -> int:
+            return ended.status
+
+    backend = Backend()
+    stale = backend.attempt(0, 0).beat
+    long_ago = time.time() - 25_000
+    beat = {"written": long_ago, "since": long_ago, "budget": 60, "beat_s": 1, "step": 3, "section": "startup"}
+    stale.write_text(json.dumps(beat | {"host": "h", "run_dir": str(tmp_path)}))
+    try:
+        assert agent.run(backend, Policy(), State(), None) == 0
+        assert not backend.stopped, "a dead supervisor's heartbeat named this start's ranks frozen"
+    finally:
+        stale.unlink(missing_ok=True)

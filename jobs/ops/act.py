@@ -18,10 +18,11 @@ from trainer.run.rundir import RunDir
 from trainer.supervise import live, relay, signals, stacks
 
 
-def _running(target: Target) -> Target:
+def _running(target: Target, state: str | None = None) -> Target:
+    """`target`, if it runs; `state` as already read (read again, a job between attempts may have moved on)."""
     if target.executor == "debug":
         raise UserError(f"job {target.job_id} runs in its submitter's process (debug executor): act on it there")
-    state = info(target).state
+    state = state or info(target).state
     if state != "RUNNING" or (target.executor == "local" and not is_local_job(target)):
         raise UserError(f"job {target.job_id} is {state}, not running; python -m jobs.status tells how it ended")
     return target
@@ -56,9 +57,10 @@ def requeue_now(target: Target) -> str:
     """The requeue signal, as the time limit sends it: the ranks save where they are and the job is requeued
     (recorded as a preemption: time was left)."""
     name = _requeue_signal(target)
-    if target.executor == "slurm" and info(target).state in _BETWEEN_ATTEMPTS:
+    state = info(target).state if target.executor != "debug" else None  # once: it may change as a requeue goes
+    if target.executor == "slurm" and state in _BETWEEN_ATTEMPTS:
         _not_requeueing(target, name)  # a second request as the first one requeues: say that, not "ended"
-    _running(target)
+    _running(target, state)
     _not_requeueing(target, name)
     if target.executor == "slurm":
         _scancel(["-b", "-s", name, target.job_id])  # to the batch shell, as sbatch's --signal=B: does

@@ -103,6 +103,10 @@ def run(backend: Backend, policy: Policy, state: State, run_dir: Path | None) ->
         starts += 1
         os.environ.update(attempt.environ())  # the tasks inherit it
         began = time.time()
+        # A file of this name can only be a dead supervisor's (a local job's id is its controller's pid, and
+        # pids are reused): read as this start's, it would name healthy ranks frozen.
+        with contextlib.suppress(OSError):
+            attempt.beat.unlink()
         try:
             backend.start(attempt, step_args(policy, state))
             ended = monitor(backend, attempt)
