@@ -420,22 +420,22 @@ RAN_ON_TWO = {"tasks": 2, "profile": {"nodes": 1, "gpus_per_node": 2}}
     ("record", "nodes", "gpus", "refused"),
     [
         (RAN_ON_TWO, 1, 2, False),
-        (RAN_ON_TWO, 2, 1, False),  # another layout of as many processes: the same order of samples
-        (RAN_ON_TWO, 1, 1, True),
-        ({"tasks": 4, "profile": {"nodes": 2, "gpus_per_node": 2}}, 2, 4, True),
-        ({"tasks": 2}, 1, 4, True),  # a job.json without its profile: the number alone
-        ({"profile": {"nodes": 1, "gpus_per_node": 2}}, 1, 1, False),  # no number recorded: not known, not refused
+        (RAN_ON_TWO, 1, 1, False),  # fewer: accumulates two micro-batches a step
+        (RAN_ON_TWO, 2, 4, False),  # more: 8 processes share the global batch of 2 x 4
+        (RAN_ON_TWO, 3, 1, True),  # 3 cannot share 8
+        ({"tasks": 3, "history": [RAN_ON_TWO]}, 1, 3, True),  # the first job's number sets the global batch
+        ({"profile": {"nodes": 1, "gpus_per_node": 2}}, 1, 3, False),  # no number recorded: the trainer checks
     ],
-    ids=["same", "same-number", "fewer", "more-nodes", "no-profile", "no-tasks"],
+    ids=["same", "fewer", "more", "cannot-share", "first-job", "no-tasks"],
 )
-def test_a_resume_on_another_number_of_processes_is_refused(
+def test_a_resume_on_a_number_of_processes_that_cannot_share_the_global_batch_is_refused(
     golden: Golden, record: dict[str, object], nodes: int, gpus: int, refused: bool
 ) -> None:
     from jobs.ops.resume import layout_change
     from jobs.profiles import profile_of
 
     profile = profile_of({"name": "test", "executor": "slurm", "nodes": nodes, "gpus_per_node": gpus})
-    why = layout_change(record, profile)
+    why = layout_change(record, profile, batch_size=4)
     if refused:
         assert why is not None and "--resume" in why
         golden(why)

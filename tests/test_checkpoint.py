@@ -11,8 +11,8 @@ import torch
 from tests.messages import Golden, raises
 from tests.support import state
 from trainer import checkpoint
+from trainer.data.order import TrainOrder, go_on_with, saved_fingerprint
 from trainer.run import atomic
-from trainer.state import refuse_other_samples
 
 
 def load(folder: Path) -> tuple[dict[str, object], Path]:
@@ -114,25 +114,42 @@ def test_a_file_written_not_durable_is_whole_but_never_fsynced(tmp_path: Path, m
     assert len(synced) == 2  # the file, then its folder's entry
 
 
+def order(samples: int = 90, world: int = 2, seed: int = 0) -> TrainOrder:
+    order = TrainOrder(samples, 4 * world, world, 0, seed)
+    order.given_micro_batch = 4
+    return order
+
+
 @pytest.mark.parametrize(
-    ("progress", "world", "samples", "refused"),
+    ("change", "refused"),
     [
-        ({"samples": 90}, 1, 90, False),
-        ({"samples": 90}, 2, 90, True),
-        ({"samples": 90}, 1, 80, True),
-        ({}, 1, 80, False),  # an earlier version's checkpoint: its samples are not known
-        ({}, 2, 90, True),  # but its processes are, one random stream each
+        ({}, False),
+        ({"world": 1}, False),  # fewer processes: two micro-batches a step
+        ({"samples": 80}, True),
+        ({"files": "other"}, True),  # as many samples, other files
+        ({"seed": 1}, True),
     ],
-    ids=["same", "more-processes", "fewer-samples", "older-checkpoint", "older-checkpoint-more-processes"],
+    ids=["same", "fewer-processes", "fewer-samples", "other-files", "other-seed"],
 )
-def test_a_checkpoint_goes_on_only_with_its_own_order_of_samples(
-    golden: Golden, progress: dict[str, int], world: int, samples: int, refused: bool
+def test_a_checkpoint_goes_on_on_any_number_of_processes_but_not_on_other_data(
+    golden: Golden, change: dict[str, object], refused: bool
 ) -> None:
-    """Saved by one process on 90 samples: another number of processes, or of samples, ends the run."""
-    saved = {**state(10), "progress": {**state(10)["progress"], **progress}, "rng": [torch.zeros(1)]}
+    """Saved by 2 processes on 90 samples: any number that shares the global batch goes on with its order;
+    other data or another seed ends the run in one line, unless data.allow_change says go on."""
+    saved = order().fingerprint("files", 2)
     source = Path("/runs/run/checkpoints/step_00000010.pt")
+    now = order(int(change.get("samples", 90)), int(change.get("world", 2)), int(change.get("seed", 0)))
+    files = str(change.get("files", "files"))
     if not refused:
-        refuse_other_samples(saved, source, world, samples)
+        assert go_on_with(now, saved, files, source, allow=False) == ""
+        assert (now.global_batch, now.padding, now.accumulation) == (8, 2, 2 // int(change.get("world", 2)))
         return
     with raises(golden, str(source)):
-        refuse_other_samples(saved, source, world, samples)
+        go_on_with(now, saved, files, source, allow=False)
+    assert "going on, as data.allow_change=true says" in go_on_with(now, saved, files, source, allow=True)
+
+
+def test_a_checkpoint_from_before_fingerprints_reads_as_distributed_samplers_run() -> None:
+    """No "data": DistributedSampler's order on as many processes as it holds random streams, unseeded."""
+    saved = saved_fingerprint({**state(10), "rng": [torch.zeros(1)] * 2}, order(world=1))
+    assert (saved["global_batch"], saved["padding"], saved["streams"]) == (8, 2, False)

@@ -6,7 +6,8 @@ import torch
 from torch.utils.data import TensorDataset
 
 from trainer.config import build_config
-from trainer.data.loader import ResumableSampler, batches, loader_options
+from trainer.data.loader import batches, loader_options
+from trainer.data.order import TrainOrder
 from trainer.rng import SeededSamples
 
 
@@ -16,12 +17,12 @@ def test_batches_start_mid_epoch_and_roll_over_as_an_uninterrupted_run() -> None
     data = TensorDataset(torch.arange(32))
 
     def run(position: list[int], steps: int) -> list[list[int]]:
-        sampler = ResumableSampler(data, num_replicas=1, rank=0, shuffle=True, seed=7)
+        order = TrainOrder(len(data), 4, 1, 0, seed=7)
         loader = torch.utils.data.DataLoader(
-            SeededSamples(data), batch_size=4, sampler=sampler, collate_fn=lambda b: [int(x) for (x,) in b]
+            SeededSamples(data), batch_sampler=order, collate_fn=lambda b: [int(x) for (x,) in b]
         )
         seen = []
-        stream = batches(loader, sampler, lambda: (position[0], position[1]), 4)  # type: ignore[arg-type]
+        stream = batches(loader, order, lambda: (position[0], position[1]))
         for _ in range(steps):
             seen.append(next(stream))
             position[1] += 1

@@ -112,7 +112,7 @@ def test_a_second_requeue_request_waits_for_the_next_attempt(
     from trainer.supervise import live
 
     sent: list[tuple[int, int]] = []
-    monkeypatch.setattr(act, "_running", lambda target: target)
+    monkeypatch.setattr(act, "_running", lambda target, between=None: target)
     monkeypatch.setattr(act.os, "kill", lambda pid, signum: sent.append((pid, signum)))
     target = Target("7", "local", tmp_path, tmp_path)
     attempts = tmp_path / "attempts.json"

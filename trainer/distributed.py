@@ -194,8 +194,10 @@ def gather_rng(env: DistEnv, device: torch.device) -> list[torch.Tensor]:
 
 
 def restore_rng(states: list[torch.Tensor], env: DistEnv, device: torch.device) -> None:
-    """This rank's streams as saved: one per process (trainer.state refuses a checkpoint of another number)."""
-    state = states[env.rank].cpu()
+    """This rank's streams as saved, one per process; on another number of processes, rank r takes stream
+    r % saved (each micro-batch is seeded by its place in the step since checkpoints say "streams": these
+    matter only to a run saved before)."""
+    state = states[env.rank % len(states)].cpu()
     cpu_size = torch.get_rng_state().numel()
     torch.set_rng_state(state[:cpu_size])
     if device.type == "cuda" and state.numel() > cpu_size:

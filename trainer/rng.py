@@ -23,6 +23,17 @@ def sample_seed(seed: int, epoch: int, index: int) -> int:
     return int.from_bytes(digest, "little") >> 1  # below 2**63: a valid torch seed
 
 
+def seed_micro_batch(seed: int, step: int, index: int, device: torch.device) -> None:
+    """torch's generators before micro-batch `index` of global step `step` (its place among the step's
+    micro-batches, on any number of processes): its Dropout draws follow from them alone. Not numpy's or
+    Python's: a seed of either costs tens of microseconds, on every micro-batch."""
+    digest = hashlib.blake2b(f"micro:{seed}:{step}:{index}".encode(), digest_size=8).digest()
+    value = int.from_bytes(digest, "little") >> 1
+    torch.default_generator.manual_seed(value)
+    if device.type == "cuda":
+        torch.cuda.manual_seed(value)
+
+
 def seed_all(seed: int) -> None:
     """Python's, numpy's and torch's CPU generators (not the accelerators': torch.manual_seed's cost, per sample)."""
     random.seed(seed)

@@ -6,8 +6,8 @@ from typing import Any
 
 import torch
 
+from trainer.data.order import TrainOrder, go_on_with, saved_fingerprint
 from trainer.distributed import gather_rng, restore_rng
-from trainer.errors import UserError
 from trainer.supervise.launcher import DistEnv
 
 # What a checkpoint must hold; one lacking any of them is not one of ours (trainer.checkpoint checks it).
@@ -25,7 +25,10 @@ class TrainState:
     scaler: torch.amp.GradScaler
     env: DistEnv
     device: torch.device
-    samples: int = 0  # the training set's length: with the number of processes, it decides the samples' order
+    order: TrainOrder  # the samples' order: a checkpoint keeps its fingerprint ("data")
+    files: str | None = None  # a digest of the training set's file list (trainer.data.order.files_digest)
+    allow_change: bool = False  # data.allow_change: a resume on changed data goes on, with a warning
+    data_change: str = ""  # that warning, once a resume went on so
     step: int = 0
     epoch: int = 0
     batch_in_epoch: int = 0  # batches of `epoch` already trained: resume continues mid-epoch
@@ -34,11 +37,11 @@ class TrainState:
     last_val: dict[str, float] | None = None  # the latest validation metrics
     best: dict[str, Any] | None = None  # {"step", "metric", "mode", "value", "val_metrics"}: carried across resumes
 
-    def advance(self, batches_per_epoch: int) -> None:
+    def advance(self) -> None:
         """One optimizer step done."""
         self.step += 1
         self.batch_in_epoch += 1
-        if self.batch_in_epoch == batches_per_epoch:
+        if self.batch_in_epoch >= self.order.steps_per_epoch:
             self.epoch, self.batch_in_epoch = self.epoch + 1, 0
 
     def state_dict(self) -> dict[str, Any]:
@@ -52,8 +55,9 @@ class TrainState:
                 "step": self.step,
                 "epoch": self.epoch,
                 "batch_in_epoch": self.batch_in_epoch,
-                "samples": self.samples,
+                "samples": self.order.samples,
             },
+            "data": self.order.fingerprint(self.files, self.env.world_size),
             "rng": gather_rng(self.env, self.device),
             "meta": {**(self.meta or {}), "step": self.step, "val_metrics": self.last_val},
             "best": self.best or {},
@@ -64,35 +68,15 @@ class TrainState:
         return {**(self.meta or {}), "step": self.step, "val_metrics": self.last_val, "best": self.best}
 
     def load_state_dict(self, state: dict[str, Any], source: Path) -> None:
-        refuse_other_samples(state, source, self.env.world_size, self.samples)
+        saved = saved_fingerprint(state, self.order)
+        self.data_change = go_on_with(self.order, saved, self.files, source, self.allow_change)
         self.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
         self.scaler.load_state_dict(state["scaler"])
         self.step, self.epoch, self.batch_in_epoch = (int(state["progress"][k]) for k in PROGRESS)
+        if self.batch_in_epoch >= self.order.steps_per_epoch:  # the data changed (allowed): its next epoch
+            self.epoch, self.batch_in_epoch = self.epoch + 1, 0
         self.best = state["best"] or None
         self.last_val = state["meta"].get("val_metrics")
         restore_rng(state["rng"], self.env, self.device)
-
-
-def refuse_other_samples(state: dict[str, Any], source: Path, world_size: int, samples: int) -> None:
-    """A checkpoint goes on with the samples an uninterrupted run would see next (ResumableSampler) only on as
-    many processes as saved it (one random stream each) and on a training set of the same length (a checkpoint
-    of an earlier version does not say it: not checked). Anything else ends the run, rather than training on."""
-    saved_by, saved_on = len(state["rng"]), state["progress"].get("samples")
-    if saved_by != world_size:
-        raise UserError(
-            f"{source} was saved by {processes(saved_by)}, this attempt has {world_size}: the order of the samples "
-            f"depends on their number, so the run would not go on as it ran; resume on {processes(saved_by)} "
-            f"(--nodes N --gpus-per-node G with N x G = {saved_by}) to go on exactly"
-        )
-    if saved_on is not None and saved_on != samples:
-        raise UserError(
-            f"{source} was saved training on {saved_on} samples, the training data now holds {samples}: the run "
-            "would not go on with the samples it ran on; resume with the data it trained on to go on exactly, or "
-            "start a new run"
-        )
-
-
-def processes(count: int) -> str:
-    return f"{count} process{'es' * (count != 1)}"

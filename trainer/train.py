@@ -10,6 +10,7 @@ import json
 import math
 import random
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,7 @@ from trainer import checkpoint, validation
 from trainer.config import TrainConfig, config_dict, flat, write_config
 from trainer.data.checks import count_bad_images
 from trainer.data.loader import batches, make_loader, shutdown, to_device
+from trainer.data.order import TrainOrder, files_digest
 from trainer.distributed import (
     CommTimer,
     StopVote,
@@ -37,7 +39,7 @@ from trainer.distributed import (
 )
 from trainer.errors import UserError
 from trainer.meter import IntervalMeter, Progress
-from trainer.rng import deterministic_kernels, isolated
+from trainer.rng import deterministic_kernels, isolated, seed_micro_batch
 from trainer.run import failures, ledger, provenance, startup
 from trainer.run.atomic import write_text
 from trainer.run.checkpoint_names import best_path
@@ -81,35 +83,31 @@ def train(
         watchdog, top = join(config, env, device, cleanup)
         run = setup(config, env, device, watchdog)
         resume(run, cause)
-        task, model, ddp, optimizer, state = run.task, run.model, run.ddp, run.optimizer, run.state
+        if run.step_samples is not None:
+            cleanup.callback(run.step_samples.close)
+        model, optimizer, state = run.model, run.optimizer, run.state
         for loader in (run.loader, run.val_loader):
             if loader is not None:
                 cleanup.callback(shutdown, loader)  # their workers, on every way out
-        data = batches(run.loader, run.sampler, lambda: (state.epoch, state.batch_in_epoch), config.batch_size)
+        data = batches(run.loader, run.order, lambda: (state.epoch, state.batch_in_epoch))
         cleanup.callback(data.close)
-        meter = IntervalMeter(device, config.batch_size * env.world_size, per_rank=run.stragglers is not None)
+        meter = IntervalMeter(device, run.order.global_batch, per_rank=run.stragglers is not None)
         progress = Progress(config.steps, state.step, enabled=env.is_main)
         guard = Supervision(run, settings, stop_flag, top, progress)
 
         tick = run.started = time.perf_counter()
         first = state.step + 1
         while state.step < config.steps:
-            guard.enter("data", state.step)  # the watchdog's view: where this rank is (no I/O)
-            fetching = time.perf_counter()
-            batch = to_device(next(data), device)
-            loaded = time.perf_counter()
-            guard.enter("step")
-            with run.autocast:
-                loss, metrics = task.forward(ddp, batch)
-            optimizer.zero_grad(set_to_none=True)
-            run.scaler.scale(loss).backward()
+            loss, metrics, batch, fetching, loaded = accumulate(run, data, guard)
             if config.optim.grad_clip:
                 run.scaler.unscale_(optimizer)
                 torch.nn.utils.clip_grad_norm_(model.parameters(), config.optim.grad_clip)
             run.scaler.step(optimizer)
             run.scaler.update()
             run.scheduler.step()
-            state.advance(run.batches_per_epoch)
+            if run.step_samples is not None:  # rank 0: which samples the step took, to compare runs by
+                run.step_samples.write(step_line(run))
+            state.advance()
             step = state.step
             tick = meter.add(loss, metrics, tick, fetching, loaded, run.comm_timer.take() if run.comm_timer else 0.0)
             if step == first and env.is_main:  # torch's environment report: started earlier, it slowed the start
@@ -154,6 +152,45 @@ def join(
         watchdog.use_store(store, env.first_node)  # off the shared filesystem from here on
     cleanup.enter_context(watchdog.blaming(config.dist.timeout_s))  # a collective timed out: on whom it waited
     return watchdog, top
+
+
+def accumulate(run: "Run", data: Iterator[Any], guard: "Supervision") -> tuple[torch.Tensor, Any, Any, float, float]:
+    """One step's forward and backward passes: over one micro-batch, or, on fewer processes than the run began
+    on, over several, their gradients summed under DDP's no_sync but for the last (each step is the run's global
+    batch). Each forward draws from generators seeded by its micro-batch's place in the step, so Dropout masks a
+    sample alike on whichever process takes it. The step's loss and metrics (means over its micro-batches), its
+    last micro-batch, and when it asked for its data and had it (the waits summed)."""
+    parts, step, seed, streams = run.order.accumulation, run.state.step, run.config.seed, run.order.streams
+    run.optimizer.zero_grad(set_to_none=True)
+    losses: list[tuple[torch.Tensor, Any]] = []
+    fetching = waited = 0.0
+    for part in range(parts):
+        guard.enter("data", step)  # the watchdog's view: where this rank is (no I/O)
+        asked = time.perf_counter()
+        fetching = fetching or asked
+        batch = to_device(next(data), run.device)
+        waited += time.perf_counter() - asked
+        guard.enter("step")
+        if streams:
+            seed_micro_batch(seed, step, run.env.rank * parts + part, run.device)
+        # One process has the bare model, no DDP: nothing to hold back.
+        with run.ddp.no_sync() if part < parts - 1 and run.env.distributed else contextlib.nullcontext():
+            with run.autocast:
+                loss, metrics = run.task.forward(run.ddp, batch)
+            run.scaler.scale(loss / parts if parts > 1 else loss).backward()
+        losses.append((loss.detach(), metrics))
+    if parts == 1:
+        return loss, metrics, batch, fetching, fetching + waited
+    mean = sum(loss for loss, _ in losses) / parts
+    means = {k: sum(m[k].detach() for _, m in losses) / parts for k in losses[0][1]}
+    return mean, means, batch, fetching, fetching + waited
+
+
+def step_line(run: "Run") -> str:
+    """step_samples.jsonl's line for the step being trained: its samples' digest and the processes it ran on."""
+    state = run.state
+    digest = run.order.digest(state.epoch, state.batch_in_epoch)
+    return json.dumps({"step": state.step + 1, "digest": digest, "processes": run.env.world_size}) + "\n"
 
 
 class Supervision:
@@ -226,8 +263,7 @@ class Run:
     task: Any
     data: validation.Datasets
     loader: Any
-    sampler: Any
-    batches_per_epoch: int
+    order: TrainOrder
     val_loader: Any
     model: torch.nn.Module
     ddp: torch.nn.Module
@@ -243,6 +279,7 @@ class Run:
     warn: "Warnings"
     checkpoints: checkpoint.Checkpointer = field(init=False)
     logger: NullLogger = field(default_factory=NullLogger)
+    step_samples: Any = None  # rank 0's open step_samples.jsonl (line-buffered)
     final: dict[str, Any] = field(default_factory=dict)  # the last step's train and validation values
     image_batch: Any = None  # fixed validation samples: the same images compared across steps
     eval_s: float = 0.0  # this attempt's time in evaluation, for summary.json: it must not dominate
@@ -273,11 +310,10 @@ def setup(config: TrainConfig, env: DistEnv, device: torch.device, watchdog: Wat
     task = trainer.config.tasks.get(config.task)
     data = validation.datasets(task, config)
     startup.mark("datasets_built")  # the task's decoding imported (torchvision, and with it torch._dynamo)
-    loader, sampler = make_loader(data.train, config, env, device, task)
+    loader, order = make_loader(data.train, config, env, device, task)
     val_loader = validation.shard_loader(data.val, config, env, device, task) if data.val else None
-    batches_per_epoch = len(sampler) // config.batch_size
-    if batches_per_epoch == 0:
-        samples = len(sampler.dataset)  # type: ignore[arg-type]
+    if order.steps_per_epoch == 0:
+        samples = order.samples
         raise UserError(
             f"{samples} samples give no full batch of {config.batch_size} on each of {env.world_size} processes; "
             "lower batch_size or add data"
@@ -291,11 +327,13 @@ def setup(config: TrainConfig, env: DistEnv, device: torch.device, watchdog: Wat
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: lr_factor(s, config.steps, config.optim))
     scaler = torch.amp.GradScaler(device.type, enabled=config.amp == "fp16")
     autocast = torch.autocast(device.type, dtype=AMP_DTYPES.get(config.amp), enabled=config.amp != "off")
-    state = TrainState(model, optimizer, scheduler, scaler, env, device, samples=len(data.train))  # type: ignore[arg-type]
+    state = TrainState(
+        model, optimizer, scheduler, scaler, env, device, order, files_digest(data.train), config.data.allow_change
+    )  # type: ignore[arg-type]
     state.meta = {"task": config.task, "config": config_dict(config), "classes": getattr(data.full, "classes", [])}
     files = RunDir(Path(config.run_dir))
     run = Run(
-        config, env, device, files, task, data, loader, sampler, batches_per_epoch, val_loader,
+        config, env, device, files, task, data, loader, order, val_loader,
         model, ddp, optimizer, scheduler, scaler, autocast, state,
         attempts=Attempts(files.path) if env.is_main else None,
         watchdog=watchdog,
@@ -326,9 +364,15 @@ def resume(run: Run, cause: failures.Failure | None = None) -> None:
         run.warn(
             f"an earlier attempt ran, but {run.checkpoints.folder} holds no usable checkpoint: starting from step 0"
         )
+    if state.data_change:
+        run.warn(state.data_change)
     if not env.is_main or run.attempts is None:
         return
-    write_config(run.files.path, run.config)  # only now: a --resume whose new settings failed left the old one
+    # Only now: a --resume whose new settings failed left the old one. data.allow_change holds for one resume.
+    write_config(
+        run.files.path, dataclasses.replace(run.config, data=dataclasses.replace(run.config.data, allow_change=False))
+    )
+    run.step_samples = open_step_samples(run.files.step_samples, state.step)
     run.logger = TensorBoardLogger(run.files.tensorboard)
     live = state.step < run.config.steps  # else a finished summary.json stays as it is (a requeue after the end)
     cost = run.attempts.start(state.step, env.restart_count, run.warn.said, startup.seconds(), env, cause, live)
@@ -336,6 +380,21 @@ def resume(run: Run, cause: failures.Failure | None = None) -> None:
         restarts = {f"restarts/{k}": v for k, v in run.attempts.totals().items()}
         run.logger.scalars(restarts | {"restarts/last_time_lost_s": cost["time_lost_s"]}, state.step)
         log_ledger(run, state.step)  # where the time went up to this attempt's first step
+
+
+def open_step_samples(path: Path, step: int) -> Any:
+    """step_samples.jsonl for appending, without the steps after `step` an earlier attempt trained and lost."""
+    with contextlib.suppress(OSError):
+        kept = [line for line in path.read_text().splitlines(keepends=True) if kept_line(line, step)]
+        write_text(path, "".join(kept), durable=False)
+    # Closed with the run (train's cleanup); line-buffered: each step's line is in the file as it ends.
+    return open(path, "a", buffering=1)  # noqa: SIM115
+
+
+def kept_line(line: str, step: int) -> bool:
+    with contextlib.suppress(ValueError, KeyError, TypeError):
+        return int(json.loads(line)["step"]) <= step
+    return False
 
 
 def log_ledger(run: Run, step: int, end: float | None = None) -> dict[str, float] | None:
@@ -358,7 +417,7 @@ def log_interval(run: Run, meter: IntervalMeter, step: int, progress: Progress) 
     run.watchdog.stats = meter.own | run.resources  # jobs.top's row of this rank
     values = {k: v for k, v in means.items() if k.startswith("train/")} | {
         "train/lr": run.scheduler.get_last_lr()[0],
-        "train/epoch": state.epoch + state.batch_in_epoch / run.batches_per_epoch,
+        "train/epoch": state.epoch + state.batch_in_epoch / run.order.steps_per_epoch,
     }
     values |= {k: v for k, v in means.items() if not k.startswith("train/")}  # perf/*, after: as the line read
     run.logger.scalars(values, step)

@@ -9,6 +9,7 @@ import re
 import signal
 import subprocess
 import time
+from collections.abc import Callable
 
 from jobs.snapshot import tool_environment
 from jobs.tracking import TERMINAL, Target, info, is_local_job, run_settings, slurm_info
@@ -18,11 +19,14 @@ from trainer.run.rundir import RunDir
 from trainer.supervise import live, relay, signals, stacks
 
 
-def _running(target: Target, state: str | None = None) -> Target:
-    """`target`, if it runs; `state` as already read (read again, a job between attempts may have moved on)."""
+def _running(target: Target, between: Callable[[], None] | None = None) -> Target:
+    """`target`, if it runs. The state is read once (a job between attempts moves on): `between` is called first
+    when a Slurm job is between attempts."""
     if target.executor == "debug":
         raise UserError(f"job {target.job_id} runs in its submitter's process (debug executor): act on it there")
-    state = state or info(target).state
+    state = info(target).state
+    if between is not None and target.executor == "slurm" and state in _BETWEEN_ATTEMPTS:
+        between()
     if state != "RUNNING" or (target.executor == "local" and not is_local_job(target)):
         raise UserError(f"job {target.job_id} is {state}, not running; python -m jobs.status tells how it ended")
     return target
@@ -57,10 +61,8 @@ def requeue_now(target: Target) -> str:
     """The requeue signal, as the time limit sends it: the ranks save where they are and the job is requeued
     (recorded as a preemption: time was left)."""
     name = _requeue_signal(target)
-    state = info(target).state if target.executor != "debug" else None  # once: it may change as a requeue goes
-    if target.executor == "slurm" and state in _BETWEEN_ATTEMPTS:
-        _not_requeueing(target, name)  # a second request as the first one requeues: say that, not "ended"
-    _running(target, state)
+    # A second request as the first one requeues the job: say that, not "ended".
+    _running(target, between=lambda: _not_requeueing(target, name))
     _not_requeueing(target, name)
     if target.executor == "slurm":
         _scancel(["-b", "-s", name, target.job_id])  # to the batch shell, as sbatch's --signal=B: does

@@ -199,29 +199,24 @@ def check_resume(run_dir: Path, old: TrainConfig, new: TrainConfig, profile: Pro
     files = RunDir(run_dir)
     if files.job.is_file() and list_checkpoints(files.checkpoints):  # none: it starts afresh, in any shape
         record = read_json(files.job, f"move it aside and pass --profile to resume {run_dir}", valid_record)
-        if why := layout_change(record, profile):
+        if why := layout_change(record, profile, old.batch_size):
             raise UserError(why)
     return ""
 
 
-def layout_change(record: dict[str, Any], profile: Profile) -> str | None:
-    """Why `profile` cannot go on with the run whose job.json is `record`: the trainer's order of samples
-    (DistributedSampler's) depends on the number of processes, so on another number the checkpoint would go on
-    with other samples than the run's own. None: the same number, or job.json does not say (an old run)."""
-    res = profile.resources
-    ran, now = record.get("tasks"), res.nodes * res.tasks_per_node
-    if not isinstance(ran, int) or ran == now:
+def layout_change(record: dict[str, Any], profile: Profile, batch_size: int) -> str | None:
+    """Why `profile` cannot go on with the run whose job.json is `record`: each step keeps the run's global
+    batch (its first job's processes x batch_size), which the new number of processes must divide (fewer
+    accumulate micro-batches; trainer.sampler). None: it can, or job.json does not say (an old run)."""
+    res, first = profile.resources, ([*record.get("history", []), record] or [record])[0]
+    ran, now = first.get("tasks") if isinstance(first, dict) else None, res.nodes * res.tasks_per_node
+    if not isinstance(ran, int) or (ran * batch_size) % now == 0:
         return None
-    shape = record.get("profile") if isinstance(record.get("profile"), dict) else {}
-    nodes, gpus = shape.get("nodes"), shape.get("gpus_per_node")
-    if isinstance(nodes, int) and isinstance(gpus, int):
-        before, fix = f"{ran}: {layout(nodes, gpus)}", f"--nodes {nodes} --gpus-per-node {gpus}"
-    else:
-        before, fix = str(ran), f"{ran} processes (--nodes x --gpus-per-node)"
+    works = ", ".join(str(n) for n in range(1, ran * batch_size + 1) if ran * batch_size % n == 0)  # as trainer.sampler
     return (
-        f"--resume cannot change the number of processes ({before} -> {now}: "
-        f"{layout(res.nodes, res.gpus_per_node)}): the order of the samples depends on it, so the run "
-        f"would not go on as it ran; resume with {fix} to go on exactly"
+        f"--resume on {layout(res.nodes, res.gpus_per_node)} ({now} processes) cannot share the run's global batch "
+        f"of {ran * batch_size} ({ran} processes x batch_size {batch_size}); resume on one of {works} processes "
+        "(--nodes x --gpus-per-node)"
     )
 
 

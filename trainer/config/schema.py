@@ -51,6 +51,11 @@ class DataConfig:
         "an image that cannot be read in training: `fail` (the run ends naming it) or `skip` (the next sample takes "
         "its place; counted in `summary.json`, the paths in `bad_images/`)",
     )
+    allow_change: bool = setting(
+        False,
+        "a `--resume` whose training data or seed changed goes on (warned of in `attempts.json`) instead of ending: "
+        "the samples of each step then differ from the run's",
+    )
     file_lists: str = setting("", "set by the submitter: the folder of the resolved file lists every rank reads")
     # Validation: a separate data root or a fraction of the training data held out by seed; neither: none.
     val_root: str = setting("", "validate on this separate data root, checked at submit like the training data")

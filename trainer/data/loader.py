@@ -1,33 +1,16 @@
-"""The training batches: torch's DataLoader over a sampler that can start mid-epoch, and the batches in order
-from wherever the run stands."""
+"""The training batches: torch's DataLoader over the run's order of samples (trainer.data.order), and the
+micro-batches in order from wherever the run stands."""
 
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
-from torch.utils.data import DataLoader, Dataset, DistributedSampler
+from torch.utils.data import DataLoader, Dataset
 
 from trainer.config import TrainConfig
-from trainer.rng import SeededSamples, sample_seed
+from trainer.data.order import TrainOrder
+from trainer.rng import SeededSamples
 from trainer.supervise.launcher import DistEnv
-
-
-class ResumableSampler(DistributedSampler[Any]):
-    """DistributedSampler that skips the first `start` samples of this rank's share of the epoch, and gives each
-    sample its augmentations' seed: (index, seed) pairs.
-
-    The order and the seeds are functions of (seed, epoch) alone, so skipping reproduces exactly the samples an
-    uninterrupted run would see next, without loading the skipped ones.
-    """
-
-    start: int = 0
-
-    def __iter__(self) -> Iterator[Any]:
-        indices = list(super().__iter__())[self.start :]
-        return iter([(i, sample_seed(self.seed, self.epoch, i)) for i in indices])
-
-    def __len__(self) -> int:
-        return self.num_samples - self.start
 
 
 def to_device(batch: Any, device: torch.device) -> Any:
@@ -63,18 +46,18 @@ def loader_options(config: TrainConfig, workers: int, device: torch.device, task
 
 def make_loader(
     dataset: Dataset[Any], config: TrainConfig, env: DistEnv, device: torch.device, task: Any = None
-) -> tuple[DataLoader[Any], ResumableSampler]:
-    """This rank's training batches: full ones only, in the sampler's order, each sample seeded by itself."""
-    sampler = ResumableSampler(dataset, num_replicas=env.world_size, rank=env.rank, shuffle=True, seed=config.seed)
+) -> tuple[DataLoader[Any], TrainOrder]:
+    """This rank's training micro-batches: full ones only, in the run's order, each sample seeded by itself. A
+    new run's global batch is `batch_size` on each process; a resumed one's is the checkpoint's (trainer.state)."""
+    order = TrainOrder(len(dataset), config.batch_size * env.world_size, env.world_size, env.rank, config.seed)  # type: ignore[arg-type]
+    order.given_micro_batch = config.batch_size  # a resume on fewer processes accumulates batches of at most this
     loader = DataLoader(
         SeededSamples(dataset),
-        batch_size=config.batch_size,
-        sampler=sampler,
-        drop_last=True,  # every rank takes the same number of steps
+        batch_sampler=order,
         generator=torch.Generator(),  # its base seed, drawn at each epoch, is not the task's to give
         **loader_options(config, num_workers(config, env), device, task),
     )
-    return loader, sampler
+    return loader, order
 
 
 def shutdown(loader: DataLoader[Any]) -> None:
@@ -86,16 +69,12 @@ def shutdown(loader: DataLoader[Any]) -> None:
     loader._iterator = None
 
 
-def batches(
-    loader: DataLoader[Any], sampler: ResumableSampler, position: Callable[[], tuple[int, int]], batch_size: int
-) -> Iterator[Any]:
-    """Batches from where the run stands, epoch after epoch, for as long as the loop asks.
+def batches(loader: DataLoader[Any], order: TrainOrder, position: Callable[[], tuple[int, int]]) -> Iterator[Any]:
+    """Micro-batches from where the run stands, epoch after epoch, for as long as the loop asks.
 
-    `position()` is the state's (epoch, batch in epoch), read before each epoch: a resumed run starts in the
-    middle of one, and the sampler skips exactly the samples already trained on.
+    `position()` is the state's (epoch, step in epoch), read before each epoch: a resumed run starts in the middle
+    of one, and the order skips exactly the steps already trained.
     """
     while True:
-        epoch, batch_in_epoch = position()
-        sampler.set_epoch(epoch)
-        sampler.start = batch_in_epoch * batch_size
-        yield from loader  # the rest of this epoch: exactly the batches the state has not trained on
+        order.start(*position())
+        yield from loader  # the rest of this epoch: exactly the micro-batches the state has not trained on

@@ -86,6 +86,11 @@ class RunDir:
         return self.path / "progress.json"
 
     @property
+    def step_samples(self) -> Path:
+        """One line per trained step: its number, a digest of its samples, the processes that trained it."""
+        return self.path / "step_samples.jsonl"
+
+    @property
     def attempts(self) -> Path:
         """Each attempt's start, where it resumed, why it stopped."""
         return self.path / "attempts.json"
