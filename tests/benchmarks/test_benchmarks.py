@@ -20,6 +20,7 @@ TINY = [
     ["hang_naming.py", "--only", "one-rank"],
     ["resume_memory.py", "--width", "4", "--rounds", "1"],
     ["decode_speed.py", "--rounds", "1", "--epochs", "1", "--pairs", "32"],
+    ["sampler_cost.py", "--rounds", "1", "--samples", "512", "--epochs", "1"],
 ]
 
 

@@ -4,15 +4,20 @@ each step's samples, as the loaders gave them, and the weights are the uninterru
 
 import json
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 
 import torch
 
-from tests.jobs.test_script import submit_in
-from tests.support import ROOT, run_dir_of
+from tests.support import ROOT, run_dir_of, submit
 
 EXAMPLE = ROOT / "tests" / "scripts" / "step_sampler.py"
+
+
+def submit_in(folder: Path, *args: str, profile: str) -> subprocess.CompletedProcess[str]:
+    (folder / "p.yaml").write_text(profile)
+    return submit("--profile", str(folder / "p.yaml"), *args, cwd=folder)
 
 
 def steps(run_dir: Path) -> list[dict]:
