@@ -20,6 +20,7 @@ COMMANDS = {
     "list": "the runs under ./runs, newest first",
     "fetch": "bring a cluster run's records and TensorBoard events here",
     "check": "a one-minute preflight job with a profile's settings",
+    "rehearse": "a reference run, then one per fault (preempted, killed, frozen), each judged against it",
     "picture": "the curves and the newest image grid of a run, as a PNG",
     "settings": "every trainer setting, its default and meaning [task=NAME] (python -m trainer --help-settings)",
 }

@@ -3,88 +3,14 @@
 Thin on purpose: parse, build the plan, act, report. No torch import on this path.
 """
 
-import argparse
 import shlex
 import sys
 
 from jobs.ops.prepare import create_and_submit, dry_run_script, over_ssh, prepare
 from jobs.ops.resume import release_claims
+from jobs.ops.submit_line import parse_args, split_command
 from jobs.snapshot import ignored_note
-from trainer.errors import UserError, one_line_errors
-
-
-class Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # one line, not argparse's usage block
-        print(f"error: {message}; see python -m jobs.submit --help", file=sys.stderr)
-        sys.exit(2)
-
-
-def split_command(argv: list[str] | None) -> tuple[list[str], list[str]]:
-    """Our arguments, and the command after `--` that every task runs instead of the trainer."""
-    argv = list(sys.argv[1:] if argv is None else argv)
-    if "--" not in argv:
-        return argv, []
-    cut = argv.index("--")
-    if cut == len(argv) - 1:
-        raise UserError("nothing after --; give the command every task runs, e.g. -- python train.py --lr 3e-4")
-    return argv[:cut], argv[cut + 1 :]
-
-
-def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = Parser(prog="python -m jobs.submit", description=__doc__.splitlines()[0])
-    parser.add_argument(
-        "--profile", help="profile name in cluster_profiles/ or a YAML path (default: local; a resume: the run's own)"
-    )
-    parser.add_argument("--nodes", type=int, help="number of nodes (overrides the profile)")
-    parser.add_argument("--gpus-per-node", type=int, help="tasks per node, one per GPU (overrides the profile)")
-    parser.add_argument("--time", type=int, metavar="MINUTES", help="time limit (overrides the profile)")
-    parser.add_argument("--partition", help="Slurm partition (overrides the profile)")
-    parser.add_argument("--name", help="run directory name under run_root (default: date-time-task-id)")
-    parser.add_argument(
-        "--sweep",
-        action="append",
-        default=[],
-        metavar="KEY=V1,V2",
-        help="repeatable; one array job over the product of the values",
-    )
-    parser.add_argument("--array-parallelism", type=int, help="sweep points running at once (overrides the profile)")
-    parser.add_argument(
-        "--resume", metavar="RUN_DIR", help="continue a run (its folder, or its name) from its newest checkpoint"
-    )
-    parser.add_argument(
-        "--current-code",
-        action="store_true",
-        help="with --resume: run this folder's code as it is now, not the run's snapshot (kept in superseded/)",
-    )
-    parser.add_argument("--dependency", metavar="SPEC", help="sbatch's --dependency, e.g. afterok:12345")
-    parser.add_argument(
-        "--after", action="append", default=[], metavar="RUN_DIR", help="start once that run's job finished well"
-    )
-    parser.add_argument(
-        "--env", action="append", default=[], metavar="KEY=VALUE", help="repeatable; exported for every task"
-    )
-    parser.add_argument(
-        "--mail", metavar="TYPES", help="mail on these events (e.g. END,FAIL) to the profile's mail_user"
-    )
-    parser.add_argument(
-        "--restart-args",
-        metavar="WORDS",
-        help="with -- COMMAND: words added to it on a start once their last word's file exists, e.g. "
-        "'--resume {RUN_DIR}/checkpoint.pth'",
-    )
-    parser.add_argument("--dry-run", action="store_true", help="print the sbatch script and submit nothing")
-    parser.add_argument("--wait", action="store_true", help="follow rank 0's output and exit with the job's outcome")
-    parser.add_argument(
-        "overrides", nargs="*", metavar="key=value", help="trainer settings, e.g. steps=100 data.root=DIR"
-    )
-    args = parser.parse_intermixed_args(argv)  # key=value may come before or after flags
-    if args.resume or args.after:  # jobs.tracking's imports only then: the dry run stays quick
-        from jobs.tracking import by_name
-
-        # A run's name, wherever the default profile or --profile puts runs (a path or a job id stays as it is).
-        args.resume = by_name(args.resume, args.profile) if args.resume else args.resume
-        args.after = [by_name(run, args.profile) for run in args.after]
-    return args
+from trainer.errors import one_line_errors
 
 
 @one_line_errors

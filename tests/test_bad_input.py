@@ -334,7 +334,7 @@ def test_of_two_racing_submits_the_loser_removes_nothing(
 ) -> None:
     """The second submit of one --name finds the folder claimed between its checks and its mkdir."""
     from jobs.ops.prepare import create_and_submit, prepare
-    from jobs.submit import parse_args
+    from jobs.ops.submit_line import parse_args
 
     argv = ["--profile", str(local_profile), "--name", "same", f"data.root={sample_root / 'pix2pix'}"]
     request = prepare(tuple(argv), parse_args(argv), [])

@@ -21,6 +21,7 @@ TINY = [
     ["resume_memory.py", "--width", "4", "--rounds", "1"],
     ["decode_speed.py", "--rounds", "1", "--epochs", "1", "--pairs", "32"],
     ["sampler_cost.py", "--rounds", "1", "--samples", "512", "--epochs", "1"],
+    ["rehearsal_cost.py", "--steps", "12", "--faults", "preempt"],
 ]
 
 

@@ -1,0 +1,45 @@
+"""The rehearsal's cost: `python -m jobs.rehearse` of the built-in task on the local profile (2 processes, a
+restart in the allocation allowed), every fault; prints each fault's run against the reference run's wall time,
+and the whole rehearsal's. Target (issue 53): every fault within 5 minutes on 2 CPU cores. Usage: python
+benchmarks/rehearsal_cost.py [--steps N] [--faults a,b]
+"""
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from benchmarks._common import report  # noqa: E402
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=60)
+    parser.add_argument("--faults", default="preempt,kill,kill-checkpoint,stop,frozen")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp)
+        (folder / "p.yaml").write_text(
+            f"executor: local\ngpus_per_node: 2\nrestarts_in_job: 2\nrun_root: {folder}/runs\n"
+        )
+        cmd = [sys.executable, "-m", "jobs.rehearse", "--profile", str(folder / "p.yaml"), "--faults", args.faults]
+        cmd += ["--steps", str(args.steps), f"checkpoint.every={max(1, args.steps // 6)}"]
+        done = subprocess.run(cmd, cwd=folder, capture_output=True, text=True)
+        found = [line.split()[1] for line in done.stdout.splitlines() if line.startswith("certificate: ")]
+        if not found:
+            sys.exit(f"the rehearsal failed: {done.stdout[-2000:]}{done.stderr[-2000:]}")
+        record = json.loads((Path(found[0]).parent / "rehearsal.json").read_text())
+    reference = record["reference"]["ledger"]["wall"]
+    for fault in record["faults"]:
+        wall = fault["ledger"].get("wall", float("nan"))
+        print(f"{fault['fault']:<16} {fault['verdict']:<26} {wall:7.1f} s, {wall / reference:.2f}x the reference's run")
+    report("the whole rehearsal", record["seconds"], reference, "s", "300 s", record["seconds"] <= 300)
+
+
+if __name__ == "__main__":
+    main()

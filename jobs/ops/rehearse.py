@@ -1,0 +1,313 @@
+"""A rehearsal: the job a submit line would queue, run once without faults and once per fault, each fault made
+by the same means the world uses (the requeue signal to the job, SIGKILL and SIGSTOP to a rank's process), and
+each run judged from its own records against the reference: how it recovered, where it went on from, the time
+it lost, whether it ended where the reference did. The plan and the judging are pure; `rehearse` acts."""
+
+import hashlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from trainer.errors import UserError
+from trainer.run.atomic import json_or_none, write_text
+from trainer.run.checkpoint_names import stale_temporaries
+from trainer.run.procfs import children
+from trainer.run.rundir import RunDir
+
+FAULTS = {
+    "preempt": "preempted: the requeue signal to the job, as when a job of higher priority takes its nodes",
+    "kill": "one rank killed (SIGKILL) mid-step",
+    "kill-checkpoint": "one rank killed (SIGKILL) while a checkpoint is written",
+    "stop": "one rank frozen (SIGSTOP)",
+    "frozen": "every rank frozen at once (SIGSTOP)",
+}
+HANG_S = 15  # the rehearsal's hang budgets (hang.floor_s, script_hang_s): a hang is named within a minute
+FIX = {
+    "failed": "set restarts_in_job: 1 (a restart in the allocation) or requeue_on_failure: 1 in the profile",
+    "lost": "save to $RUN_DIR and load it when it is there (README.md, Your script)",
+    "inexact": "save every state the run depends on (optimizer, scheduler, random streams, data order) and load "
+    "it all: trainer/README.md, Checkpoints",
+}
+
+
+@dataclass
+class Facts:
+    """What a run's records say (summary.json, attempts.json, errors/)."""
+
+    finished: bool = False
+    restarts: int = 0
+    requeues: int = 0  # preemptions, time limits and requeues after a failure
+    in_job: int = 0  # restarts in the allocation
+    went_on_from: list[int | None] = field(default_factory=list)  # each later attempt's first step, if known
+    recomputed: int | None = None
+    first_steps: list[float] = field(default_factory=list)  # each attempt's first step, epoch seconds
+    hang: str = ""  # the first failure's line, where a hang was named
+    named_at: float | None = None
+    end: str | None = None  # the weights' hash, or the --compare file's
+    ledger: dict[str, float] = field(default_factory=dict)
+    error: str = ""
+
+
+@dataclass
+class Verdict:
+    fault: str
+    verdict: str  # certified | survived, not comparable | survived, not exact | lost work | failed | not rehearsed
+    recovered: str
+    went_on_from: str
+    recomputed: str
+    lost_s: float | None
+    named: str
+    exact: str
+    fix: str = ""
+    ledger: dict[str, float] = field(default_factory=dict)
+    run_dir: str = ""
+
+    @property
+    def passes(self) -> bool:
+        return self.verdict in ("certified", "survived, not comparable")
+
+
+def facts_of(run_dir: Path, compare: str | None) -> Facts:
+    files = RunDir(run_dir)
+    summary = json_or_none(files.summary) or {}
+    attempts = json_or_none(files.attempts) or []
+    attempts = [a for a in attempts if isinstance(a, dict)] if isinstance(attempts, list) else []
+    facts = Facts(finished=bool(summary.get("finished")), ledger=dict(summary.get("ledger") or {}))
+    facts.restarts = int(summary.get("restarts") or max(0, len(attempts) - 1))
+    facts.requeues = sum(int(summary.get(k) or 0) for k in ("preemptions", "timeouts", "requeues"))
+    facts.in_job = int(summary.get("in_job_restarts") or 0)
+    facts.went_on_from = [a.get("resumed_step") for a in attempts[1:]]
+    facts.recomputed = summary.get("steps_recomputed")
+    facts.first_steps = [float(a["started"]) for a in attempts if isinstance(a.get("started"), int | float)]
+    # The first failure an attempt stopped on (error.txt goes once a restart finishes the run).
+    stops = [a["stop"] for a in attempts if isinstance(a.get("stop"), dict) and a["stop"].get("error")]
+    if stops:
+        facts.error = str(stops[0]["error"])
+        if "hung" in facts.error:
+            facts.hang = facts.error
+            named = stops[0].get("hung_at", stops[0].get("time"))
+            facts.named_at = float(named) if isinstance(named, int | float) else None
+    elif files.error.exists():
+        facts.error = files.error.read_text().strip()
+    if compare is not None:
+        target = run_dir / compare
+        facts.end = hashlib.sha256(target.read_bytes()).hexdigest() if target.is_file() else None
+    else:
+        facts.end = summary.get("weights_sha256")
+    return facts
+
+
+def judge(
+    fault: str,
+    facts: Facts,
+    reference: Facts,
+    fault_at: float,
+    fault_step: int | None,
+    script: bool,
+    saved: bool = True,
+) -> Verdict:
+    """A fault's verdict from the run's records and the reference's (pure). `saved`: a script had written a file
+    of its own by the fault (one that says no steps is judged by it: nothing saved, nothing to go on from)."""
+    if facts.restarts == 0 and not facts.hang and facts.finished:
+        how = "nothing to recover: the run ended before the fault took hold"
+    elif facts.restarts:
+        how = (
+            ", ".join(
+                f"{what} {n}x"
+                for what, n in (("requeued", facts.requeues), ("restarted in the allocation", facts.in_job))
+                if n
+            )
+            or f"started again {facts.restarts}x"
+        )
+    else:
+        how = "failed"
+    went_on = [s for s in facts.went_on_from]
+    went_on_text = ", ".join("unknown" if s is None else f"step {s}" for s in went_on) or "-"
+    after = [t for t in facts.first_steps if t > fault_at]
+    lost = round(after[0] - fault_at, 1) if after else None
+    named = f"{facts.named_at - fault_at:.0f} s: {facts.hang}" if facts.hang and facts.named_at else "-"
+    if reference.end is None or facts.end is None:
+        exact = "not comparable" if reference.end is None else "no end to compare"
+    else:
+        exact = "equal" if facts.end == reference.end else "differs"
+    recomputed = "unknown" if facts.recomputed is None else str(facts.recomputed)
+    verdict = Verdict(fault, "", how, went_on_text, recomputed, lost, named, exact, ledger=facts.ledger)
+    if not facts.finished:
+        verdict.verdict, verdict.fix = "failed", f"{facts.error or 'the run did not finish'}; {FIX['failed']}"
+    elif facts.restarts and went_on and went_on[0] == 0 and (fault_step or 0) > 0:
+        verdict.verdict = "lost work"
+        fix = FIX["lost"] if script else "save more often: lower checkpoint.every"
+        verdict.fix = f"after the {fault} at step {fault_step} the run started again from step 0: {fix}"
+    elif script and facts.restarts and went_on and went_on[0] is None and not saved:
+        verdict.verdict = "lost work"
+        lost = f"{fault_at - facts.first_steps[0]:.0f} s of training" if facts.first_steps else "its work"
+        verdict.fix = (
+            f"your script had saved nothing when the {fault} came, so it began again ({lost} lost): {FIX['lost']}"
+        )
+    elif exact == "differs":
+        verdict.verdict, verdict.fix = "survived, not exact", f"the end differs from the reference's: {FIX['inexact']}"
+    elif exact == "equal":
+        verdict.verdict = "certified"
+    else:
+        verdict.verdict = "survived, not comparable"
+    return verdict
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What to run: the submit line's own words, the faults, where each run lands."""
+
+    submit: list[str]  # jobs.submit's flags and settings, without --name/--wait
+    command: list[str]  # after --; empty: the trainer
+    faults: list[str]
+    steps: int | None
+    compare: str | None
+    stamp: str
+    hang_profile: Path | None = None  # the profile with the rehearsal's hang budget, for the hang faults
+
+    def argv(self, name: str, hang: bool) -> list[str]:
+        words = list(self.submit)
+        if hang and self.hang_profile is not None:
+            words += ["--profile", str(self.hang_profile)]
+        if not self.command:
+            words += [f"steps={self.steps}"] if self.steps else []
+            words += [f"hang.floor_s={HANG_S}"] if hang else []
+        return [*words, "--name", name] + (["--", *self.command] if self.command else [])
+
+
+def submit_run(plan: Plan, name: str, hang: bool) -> Path:
+    cmd = [sys.executable, "-m", "jobs.submit", *plan.argv(name, hang)]
+    done = subprocess.run(cmd, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise UserError(f"the rehearsal's {name} was refused: {(done.stderr.strip() or done.stdout.strip())[-400:]}")
+    for line in done.stdout.splitlines():
+        if line.startswith("run directory: "):
+            return Path(line.removeprefix("run directory: ").strip())
+    raise UserError(f"jobs.submit printed no run directory for {name}: {done.stdout[-400:]}")
+
+
+def wait_run(run_dir: Path, timeout: float) -> None:
+    subprocess.run(
+        [sys.executable, "-m", "jobs.wait", str(run_dir)], capture_output=True, text=True, timeout=timeout, check=False
+    )
+
+
+def poll(condition: Callable[[], Any], timeout: float, every: float = 0.05) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if found := condition():
+            return found
+        time.sleep(every)
+    return None
+
+
+def tools_own(run_dir: Path) -> set[str]:
+    """What the tool itself keeps in a run directory (RunDir names each), and the tool's copy and old code."""
+    files = RunDir(run_dir)
+    paths = [getattr(files, name) for name in dir(RunDir) if isinstance(getattr(RunDir, name), property)]
+    return {p.name for p in paths if isinstance(p, Path) and p.parent == run_dir} | {"tool", "superseded"}
+
+
+def saved_anything(run_dir: Path) -> bool:
+    """Whether a script wrote a file of its own in its run directory, or beside its code (code/'s new files)."""
+    # Hidden names are the tool's writes in flight (trainer.run.atomic's `.NAME.XXXX.tmp`).
+    own = tools_own(run_dir)
+    if any(p.name not in own and not p.name.startswith(".") for p in run_dir.iterdir()):
+        return True
+    listed = json_or_none(run_dir / "provenance" / "code_files.json")
+    code = run_dir / "code"
+    if not isinstance(listed, list) or not code.is_dir():
+        return False
+    ours = set(map(str, listed))
+    return any(p.is_file() and str(p.relative_to(code)) not in ours for p in code.rglob("*"))
+
+
+def step_of(run_dir: Path) -> int:
+    record = json_or_none(RunDir(run_dir).progress)
+    return int(record["step"]) if isinstance(record, dict) and isinstance(record.get("step"), int) else -1
+
+
+def rank_pids(run_dir: Path, script: bool) -> dict[int, int]:
+    """Each rank's process of the attempt now running: its task, or for a script its command (the task's child)."""
+    from trainer.supervise.stacks import ranks_of
+
+    kids = children() if script else {}
+    pids = {}
+    for record in ranks_of(run_dir, None):
+        pid = int(record["pid"])
+        pids[int(record["rank"])] = kids.get(pid, [pid])[0] if script else pid
+    return pids
+
+
+def inject(fault: str, run_dir: Path, script: bool, at_step: int, at_s: float) -> tuple[float, int | None, bool]:
+    """Make `fault` happen once the run trained to `at_step` (a script: `at_s` seconds into its training); when
+    it happened, at which step, and whether the script had saved anything by then."""
+    started = time.monotonic()
+    poll(lambda: step_of(run_dir) >= at_step if not script else time.monotonic() - started >= at_s, 300, 0.1)
+    pids = rank_pids(run_dir, script)
+    saved = not script or saved_anything(run_dir)
+    job = json.loads(RunDir(run_dir).job.read_text())
+    if fault == "kill-checkpoint":
+        if not poll(lambda: stale_temporaries(RunDir(run_dir).checkpoints), 120, 0.002):
+            return time.time(), None, saved  # no checkpoint write was seen
+        os.kill(pids[0], signal.SIGKILL)
+    elif fault == "preempt":
+        os.kill(int(job["job_id"]), signal.Signals["SIG" + str(job["profile"].get("signal", "USR2"))])
+    elif fault == "kill":
+        os.kill(pids[max(pids)], signal.SIGKILL)
+    elif fault == "stop":
+        os.kill(pids[max(pids)], signal.SIGSTOP)
+    elif fault == "frozen":
+        for pid in pids.values():
+            os.kill(pid, signal.SIGSTOP)
+    return time.time(), step_of(run_dir), saved
+
+
+def rehearse(plan: Plan, folder: Path, say: Callable[[str], None], script: bool) -> tuple[Facts, list[Verdict]]:
+    """The reference, then each fault's run, judged; rehearsal.json and rehearsal.md written into `folder`."""
+    say(f"reference run (no fault) in {plan.stamp}-reference")
+    began = time.monotonic()
+    ref_dir = submit_run(plan, f"{plan.stamp}-reference", hang=False)
+    wait_run(ref_dir, 1800)
+    reference = facts_of(ref_dir, plan.compare)
+    if not reference.finished:
+        raise UserError(f"the reference run did not finish ({reference.error or 'see ' + str(ref_dir)}); fix it first")
+    took = time.monotonic() - began
+    final = step_of(ref_dir)
+    verdicts = []
+    for fault in plan.faults:
+        say(f"{fault}: {FAULTS[fault]}")
+        hang = fault in ("stop", "frozen")
+        run_dir = submit_run(plan, f"{plan.stamp}-{fault}", hang)
+        fault_at, fault_step, saved = inject(fault, run_dir, script, max(1, final // 3), took / 3)
+        wait_run(run_dir, 1800)
+        verdict = judge(fault, facts_of(run_dir, plan.compare), reference, fault_at, fault_step, script, saved)
+        if fault_step is None:
+            verdict.verdict, verdict.fix = "not rehearsed", "no checkpoint write was seen: give the run more steps"
+        verdict.run_dir = str(run_dir)
+        verdicts.append(verdict)
+    record = {
+        "reference": {"run_dir": str(ref_dir), "ledger": reference.ledger},
+        "faults": [asdict(v) for v in verdicts],
+        "seconds": round(time.monotonic() - began, 1),  # the whole rehearsal, the reference's run included
+    }
+    write_text(folder / "rehearsal.json", json.dumps(record, indent=2) + "\n")
+    write_text(folder / "rehearsal.md", markdown(verdicts))
+    return reference, verdicts
+
+
+COLUMNS = ("fault", "verdict", "recovered", "went_on_from", "recomputed", "lost_s", "named", "exact")
+
+
+def markdown(verdicts: list[Verdict]) -> str:
+    rows = ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
+    rows += ["| " + " | ".join(str(getattr(v, c)).replace("|", "/") for c in COLUMNS) + " |" for v in verdicts]
+    fixes = [f"- {v.fault}: {v.fix}" for v in verdicts if v.fix]
+    return "# Rehearsal\n\n" + "\n".join(rows) + "\n" + ("\n## Fixes\n\n" + "\n".join(fixes) + "\n" if fixes else "")

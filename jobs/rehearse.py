@@ -1,0 +1,99 @@
+"""`python -m jobs.rehearse [submit's flags] [settings] [-- COMMAND]`: rehearse the job that submit line would
+queue: a reference run, then one run per fault, each judged against it. Exit 0 only when every fault is
+certified (or survived where nothing can be compared).
+
+Runs on the local executor for now; a Slurm profile is refused in one line."""
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import yaml
+
+from jobs.ops.rehearse import COLUMNS, FAULTS, HANG_S, Plan, rehearse
+from jobs.ops.submit_line import parse_args, split_command
+from jobs.profiles import find_profile, load_profile, read_yaml, run_root_of
+from jobs.tracking import aligned
+from trainer.errors import UserError, one_line_errors
+
+NOT_HERE = ("--resume", "--sweep", "--name", "--wait", "--dry-run", "--current-code", "--after", "--dependency")
+
+
+class Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # one line, not argparse's usage block
+        print(f"error: {message}; see python -m jobs.rehearse --help", file=sys.stderr)
+        sys.exit(2)
+
+
+def own_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
+    parser = Parser(prog="python -m jobs.rehearse", description=__doc__.splitlines()[0], add_help=True)
+    parser.add_argument("--faults", default=",".join(FAULTS), help=f"some of {', '.join(FAULTS)} (default: all)")
+    parser.add_argument("--steps", type=int, help="the built-in trainer's steps for each run (default: the job's own)")
+    parser.add_argument("--compare", metavar="PATH", help="a script's file, relative to its run directory, to compare")
+    return parser.parse_known_args(argv)
+
+
+def checked(args: argparse.Namespace, rest: list[str], command: list[str]) -> list[str]:
+    """The faults asked for; every refusal one line."""
+    faults = [f.strip() for f in args.faults.split(",") if f.strip()]
+    if unknown := [f for f in faults if f not in FAULTS]:
+        raise UserError(f"--faults: unknown fault {unknown[0]!r}; choose from {', '.join(FAULTS)}")
+    if not faults:
+        raise UserError(f"--faults names no fault; choose from {', '.join(FAULTS)}")
+    if given := [w for w in rest if w.split("=")[0] in NOT_HERE]:
+        flag = given[0].split("=")[0]
+        raise UserError(
+            f"{flag} is not for a rehearsal, which starts, names and waits for runs of its own; drop {flag}"
+        )
+    if args.steps is not None and (args.steps < 3 or command):
+        raise UserError("--steps bounds the built-in trainer (at least 3); a script's length is its own")
+    if args.compare is not None:
+        if not command:
+            raise UserError("--compare names a script's file; the trainer's runs are compared by their weights")
+        path = Path(args.compare)
+        if path.is_absolute() or ".." in path.parts or not path.parts:
+            raise UserError(f"--compare {args.compare} must be a path inside the run directory, e.g. final.pt")
+    return faults
+
+
+def hang_profile(profile: str, folder: Path) -> Path:
+    """The profile, with the rehearsal's budget for a script that makes no progress (script_hang_s)."""
+    data = read_yaml(find_profile(profile), "profile")
+    assert isinstance(data, dict)
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "rehearsal.yaml"
+    path.write_text(yaml.safe_dump({**data, "script_hang_s": HANG_S}))
+    return path
+
+
+@one_line_errors
+def main(argv: list[str] | None = None) -> int:
+    ours, command = split_command(sys.argv[1:] if argv is None else argv)
+    args, rest = own_args(ours)
+    faults = checked(args, rest, command)
+    submit = parse_args(rest)  # submit's own refusals, before anything runs
+    profile = load_profile(submit.profile or "local")
+    if profile.executor != "local":
+        raise UserError(
+            f"profile {profile.name} runs on {profile.executor}, and rehearsals run on the local executor only so "
+            "far; rehearse with a local profile (--profile local)"
+        )
+    stamp = time.strftime("rehearse-%Y%m%d-%H%M%S")
+    folder = run_root_of(profile) / stamp
+    folder.mkdir(parents=True)
+    plan = Plan(rest, command, faults, args.steps, args.compare, stamp)
+    if command:
+        plan = Plan(rest, command, faults, None, args.compare, stamp, hang_profile(submit.profile or "local", folder))
+    _, verdicts = rehearse(plan, folder, lambda line: print(line, flush=True), script=bool(command))
+    rows = [COLUMNS, *[[str(getattr(v, c)) for c in COLUMNS] for v in verdicts]]
+    print("\n".join(aligned(rows)))
+    for verdict in verdicts:
+        if verdict.fix:
+            print(f"{verdict.fault}: {verdict.fix}")
+    print(f"certificate: {folder / 'rehearsal.md'} (and rehearsal.json)")
+    return 0 if all(v.passes for v in verdicts) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

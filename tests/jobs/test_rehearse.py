@@ -1,0 +1,122 @@
+"""jobs.rehearse on the local profile, with code shaped like users': the built-in trainer (certified on every
+fault, with a profile that restarts a failed start), a plain DDP script that saves to $RUN_DIR on the signal
+(certified with --compare), and one that never saves (lost work, with the fix)."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.support import ROOT
+
+# A plain DDP script as users write them: SGD on fixed data, a checkpoint in $RUN_DIR every 5 steps and at the
+# requeue signal (trainer.requeue), its steps reported, the final weights saved as final.pt.
+SAVES = """
+import os, sys, time
+import torch, torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+from trainer import requeue
+
+dist.init_process_group("gloo")
+rank, run_dir = dist.get_rank(), os.environ["RUN_DIR"]
+requeue.install()
+torch.manual_seed(0)
+x = torch.randn(64, 4)
+model = DDP(torch.nn.Linear(4, 1))
+optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+ckpt, step = os.path.join(run_dir, "ckpt.pt"), 0
+if os.path.exists(ckpt):
+    saved = torch.load(ckpt)
+    model.module.load_state_dict(saved["model"])
+    optimizer.load_state_dict(saved["optimizer"])
+    step = saved["step"]
+
+def save(path):
+    if rank == 0:
+        torch.save({"model": model.module.state_dict(), "optimizer": optimizer.state_dict(), "step": step}, path + ".tmp")
+        os.replace(path + ".tmp", path)
+
+while step < 40:
+    batch = x[(step * 8) % 64 : (step * 8) % 64 + 8]
+    optimizer.zero_grad()
+    ((model(batch) - batch.sum(1, keepdim=True)) ** 2).mean().backward()
+    optimizer.step()
+    step += 1
+    time.sleep(0.2)
+    requeue.progress(step)
+    asked = torch.tensor(int(requeue.requested()))
+    dist.all_reduce(asked, op=dist.ReduceOp.MAX)
+    if asked.item() or step % 5 == 0:
+        save(ckpt)
+        dist.barrier()
+    if asked.item():
+        requeue.exit_for_requeue()
+if rank == 0:
+    torch.save(model.module.state_dict(), os.path.join(run_dir, "final.pt"))
+dist.destroy_process_group()
+"""
+
+# Trains 40 steps and keeps nothing: a restart begins again.
+NEVER_SAVES = """
+import time
+import torch, torch.distributed as dist
+dist.init_process_group("gloo")
+for step in range(40):
+    x = torch.ones(1)
+    dist.all_reduce(x)
+    time.sleep(0.2)
+dist.destroy_process_group()
+"""
+
+
+def rehearse(folder: Path, *args: str, timeout: float = 900) -> tuple[subprocess.CompletedProcess[str], list[dict]]:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    result = subprocess.run(
+        [sys.executable, "-m", "jobs.rehearse", *args],
+        cwd=folder,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    found = [line.split()[1] for line in result.stdout.splitlines() if line.startswith("certificate: ")]
+    assert found, result.stdout + result.stderr
+    certificate = Path(found[0])
+    assert certificate.exists() and "| fault | verdict |" in certificate.read_text()
+    return result, json.loads((certificate.parent / "rehearsal.json").read_text())["faults"]
+
+
+@pytest.mark.slow
+def test_the_trainer_is_certified_on_every_fault(tmp_path: Path, sample_root: Path) -> None:
+    profile = tmp_path / "restarts.yaml"
+    profile.write_text(f"executor: local\ngpus_per_node: 2\nrestarts_in_job: 2\nrun_root: {tmp_path / 'runs'}\n")
+    args = ["--profile", str(profile), "--steps", "60", "checkpoint.every=10", f"data.root={sample_root / 'pix2pix'}"]
+    result, verdicts = rehearse(tmp_path, *args)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert [v["fault"] for v in verdicts] == ["preempt", "kill", "kill-checkpoint", "stop", "frozen"]
+    assert all(v["verdict"] == "certified" and v["exact"] == "equal" for v in verdicts), verdicts
+    assert verdicts[0]["recovered"] == "requeued 1x" and verdicts[0]["recomputed"] == "0"
+    assert all(v["recovered"] == "restarted in the allocation 1x" for v in verdicts[1:]), verdicts
+    named = {v["fault"]: v["named"] for v in verdicts}
+    assert "rank 1" in named["stop"] and "hung" in named["stop"], named
+    assert "every rank stopped" in named["frozen"], named
+    assert all(isinstance(v["lost_s"], float) for v in verdicts)
+
+
+@pytest.mark.slow
+def test_a_script_that_saves_is_certified_and_one_that_never_saves_lost_work(tmp_path: Path) -> None:
+    (tmp_path / "train.py").write_text(SAVES)
+    (tmp_path / "forgetful.py").write_text(NEVER_SAVES)
+    profile = tmp_path / "local.yaml"
+    profile.write_text(f"executor: local\ngpus_per_node: 2\nrun_root: {tmp_path / 'runs'}\n")
+    base = ["--profile", str(profile), "--faults", "preempt"]
+    saves, [verdict] = rehearse(tmp_path, *base, "--compare", "final.pt", "--", "python", "train.py")
+    assert saves.returncode == 0 and verdict["verdict"] == "certified", verdict
+    assert verdict["exact"] == "equal" and verdict["went_on_from"].startswith("step ")
+    forgets, [verdict] = rehearse(tmp_path, *base, "--", "python", "forgetful.py")
+    assert forgets.returncode == 1 and verdict["verdict"] == "lost work", verdict
+    assert "save to $RUN_DIR and load it when it is there" in verdict["fix"]
+    assert "preempt: your script had saved nothing when the preempt came, so it began again" in forgets.stdout

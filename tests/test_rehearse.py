@@ -1,0 +1,93 @@
+"""jobs.rehearse: its refusals (one line, exit 2, nothing run), and the verdict a run's records give (pure)."""
+
+from pathlib import Path
+
+import pytest
+
+from jobs.ops.rehearse import Facts, judge, markdown
+from tests.messages import Golden, refused
+from tests.support import cli
+
+
+@pytest.mark.parametrize(
+    ("args", "named"),
+    [
+        (["--faults", "preempt,meteor"], "meteor"),
+        (["--faults", ","], "--faults"),
+        (["--compare", "../x.pt", "--", "python", "train.py"], "--compare"),
+        (["--compare", "/etc/passwd", "--", "python", "train.py"], "--compare"),
+        (["--compare", "final.pt"], "--compare"),
+        (["--name", "x"], "--name"),
+        (["--resume", "runs/x"], "--resume"),
+        (["--steps", "2"], "--steps"),
+        (["--profile", "example"], "example"),
+        (["--profile", "nowhere.yaml"], "nowhere.yaml"),
+    ],
+    ids=[
+        "unknown-fault",
+        "no-fault",
+        "compare-up",
+        "compare-absolute",
+        "compare-trainer",
+        "name",
+        "resume",
+        "steps",
+        "slurm",
+        "no-profile",
+    ],
+)
+def test_bad_rehearsals_are_refused_in_one_line(golden: Golden, tmp_path: Path, args: list[str], named: str) -> None:
+    result = cli("jobs.rehearse", *args)
+    refused(result, golden, named)
+    assert "reference run" not in result.stdout
+
+
+REFERENCE = Facts(finished=True, end="a", first_steps=[100.0])
+
+
+def test_a_run_that_went_on_from_its_checkpoint_to_the_same_weights_is_certified() -> None:
+    facts = Facts(
+        finished=True, restarts=1, requeues=1, went_on_from=[26], recomputed=0, first_steps=[100.0, 130.0], end="a"
+    )
+    verdict = judge("preempt", facts, REFERENCE, fault_at=120.0, fault_step=26, script=False)
+    assert (verdict.verdict, verdict.recovered, verdict.went_on_from, verdict.lost_s) == (
+        "certified",
+        "requeued 1x",
+        "step 26",
+        10.0,
+    )
+    assert verdict.passes and not verdict.fix
+
+
+@pytest.mark.parametrize(
+    ("facts", "script", "verdict", "fix"),
+    [
+        (
+            Facts(finished=False, error="rank 1 on n1: killed by signal 9 (SIGKILL)"),
+            False,
+            "failed",
+            "restarts_in_job: 1",
+        ),
+        (Facts(finished=True, restarts=1, went_on_from=[0], end="a"), True, "lost work", "save to $RUN_DIR"),
+        (Facts(finished=True, restarts=1, went_on_from=[0], end="a"), False, "lost work", "lower checkpoint.every"),
+        (
+            Facts(finished=True, restarts=1, went_on_from=[None], first_steps=[90.0]),
+            True,
+            "lost work",
+            "(30 s of training lost)",
+        ),
+        (Facts(finished=True, restarts=1, went_on_from=[20], end="b"), False, "survived, not exact", "random streams"),
+    ],
+    ids=["failed", "script-from-0", "trainer-from-0", "script-says-no-steps", "not-exact"],
+)
+def test_each_verdict_short_of_certified_ends_with_its_fix(facts: Facts, script: bool, verdict: str, fix: str) -> None:
+    got = judge("kill", facts, REFERENCE, fault_at=120.0, fault_step=30, script=script, saved=False)
+    assert got.verdict == verdict and fix in got.fix, got
+    assert not got.passes
+    assert f"| kill | {verdict} |" in markdown([got])
+
+
+def test_a_script_without_a_file_to_compare_survives_as_far_as_can_be_known() -> None:
+    facts = Facts(finished=True, restarts=1, went_on_from=[None])
+    got = judge("preempt", facts, Facts(finished=True), fault_at=120.0, fault_step=None, script=True, saved=True)
+    assert (got.verdict, got.exact, got.passes) == ("survived, not comparable", "not comparable", True)
