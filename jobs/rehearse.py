@@ -67,6 +67,22 @@ def hang_profile(profile: str, folder: Path) -> Path:
     return path
 
 
+def show(rows: list[list[str]]) -> None:
+    """The table: Rich's, as jobs.top draws (its `top` extra), else aligned text."""
+    try:
+        from rich.console import Console
+        from rich.table import Table
+    except ImportError:
+        print("\n".join(aligned([list(COLUMNS), *rows])))
+        return
+    table = Table(title="rehearsal")
+    for column in COLUMNS:
+        table.add_column(column, overflow="fold", no_wrap=column in ("fault", "verdict"))
+    for row in rows:
+        table.add_row(*row)
+    Console(width=None if sys.stdout.isatty() else 160).print(table)  # a log keeps whole words
+
+
 @one_line_errors
 def main(argv: list[str] | None = None) -> int:
     ours, command = split_command(sys.argv[1:] if argv is None else argv)
@@ -86,8 +102,7 @@ def main(argv: list[str] | None = None) -> int:
     if command:
         plan = Plan(rest, command, faults, None, args.compare, stamp, hang_profile(submit.profile or "local", folder))
     _, verdicts = rehearse(plan, folder, lambda line: print(line, flush=True), script=bool(command))
-    rows = [COLUMNS, *[[str(getattr(v, c)) for c in COLUMNS] for v in verdicts]]
-    print("\n".join(aligned(rows)))
+    show([[str(getattr(v, c)) for c in COLUMNS] for v in verdicts])
     for verdict in verdicts:
         if verdict.fix:
             print(f"{verdict.fault}: {verdict.fix}")
