@@ -428,8 +428,10 @@ def test_resume_goes_on_on_the_cluster_in_the_shape_the_run_ran(tmp_path: Path, 
     assert f"#SBATCH --chdir={run_dir}/code\n" in dry.stdout
     one = submit("--resume", str(run_dir), "--dry-run", "--time", "7", "steps=8")
     assert "#SBATCH --time=7\n" in one.stdout and "#SBATCH --nodes=2\n" in one.stdout, one.stdout
-    fewer = submit("--resume", str(run_dir), "--dry-run", "--nodes", "1", "steps=8")  # other samples: refused
-    assert fewer.returncode == 2 and "resume with --nodes 2 --gpus-per-node 1 to go on" in fewer.stderr, fewer.stderr
+    fewer = submit("--resume", str(run_dir), "--dry-run", "--nodes", "1", "steps=8")  # two micro-batches a step
+    assert fewer.returncode == 0 and "#SBATCH --nodes=1\n" in fewer.stdout, fewer.stderr
+    three = submit("--resume", str(run_dir), "--dry-run", "--nodes", "3", "steps=8")  # 3 cannot share 2 x 4
+    assert three.returncode == 2 and "resume on one of 1, 2, 4, 8 processes" in three.stderr, three.stderr
     resumed = submit("--resume", str(run_dir), "--wait", "steps=8")
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
     record = json.loads((run_dir / "job.json").read_text())
