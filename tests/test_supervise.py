@@ -1,6 +1,7 @@
 """The supervisor's policy (pure) and the batch script that hands srun to it."""
 
 import dataclasses
+import os
 import subprocess
 import time
 from pathlib import Path
@@ -214,3 +215,25 @@ def test_a_heartbeat_left_by_a_dead_supervisor_of_the_same_pid_is_not_read_as_th
         assert not backend.stopped, "a dead supervisor's heartbeat named this start's ranks frozen"
     finally:
         stale.unlink(missing_ok=True)
+
+
+@pytest.mark.parametrize(
+    ("later", "reason"), [("CANCELLED by 0", "cancelled"), ("TIMEOUT", "timeout"), ("REQUEUED", None)]
+)
+def test_a_cancel_accounting_has_not_heard_of_yet_is_still_told_from_a_requeue(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, later: str, reason: str | None
+) -> None:
+    """Under load, slurmdbd records the end after the batch step's SIGTERM: the job is still RUNNING there for
+    a moment, and the attempt must still be closed as the run's end (CI lost a cancelled run's summary so)."""
+    from trainer.supervise.slurm import ended_by_slurm
+
+    calls = tmp_path / "calls"
+    sacct = tmp_path / "sacct"  # RUNNING for the first two questions, then the job's end
+    sacct.write_text(f'#!/bin/sh\necho x >> {calls}\n[ $(wc -l < {calls}) -le 2 ] && echo RUNNING || echo "{later}"\n')
+    sacct.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
+    assert ended_by_slurm("42") == reason
+    assert len(calls.read_text().split()) == 3
+    # Accounting that never hears of it (or is off) leaves the answer to the readers, within the wait.
+    sacct.write_text("#!/bin/sh\necho RUNNING\n")
+    assert ended_by_slurm("42", wait_s=0.5) is None

@@ -91,14 +91,22 @@ def record_sacct(folder: Path, job_id: str) -> None:
         pass  # no sacct here, a full disk: the record is a courtesy
 
 
-def ended_by_slurm(job_id: str) -> str | None:
+def ended_by_slurm(job_id: str, wait_s: float = 5.0) -> str | None:
     """Why Slurm ends the batch step (SIGTERM): "cancelled" or "timeout", when the run ends with it; None for a
-    requeue, or where accounting cannot say (the next attempt's start, or the readers, tell then)."""
-    out = subprocess.run(
-        ["sacct", "-j", job_id, "-X", "-n", "-P", "-o", "State"], capture_output=True, text=True, timeout=20
-    ).stdout.split("\n")
-    states = [line.split(" ")[0] for line in out if line.strip()]  # "CANCELLED by 0": the word Slurm's own
-    return {"CANCELLED": "cancelled", "TIMEOUT": "timeout"}.get(states[-1] if states else "")
+    requeue, or where accounting cannot say (the next attempt's start, or the readers, tell then).
+
+    slurmctld tells slurmdbd of the end a moment after it signals the step, later on a loaded controller: a job
+    accounting still calls RUNNING is asked again, for up to wait_s (well within KillWait)."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        done = subprocess.run(
+            ["sacct", "-j", job_id, "-X", "-n", "-P", "-o", "State"], capture_output=True, text=True, timeout=20
+        )
+        states = [line.split(" ")[0] for line in done.stdout.split("\n") if line.strip()]  # "CANCELLED by 0"
+        last = states[-1] if states else ""
+        if done.returncode != 0 or last not in ("", "RUNNING") or time.monotonic() >= deadline:
+            return {"CANCELLED": "cancelled", "TIMEOUT": "timeout"}.get(last)
+        time.sleep(0.25)
 
 
 class Steps:
