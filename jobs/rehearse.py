@@ -7,13 +7,12 @@ Runs on the local executor for now; a Slurm profile is refused in one line."""
 import argparse
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
-import yaml
-
-from jobs.ops.rehearse import COLUMNS, FAULTS, HANG_S, Plan, rehearse
+from jobs.ops.rehearse import COLUMNS, FAULTS, HANG_S, Plan, profile_copy, rehearse
 from jobs.ops.submit_line import parse_args, split_command
-from jobs.profiles import find_profile, load_profile, read_yaml, run_root_of
+from jobs.profiles import load_profile, run_root_of
 from jobs.tracking import aligned
 from trainer.errors import UserError, one_line_errors
 
@@ -57,16 +56,6 @@ def checked(args: argparse.Namespace, rest: list[str], command: list[str]) -> li
     return faults
 
 
-def hang_profile(profile: str, folder: Path) -> Path:
-    """The profile, with the rehearsal's budget for a script that makes no progress (script_hang_s)."""
-    data = read_yaml(find_profile(profile), "profile")
-    assert isinstance(data, dict)
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / "rehearsal.yaml"
-    path.write_text(yaml.safe_dump({**data, "script_hang_s": HANG_S}))
-    return path
-
-
 def show(rows: list[list[str]]) -> None:
     """The table: Rich's, as jobs.top draws (its `top` extra), else aligned text."""
     try:
@@ -98,9 +87,11 @@ def main(argv: list[str] | None = None) -> int:
     stamp = time.strftime("rehearse-%Y%m%d-%H%M%S")
     folder = run_root_of(profile) / stamp
     folder.mkdir(parents=True)
-    plan = Plan(rest, command, faults, args.steps, args.compare, stamp)
-    if command:
-        plan = Plan(rest, command, faults, None, args.compare, stamp, hang_profile(submit.profile or "local", folder))
+    name = submit.profile or "local"
+    plan = Plan(rest, command, faults, args.steps, args.compare, stamp, name)
+    if command:  # a script's hang is named by the profile's script_hang_s: the rehearsal's own budget
+        hang = profile_copy(name, folder / "hang.yaml", script_hang_s=HANG_S)
+        plan = replace(plan, profiles={"stop": hang, "frozen": hang})
     _, verdicts = rehearse(plan, folder, lambda line: print(line, flush=True), script=bool(command))
     show([[str(getattr(v, c)) for c in COLUMNS] for v in verdicts])
     for verdict in verdicts:

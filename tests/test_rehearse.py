@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from jobs.ops.rehearse import Facts, judge, markdown
+from jobs.ops.rehearse import SAVE_S, Facts, Plan, judge, markdown, time_limit
 from tests.messages import Golden, refused
 from tests.support import cli
 
@@ -91,3 +91,29 @@ def test_a_script_without_a_file_to_compare_survives_as_far_as_can_be_known() ->
     facts = Facts(finished=True, restarts=1, went_on_from=[None])
     got = judge("preempt", facts, Facts(finished=True), fault_at=120.0, fault_step=None, script=True, saved=True)
     assert (got.verdict, got.exact, got.passes) == ("survived, not comparable", "not comparable", True)
+
+
+@pytest.mark.parametrize(
+    ("startup", "training", "minutes"),
+    [(10.0, 60.0, 1), (20.0, 150.0, 2), (0.0, 3.0, 1)],
+)
+def test_the_time_limits_signal_comes_a_third_of_the_way_into_the_references_training(
+    startup: float, training: float, minutes: int
+) -> None:
+    attempt = {"started": 1000.0, "startup": {"process_start": 1000.0 - startup}, "stop": {"time": 1000.0 + training}}
+    got_minutes, delay = time_limit(attempt)
+    assert got_minutes == minutes
+    assert abs((minutes * 60 - delay) - (startup + training / 3)) < 1  # the signal, from the process's start
+    assert delay >= SAVE_S  # time left to save and requeue
+    # A script's attempt has no start-up record: its command's start counts.
+    script = {"started": 1000.0, "stop": {"time": 1000.0 + training}}
+    assert time_limit(script)[1] == int(time_limit(script)[0] * 60 - training / 3)
+
+
+def test_the_time_limit_faults_run_alone_gets_its_limit_and_profile() -> None:
+    plan = Plan(["--profile", "p.yaml", "lr=1"], [], ["timeout"], 60, None, "s", "p.yaml", {"timeout": "t.yaml"}, 2)
+    # After the submit line's own words, so that they win over its --profile and any --time.
+    assert plan.argv("s-timeout", "timeout") == [
+        *["--profile", "p.yaml", "lr=1", "--profile", "t.yaml", "--time", "2", "steps=60", "--name", "s-timeout"]
+    ]
+    assert plan.argv("s-reference", None) == ["--profile", "p.yaml", "lr=1", "steps=60", "--name", "s-reference"]

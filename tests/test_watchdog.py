@@ -1,5 +1,6 @@
 """The watchdog's pure parts: which rank a hang is blamed on, the budgets, and their settings."""
 
+import json
 from pathlib import Path
 
 import pytest
@@ -183,3 +184,35 @@ def test_a_collective_timeout_names_the_stopped_rank_it_waited_for_not_itself(tm
     line = (tmp_path / "error.txt").read_text()
     assert line.startswith("rank 1 on node2: hung: its heartbeat stopped 35 s ago at step 40"), line
     assert "seen by rank 0 when torch timed out (RuntimeError, dist.timeout_s)" in line, line
+
+
+def test_rank_0s_node_local_beat_is_written_at_once_when_its_budget_tightens(tmp_path: Path) -> None:
+    """The supervisor names a whole job frozen by the budget in rank 0's last node-local beat. Written only
+    every beat_s, a freeze 2 s into training left the join's budget there, and the words for a group that did
+    not form (a rehearsal's frozen fault was named after 325 s so). A tighter budget, or the join's end, is
+    written at once; a step's sections, whose budgets do not tighten, write nothing."""
+    beat = tmp_path / "beat.json"
+    # Not started: no heartbeat thread, so every write seen here is enter()'s own.
+    dog = Watchdog(HangConfig(), tmp_path, rank=0, host="h", world_size=2, local_beat=beat, rendezvous_s=305.0)
+
+    def section() -> tuple[str, float]:
+        written = json.loads(beat.read_text())
+        return written["section"], written["budget"]
+
+    dog.enter("rendezvous")
+    assert section() == ("rendezvous", 305.0)
+    dog.enter("startup")
+    assert section() == ("startup", dog.settings.first_s)
+    dog.enter("data", 0)
+    dog.enter("step")
+    assert section()[0] == "startup"  # the first step has start-up's budget: nothing tighter to say
+    dog.enter("data", 1)
+    assert section() == ("data", dog.budget("data")) and dog.budget("data") < dog.settings.first_s
+    with dog.section("checkpoint"):
+        pass  # a first checkpoint's budget is wider, the step's after it no tighter than the beat's
+    assert section()[0] == "data"
+    beat.unlink()
+    for step in range(2, 5):
+        dog.enter("data", step)
+        dog.enter("step")
+    assert not beat.exists(), "a step's own sections wrote the beat: a file write every step"

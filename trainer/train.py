@@ -141,8 +141,7 @@ def join(
     if config.dist.init_method == "file" and env.distributed:
         store = rendezvous_file(env, Path(config.run_dir))
         watchdog.rendezvous_hint = f": its store file {store} may be stale or damaged; delete it"
-    watchdog.enter("rendezvous")
-    watchdog.beat_now()  # the supervisor sees where rank 0 is even if the join holds every thread
+    watchdog.enter("rendezvous")  # its beat written now: the supervisor sees it even if the join holds every thread
     group = process_group(env, config.dist.timeout_s, device, Path(config.run_dir), config.dist.init_method)
     with watchdog.blaming(config.dist.timeout_s):  # a rank absent or frozen is named, not this one's timeout
         cleanup.enter_context(group)

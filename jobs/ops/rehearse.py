@@ -5,15 +5,18 @@ it lost, whether it ended where the reference did. The plan and the judging are 
 
 import hashlib
 import json
+import math
 import os
 import signal
 import subprocess
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
+
+import yaml
 
 from trainer.errors import UserError
 from trainer.run.atomic import json_or_none, write_text
@@ -23,12 +26,14 @@ from trainer.run.rundir import RunDir
 
 FAULTS = {
     "preempt": "preempted: the requeue signal to the job, as when a job of higher priority takes its nodes",
+    "timeout": "the time limit: a limit whose signal comes a third of the way into training, at each start",
     "kill": "one rank killed (SIGKILL) mid-step",
     "kill-checkpoint": "one rank killed (SIGKILL) while a checkpoint is written",
     "stop": "one rank frozen (SIGSTOP)",
     "frozen": "every rank frozen at once (SIGSTOP)",
 }
 HANG_S = 15  # the rehearsal's hang budgets (hang.floor_s, script_hang_s): a hang is named within a minute
+SAVE_S = 30  # the time limit's signal comes at least this long before the limit: the stop's save and requeue
 FIX = {
     "failed": "set restarts_in_job: 1 (a restart in the allocation) or requeue_on_failure: 1 in the profile",
     "lost": "save to $RUN_DIR and load it when it is there (README.md, Your script)",
@@ -170,20 +175,45 @@ class Plan:
     steps: int | None
     compare: str | None
     stamp: str
-    hang_profile: Path | None = None  # the profile with the rehearsal's hang budget, for the hang faults
+    profile: str = "local"  # the submit line's profile, copied with a fault's own settings where it needs some
+    profiles: dict[str, str] = field(default_factory=dict)  # fault: its copy of the profile
+    time_min: int | None = None  # the time-limit fault's limit (after any --time of the submit line's)
 
-    def argv(self, name: str, hang: bool) -> list[str]:
+    def argv(self, name: str, fault: str | None) -> list[str]:
         words = list(self.submit)
-        if hang and self.hang_profile is not None:
-            words += ["--profile", str(self.hang_profile)]
+        if fault in self.profiles:
+            words += ["--profile", self.profiles[fault]]
+        if fault == "timeout" and self.time_min is not None:
+            words += ["--time", str(self.time_min)]
         if not self.command:
             words += [f"steps={self.steps}"] if self.steps else []
-            words += [f"hang.floor_s={HANG_S}"] if hang else []
+            words += [f"hang.floor_s={HANG_S}"] if fault in ("stop", "frozen") else []
         return [*words, "--name", name] + (["--", *self.command] if self.command else [])
 
 
-def submit_run(plan: Plan, name: str, hang: bool) -> Path:
-    cmd = [sys.executable, "-m", "jobs.submit", *plan.argv(name, hang)]
+def profile_copy(profile: str, path: Path, **settings: Any) -> str:
+    """The profile's YAML with a fault's own settings, written to `path` (the rehearsal's folder)."""
+    from jobs.profiles import find_profile, read_yaml
+
+    data = read_yaml(find_profile(profile), "profile")
+    assert isinstance(data, dict)
+    write_text(path, yaml.safe_dump({**data, **settings}))
+    return str(path)
+
+
+def time_limit(attempt: dict[str, Any]) -> tuple[int, int]:
+    """The time limit (minutes) and signal_delay_s that signal a run like the reference's `attempt` a third of
+    the way into its training, counted from its process's start, with SAVE_S or more left to save and requeue."""
+    began = (attempt.get("startup") or {}).get("process_start", attempt["started"])  # a script's: its command's
+    startup = float(attempt["started"]) - float(began)
+    training = float((attempt.get("stop") or {}).get("time", attempt["started"])) - float(attempt["started"])
+    signal_after = startup + training / 3
+    minutes = max(1, math.ceil((signal_after + SAVE_S) / 60))
+    return minutes, int(minutes * 60 - signal_after)
+
+
+def submit_run(plan: Plan, name: str, fault: str | None) -> Path:
+    cmd = [sys.executable, "-m", "jobs.submit", *plan.argv(name, fault)]
     done = subprocess.run(cmd, capture_output=True, text=True)
     if done.returncode != 0:
         raise UserError(f"the rehearsal's {name} was refused: {(done.stderr.strip() or done.stdout.strip())[-400:]}")
@@ -246,11 +276,25 @@ def rank_pids(run_dir: Path, script: bool) -> dict[int, int]:
     return pids
 
 
+def first_stop(run_dir: Path) -> dict[str, Any] | None:
+    """The first attempt's stop, once recorded."""
+    attempts = json_or_none(RunDir(run_dir).attempts)
+    stop = (
+        attempts[0].get("stop") if isinstance(attempts, list) and attempts and isinstance(attempts[0], dict) else None
+    )
+    return stop if isinstance(stop, dict) else None
+
+
 def inject(fault: str, run_dir: Path, script: bool, at_step: int, at_s: float) -> tuple[float, int | None, bool]:
     """Make `fault` happen once the run trained to `at_step` (a script: `at_s` seconds into its training); when
     it happened, at which step, and whether the script had saved anything by then."""
     started = time.monotonic()
     poll(lambda: step_of(run_dir) >= at_step if not script else time.monotonic() - started >= at_s, 300, 0.1)
+    if fault == "timeout":  # the limit's signal comes by itself: when the first attempt stopped on it
+        stop = poll(lambda: first_stop(run_dir), 3600, 0.5) or {}
+        if stop.get("reason") != "timeout":
+            return time.time(), None, True  # the run ended before its time limit's signal
+        return float(stop.get("signal_time") or stop["time"]), stop.get("step"), not script or saved_anything(run_dir)
     pids = rank_pids(run_dir, script)
     saved = not script or saved_anything(run_dir)
     job = json.loads(RunDir(run_dir).job.read_text())
@@ -270,27 +314,37 @@ def inject(fault: str, run_dir: Path, script: bool, at_step: int, at_s: float) -
     return time.time(), step_of(run_dir), saved
 
 
+NOT_REHEARSED = {
+    "kill-checkpoint": "no checkpoint write was seen: give the run more steps",
+    "timeout": "the run ended before its time limit's signal: give it more steps",
+}
+
+
 def rehearse(plan: Plan, folder: Path, say: Callable[[str], None], script: bool) -> tuple[Facts, list[Verdict]]:
     """The reference, then each fault's run, judged; rehearsal.json and rehearsal.md written into `folder`."""
     say(f"reference run (no fault) in {plan.stamp}-reference")
     began = time.monotonic()
-    ref_dir = submit_run(plan, f"{plan.stamp}-reference", hang=False)
+    ref_dir = submit_run(plan, f"{plan.stamp}-reference", None)
     wait_run(ref_dir, 1800)
     reference = facts_of(ref_dir, plan.compare)
     if not reference.finished:
         raise UserError(f"the reference run did not finish ({reference.error or 'see ' + str(ref_dir)}); fix it first")
     took = time.monotonic() - began
     final = step_of(ref_dir)
+    if "timeout" in plan.faults:
+        [attempt] = json.loads(RunDir(ref_dir).attempts.read_text())[-1:]
+        minutes, delay = time_limit(attempt)
+        copy = profile_copy(plan.profile, folder / "timeout.yaml", signal_delay_s=delay, max_num_timeout=20)
+        plan = replace(plan, profiles={**plan.profiles, "timeout": copy}, time_min=minutes)
     verdicts = []
     for fault in plan.faults:
         say(f"{fault}: {FAULTS[fault]}")
-        hang = fault in ("stop", "frozen")
-        run_dir = submit_run(plan, f"{plan.stamp}-{fault}", hang)
+        run_dir = submit_run(plan, f"{plan.stamp}-{fault}", fault)
         fault_at, fault_step, saved = inject(fault, run_dir, script, max(1, final // 3), took / 3)
-        wait_run(run_dir, 1800)
+        wait_run(run_dir, 3600)
         verdict = judge(fault, facts_of(run_dir, plan.compare), reference, fault_at, fault_step, script, saved)
         if fault_step is None:
-            verdict.verdict, verdict.fix = "not rehearsed", "no checkpoint write was seen: give the run more steps"
+            verdict.verdict, verdict.fix = "not rehearsed", NOT_REHEARSED[fault]
         verdict.run_dir = str(run_dir)
         verdicts.append(verdict)
     record = {

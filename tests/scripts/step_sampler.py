@@ -84,7 +84,7 @@ while step < stop:
         if step == stop:
             break
 save()
-# DDP holds the process group: free it while Python is whole. Left to the interpreter's teardown, gloo's
-# threads may outlive it and abort the process (SIGABRT once an exit code of 0 was due).
-del model
+# DDP holds the process group: let it go while Python is whole. Left to the interpreter's teardown, gloo's
+# threads may outlive it and abort the process (SIGABRT once, where an exit code of 0 was due).
+model = model.module
 dist.destroy_process_group()

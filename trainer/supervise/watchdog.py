@@ -20,6 +20,7 @@ import contextlib
 import dataclasses
 import faulthandler
 import json
+import math
 import multiprocessing
 import os
 import threading
@@ -230,6 +231,7 @@ class Watchdog:
     rendezvous_s: float = 0.0
     rendezvous_hint: str = ""
     attempt: str = ""  # DistEnv.attempt_key, in each beat: only this attempt's beats are read
+    beat_budget: float = math.inf  # the budget in rank 0's last node-local beat
     # What jobs.top shows of this rank: its last log interval's figures (set by the training thread, one
     # assignment) and when its step last changed.
     stats: dict[str, float] | None = None
@@ -320,6 +322,12 @@ class Watchdog:
         if step is not None and step != at:
             self.progressed = wall
         self.current = (name, now, wall, at if step is None else step)
+        if self.local_beat is not None and (self.budget(name) < self.beat_budget or last == "rendezvous"):
+            # A tighter budget than rank 0's node-local beat holds (the join begun, the first step done), or
+            # the join over (the supervisor words a freeze in it apart): written now, not at the next beat. A
+            # job frozen in between was named only once the old budget ran out (325 s, the join's, and as a
+            # group that did not form, for a freeze 2 s into training).
+            self.beat_now()
 
     @contextmanager
     def section(self, name: str) -> Iterator[None]:
@@ -397,7 +405,8 @@ class Watchdog:
         with self._local_lock:
             name, _, since, step = self.current
             beat = dataclasses.replace(beat, section=name, since=since, step=step)
-            extra = {"budget": self.budget(name), "beat_s": self.settings.beat_s, "run_dir": str(self.run_dir)}
+            self.beat_budget = self.budget(name)
+            extra = {"budget": self.beat_budget, "beat_s": self.settings.beat_s, "run_dir": str(self.run_dir)}
             with contextlib.suppress(OSError):
                 write_beat(self.local_beat, {**beat.__dict__, **extra, "hint": self.rendezvous_hint})
 
