@@ -20,7 +20,7 @@ from benchmarks._common import report  # noqa: E402
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=60)
-    parser.add_argument("--faults", default="preempt,kill,kill-checkpoint,stop,frozen")
+    parser.add_argument("--faults", default="preempt,timeout,kill,kill-checkpoint,stop,frozen")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
