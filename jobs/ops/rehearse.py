@@ -18,6 +18,8 @@ from typing import Any
 
 import yaml
 
+from jobs.ops.act import requeue_now
+from jobs.tracking import find
 from trainer.errors import UserError
 from trainer.run.atomic import json_or_none, write_text
 from trainer.run.checkpoint_names import stale_temporaries
@@ -297,13 +299,12 @@ def inject(fault: str, run_dir: Path, script: bool, at_step: int, at_s: float) -
         return float(stop.get("signal_time") or stop["time"]), stop.get("step"), not script or saved_anything(run_dir)
     pids = rank_pids(run_dir, script)
     saved = not script or saved_anything(run_dir)
-    job = json.loads(RunDir(run_dir).job.read_text())
     if fault == "kill-checkpoint":
         if not poll(lambda: stale_temporaries(RunDir(run_dir).checkpoints), 120, 0.002):
             return time.time(), None, saved  # no checkpoint write was seen
         os.kill(pids[0], signal.SIGKILL)
-    elif fault == "preempt":
-        os.kill(int(job["job_id"]), signal.Signals["SIG" + str(job["profile"].get("signal", "USR2"))])
+    elif fault == "preempt":  # jobs.top's r: the profile's signal, as the scheduler sends it
+        requeue_now(find(str(run_dir)))
     elif fault == "kill":
         os.kill(pids[max(pids)], signal.SIGKILL)
     elif fault == "stop":
