@@ -2,7 +2,7 @@
 queue: a reference run, then one run per fault, each judged against it. Exit 0 only when every fault is
 certified (or survived where nothing can be compared).
 
-Runs on the local executor for now; a Slurm profile is refused in one line."""
+Runs on a local profile, or a Slurm one from the login node (a profile with a login is refused in one line)."""
 
 import argparse
 import sys
@@ -45,11 +45,15 @@ def checked(args: argparse.Namespace, rest: list[str], command: list[str]) -> li
         raise UserError(
             f"{flag} is not for a rehearsal, which starts, names and waits for runs of its own; drop {flag}"
         )
-    if args.steps is not None and (args.steps < 3 or command):
-        raise UserError("--steps bounds the built-in trainer (at least 3); a script's length is its own")
+    if args.steps is not None and command:
+        raise UserError("--steps bounds the built-in trainer's runs, and a script's length is its own; drop --steps")
+    if args.steps is not None and args.steps < 3:
+        raise UserError(f"--steps {args.steps} leaves no room for a fault and a recovery; pass --steps 3 or more")
     if args.compare is not None:
         if not command:
-            raise UserError("--compare names a script's file; the trainer's runs are compared by their weights")
+            raise UserError(
+                "--compare names a script's file, and the trainer's runs are compared by their weights; drop --compare"
+            )
         path = Path(args.compare)
         if path.is_absolute() or ".." in path.parts or not path.parts:
             raise UserError(f"--compare {args.compare} must be a path inside the run directory, e.g. final.pt")
@@ -78,11 +82,15 @@ def main(argv: list[str] | None = None) -> int:
     args, rest = own_args(ours)
     faults = checked(args, rest, command)
     submit = parse_args(rest)  # submit's own refusals, before anything runs
+    if given := [flag for flag in NOT_HERE if getattr(submit, flag[2:].replace("-", "_"), None)]:  # --wai too
+        raise UserError(f"{given[0]} is not for a rehearsal, which starts, names and waits for runs of its own; "
+                        f"drop {given[0]}")  # fmt: skip
     profile = load_profile(submit.profile or "local")
-    if profile.executor != "local":
+    if profile.executor == "debug" or profile.remote.login:
+        where = "in one process" if profile.executor == "debug" else f"through {profile.remote.login}"
         raise UserError(
-            f"profile {profile.name} runs on {profile.executor}, and rehearsals run on the local executor only so "
-            "far; rehearse with a local profile (--profile local)"
+            f"profile {profile.name} runs {where}, and a rehearsal faults processes and reads each run's records "
+            "itself; rehearse with a local profile, or a Slurm one on the login node"
         )
     stamp = time.strftime("rehearse-%Y%m%d-%H%M%S")
     folder = run_root_of(profile) / stamp

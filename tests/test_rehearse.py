@@ -20,7 +20,9 @@ from tests.support import cli
         (["--name", "x"], "--name"),
         (["--resume", "runs/x"], "--resume"),
         (["--steps", "2"], "--steps"),
-        (["--profile", "example"], "example"),
+        (["--steps", "9", "--", "python", "train.py"], "--steps"),
+        (["--wai", "--na", "x"], "--name"),
+        (["--profile", "debug"], "debug"),
         (["--profile", "nowhere.yaml"], "nowhere.yaml"),
     ],
     ids=[
@@ -32,7 +34,9 @@ from tests.support import cli
         "name",
         "resume",
         "steps",
-        "slurm",
+        "steps-script",
+        "abbreviated",
+        "debug",
         "no-profile",
     ],
 )
@@ -117,3 +121,9 @@ def test_the_time_limit_faults_run_alone_gets_its_limit_and_profile() -> None:
         *["--profile", "p.yaml", "lr=1", "--profile", "t.yaml", "--time", "2", "steps=60", "--name", "s-timeout"]
     ]
     assert plan.argv("s-reference", None) == ["--profile", "p.yaml", "lr=1", "steps=60", "--name", "s-reference"]
+
+
+def test_a_run_the_fault_never_reached_is_not_rehearsed_not_certified() -> None:
+    verdict = judge("kill", Facts(finished=True, end="a", first_steps=[100.0]), REFERENCE, 150.0, 30, script=False)
+    assert verdict.verdict == "not rehearsed" and not verdict.passes
+    assert verdict.fix == "the run ended before the fault took hold: give it more steps"

@@ -216,3 +216,11 @@ def test_rank_0s_node_local_beat_is_written_at_once_when_its_budget_tightens(tmp
         dog.enter("data", step)
         dog.enter("step")
     assert not beat.exists(), "a step's own sections wrote the beat: a file write every step"
+    # Every budget one (hang.timeout_s): the join's beat is still written as it begins, then start-up's.
+    fixed = Watchdog(HangConfig(timeout_s=60), tmp_path, rank=0, host="h", local_beat=beat, rendezvous_s=305.0)
+    fixed.enter("startup")
+    fixed.beat_now()  # the heartbeat thread's first beat: start-up's, with the same budget as the join's
+    fixed.enter("rendezvous")
+    assert section() == ("rendezvous", 60.0)
+    fixed.enter("startup")
+    assert section() == ("startup", 60.0)

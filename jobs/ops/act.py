@@ -6,15 +6,18 @@ import contextlib
 import json
 import os
 import re
+import shlex
 import signal
 import subprocess
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 from jobs.snapshot import tool_environment
 from jobs.tracking import TERMINAL, Target, info, is_local_job, run_settings, slurm_info
 from trainer.errors import UserError
 from trainer.run.atomic import json_or_none
+from trainer.run.procfs import children
 from trainer.run.rundir import RunDir
 from trainer.supervise import live, relay, signals, stacks
 
@@ -164,6 +167,64 @@ def _dump_on_nodes(target: Target, records: list[dict], stamp: str) -> dict[str,
 
 
 NODE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+
+
+ONCE_S = 120  # how long signal_ranks waits for the files it is to signal at
+
+
+def signal_ranks(
+    target: Target, ranks: list[int], sig: signal.Signals, command: bool = False, once: tuple[Path, str] | None = None
+) -> list[int]:
+    """`sig` to each of `ranks` of the attempt now running (a -- COMMAND run's: its command, the task's child),
+    all at once: on Slurm one step on their nodes beside the job's (srun --overlap), locally here; `once`
+    (folder, glob): as soon as such a file appears there, seen from the ranks' node (a checkpoint's temporary
+    file lives for milliseconds). The ranks it reached: none if the file never appeared within ONCE_S."""
+    assert target.run_dir is not None
+    # The records are the run folder's, so data: ints, node names as Slurm spells them.
+    records = [r for r in stacks.ranks_of(target.run_dir, None) if r["rank"] in ranks]
+    if target.executor != "slurm":
+        if once is not None and not _appears(once):
+            return []
+        kids = children() if command else {}
+        for record in records:
+            os.kill(kids.get(record["pid"], [record["pid"]])[0], sig)
+        return sorted(r["rank"] for r in records)
+    by_node: dict[str, list[int]] = {}
+    for record in records:
+        if NODE_NAME.fullmatch(str(record.get("host"))):
+            by_node.setdefault(str(record["host"]), []).append(int(record["pid"]))
+    if not by_node:
+        return []
+    # Each node signals its own: for a command the task's oldest child, else the task.
+    who = "$(pgrep -o -P {0} || echo {0})" if command else "{0}"
+    kill = f"kill -s {sig.name.removeprefix('SIG')}"
+    cases = "".join(f"{node}) {kill} {' '.join(who.format(p) for p in pids)};; " for node, pids in by_node.items())
+    script = f'case "$SLURMD_NODENAME" in {cases}esac'
+    if once is not None:
+        wait = f"{shlex.quote(str(once[0]))}/{once[1]}"
+        script = f"i=0; until ls {wait} >/dev/null 2>&1; do i=$((i+1)); [ $i -gt {ONCE_S * 200} ] && exit 3; sleep 0.005; done; {script}"
+    n = str(len(by_node))
+    step = ["srun", "--overlap", f"--jobid={target.job_id}", "-N", n, "--ntasks", n, "--ntasks-per-node=1"]
+    step += [f"--nodelist={','.join(by_node)}", "--kill-on-bad-exit=0"]
+    environ = relay.fan_out_environment(dict(os.environ))  # srun's own words, not an enclosing job's
+    done = subprocess.run(
+        [*step, "sh", "-c", script], capture_output=True, text=True, timeout=ONCE_S + 120, env=environ
+    )
+    if done.returncode == 3:
+        return []
+    if done.returncode:
+        last = (done.stderr.strip().splitlines() or ["no reason given"])[-1]
+        raise UserError(f"srun could not signal the ranks of job {target.job_id}: {last}; try again")
+    return sorted(r["rank"] for r in records if NODE_NAME.fullmatch(str(r.get("host"))))
+
+
+def _appears(once: tuple[Path, str]) -> bool:
+    deadline = time.monotonic() + ONCE_S
+    while not any(once[0].glob(once[1])):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.002)
+    return True
 
 
 def _ranks(ranks: list[int]) -> str:

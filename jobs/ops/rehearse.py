@@ -6,7 +6,6 @@ it lost, whether it ended where the reference did. The plan and the judging are 
 import hashlib
 import json
 import math
-import os
 import signal
 import subprocess
 import sys
@@ -18,13 +17,13 @@ from typing import Any
 
 import yaml
 
-from jobs.ops.act import requeue_now
+from jobs.ops.act import requeue_now, signal_ranks
 from jobs.tracking import find
 from trainer.errors import UserError
 from trainer.run.atomic import json_or_none, write_text
-from trainer.run.checkpoint_names import stale_temporaries
-from trainer.run.procfs import children
+from trainer.run.checkpoint_names import TEMPORARY
 from trainer.run.rundir import RunDir
+from trainer.supervise.stacks import ranks_of
 
 FAULTS = {
     "preempt": "preempted: the requeue signal to the job, as when a job of higher priority takes its nodes",
@@ -135,7 +134,7 @@ def judge(
         )
     else:
         how = "failed"
-    went_on = [s for s in facts.went_on_from]
+    went_on = facts.went_on_from
     went_on_text = ", ".join("unknown" if s is None else f"step {s}" for s in went_on) or "-"
     after = [t for t in facts.first_steps if t > fault_at]
     lost = round(after[0] - fault_at, 1) if after else None
@@ -148,6 +147,8 @@ def judge(
     verdict = Verdict(fault, "", how, went_on_text, recomputed, lost, named, exact, ledger=facts.ledger)
     if not facts.finished:
         verdict.verdict, verdict.fix = "failed", f"{facts.error or 'the run did not finish'}; {FIX['failed']}"
+    elif facts.restarts == 0 and not facts.hang:  # ended unharmed: the fault proved nothing
+        verdict.verdict, verdict.fix = "not rehearsed", "the run ended before the fault took hold: give it more steps"
     elif facts.restarts and went_on and went_on[0] == 0 and (fault_step or 0) > 0:
         verdict.verdict = "lost work"
         fix = FIX["lost"] if script else "save more often: lower checkpoint.every"
@@ -226,9 +227,11 @@ def submit_run(plan: Plan, name: str, fault: str | None) -> Path:
 
 
 def wait_run(run_dir: Path, timeout: float) -> None:
-    subprocess.run(
-        [sys.executable, "-m", "jobs.wait", str(run_dir)], capture_output=True, text=True, timeout=timeout, check=False
-    )
+    """Until the run ends; one still going after `timeout` is cancelled (its verdict: failed, unfinished)."""
+    try:
+        subprocess.run([sys.executable, "-m", "jobs.wait", str(run_dir)], capture_output=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        subprocess.run([sys.executable, "-m", "jobs.cancel", str(run_dir)], capture_output=True, timeout=300)
 
 
 def poll(condition: Callable[[], Any], timeout: float, every: float = 0.05) -> Any:
@@ -266,18 +269,6 @@ def step_of(run_dir: Path) -> int:
     return int(record["step"]) if isinstance(record, dict) and isinstance(record.get("step"), int) else -1
 
 
-def rank_pids(run_dir: Path, script: bool) -> dict[int, int]:
-    """Each rank's process of the attempt now running: its task, or for a script its command (the task's child)."""
-    from trainer.supervise.stacks import ranks_of
-
-    kids = children() if script else {}
-    pids = {}
-    for record in ranks_of(run_dir, None):
-        pid = int(record["pid"])
-        pids[int(record["rank"])] = kids.get(pid, [pid])[0] if script else pid
-    return pids
-
-
 def first_stop(run_dir: Path) -> dict[str, Any] | None:
     """The first attempt's stop, once recorded."""
     attempts = json_or_none(RunDir(run_dir).attempts)
@@ -297,21 +288,18 @@ def inject(fault: str, run_dir: Path, script: bool, at_step: int, at_s: float) -
         if stop.get("reason") != "timeout":
             return time.time(), None, True  # the run ended before its time limit's signal
         return float(stop.get("signal_time") or stop["time"]), stop.get("step"), not script or saved_anything(run_dir)
-    pids = rank_pids(run_dir, script)
     saved = not script or saved_anything(run_dir)
-    if fault == "kill-checkpoint":
-        if not poll(lambda: stale_temporaries(RunDir(run_dir).checkpoints), 120, 0.002):
+    target = find(str(run_dir))
+    ranks = sorted(r["rank"] for r in ranks_of(run_dir, None))
+    if fault == "kill-checkpoint":  # rank 0, as it writes one (trainer.run.atomic's temporary name)
+        if not signal_ranks(target, [0], signal.SIGKILL, script, (RunDir(run_dir).checkpoints, TEMPORARY)):
             return time.time(), None, saved  # no checkpoint write was seen
-        os.kill(pids[0], signal.SIGKILL)
     elif fault == "preempt":  # jobs.top's r: the profile's signal, as the scheduler sends it
-        requeue_now(find(str(run_dir)))
-    elif fault == "kill":
-        os.kill(pids[max(pids)], signal.SIGKILL)
-    elif fault == "stop":
-        os.kill(pids[max(pids)], signal.SIGSTOP)
+        requeue_now(target)
+    elif fault in ("kill", "stop"):
+        signal_ranks(target, ranks[-1:], signal.SIGKILL if fault == "kill" else signal.SIGSTOP, script)
     elif fault == "frozen":
-        for pid in pids.values():
-            os.kill(pid, signal.SIGSTOP)
+        signal_ranks(target, ranks, signal.SIGSTOP, script)
     return time.time(), step_of(run_dir), saved
 
 
@@ -341,11 +329,15 @@ def rehearse(plan: Plan, folder: Path, say: Callable[[str], None], script: bool)
     for fault in plan.faults:
         say(f"{fault}: {FAULTS[fault]}")
         run_dir = submit_run(plan, f"{plan.stamp}-{fault}", fault)
-        fault_at, fault_step, saved = inject(fault, run_dir, script, max(1, final // 3), took / 3)
+        why = NOT_REHEARSED.get(fault, "")
+        try:
+            fault_at, fault_step, saved = inject(fault, run_dir, script, max(1, final // 3), took / 3)
+        except (UserError, OSError) as exc:  # the run ended first, srun could not reach a node
+            fault_at, fault_step, saved, why = time.time(), None, True, f"the fault could not be made: {exc}"
         wait_run(run_dir, 3600)
         verdict = judge(fault, facts_of(run_dir, plan.compare), reference, fault_at, fault_step, script, saved)
         if fault_step is None:
-            verdict.verdict, verdict.fix = "not rehearsed", NOT_REHEARSED[fault]
+            verdict.verdict, verdict.fix = "not rehearsed", why
         verdict.run_dir = str(run_dir)
         verdicts.append(verdict)
     record = {

@@ -30,9 +30,12 @@ def list_checkpoints(folder: Path) -> list[tuple[int, Path]]:
     return sorted(found, reverse=True)
 
 
+TEMPORARY = ".step_*.pt*.tmp"  # a checkpoint write in flight, or killed (trainer.run.atomic's name)
+
+
 def stale_temporaries(folder: Path) -> list[Path]:
     """Temporary files of checkpoint writes (trainer.run.atomic names them `.<name>.XXXX.tmp`) that were killed."""
-    return sorted(folder.glob(".step_*.pt*.tmp"))
+    return sorted(folder.glob(TEMPORARY))
 
 
 def to_prune(folder: Path, newest: int, keep: int) -> list[Path]:

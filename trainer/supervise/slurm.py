@@ -97,7 +97,7 @@ def ended_by_slurm(job_id: str, wait_s: float = 5.0) -> str | None:
 
     slurmctld tells slurmdbd of the end a moment after it signals the step, later on a loaded controller: a job
     accounting still calls RUNNING is asked again, for up to wait_s (well within KillWait)."""
-    deadline = time.monotonic() + wait_s
+    deadline, pause = time.monotonic() + wait_s, 0.25
     while True:
         done = subprocess.run(
             ["sacct", "-j", job_id, "-X", "-n", "-P", "-o", "State"], capture_output=True, text=True, timeout=20
@@ -106,7 +106,8 @@ def ended_by_slurm(job_id: str, wait_s: float = 5.0) -> str | None:
         last = states[-1] if states else ""
         if done.returncode != 0 or last not in ("", "RUNNING") or time.monotonic() >= deadline:
             return {"CANCELLED": "cancelled", "TIMEOUT": "timeout"}.get(last)
-        time.sleep(0.25)
+        time.sleep(pause)
+        pause = min(2 * pause, 1.0)  # each requeue asks too: a few questions, not twenty, of a busy slurmdbd
 
 
 class Steps:

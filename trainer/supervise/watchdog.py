@@ -322,11 +322,11 @@ class Watchdog:
         if step is not None and step != at:
             self.progressed = wall
         self.current = (name, now, wall, at if step is None else step)
-        if self.local_beat is not None and (self.budget(name) < self.beat_budget or last == "rendezvous"):
-            # A tighter budget than rank 0's node-local beat holds (the join begun, the first step done), or
-            # the join over (the supervisor words a freeze in it apart): written now, not at the next beat. A
-            # job frozen in between was named only once the old budget ran out (325 s, the join's, and as a
-            # group that did not form, for a freeze 2 s into training).
+        if self.local_beat is not None and ("rendezvous" in (name, last) or self.budget(name) < self.beat_budget):
+            # The join begun or over (the supervisor words a freeze in it apart, and the join may hold every
+            # thread), or a tighter budget than rank 0's node-local beat holds (the first step done): written
+            # now, not at the next beat. A job frozen in between was named only once the old budget ran out
+            # (325 s, the join's, and as a group that did not form, for a freeze 2 s into training).
             self.beat_now()
 
     @contextmanager
