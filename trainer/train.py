@@ -311,12 +311,6 @@ def setup(config: TrainConfig, env: DistEnv, device: torch.device, watchdog: Wat
     startup.mark("datasets_built")  # the task's decoding imported (torchvision, and with it torch._dynamo)
     loader, order = make_loader(data.train, config, env, device, task)
     val_loader = validation.shard_loader(data.val, config, env, device, task) if data.val else None
-    if order.steps_per_epoch == 0:
-        samples = order.samples
-        raise UserError(
-            f"{samples} samples give no full batch of {config.batch_size} on each of {env.world_size} processes; "
-            "lower batch_size or add data"
-        )
     startup.mark("data_ready")
     model = make_model(task, config, data.full, pick_devices(env))
     timer = CommTimer(device) if config.log.stragglers and env.distributed else None
@@ -355,6 +349,11 @@ def resume(run: Run, cause: failures.Failure | None = None) -> None:
     env, state = run.env, run.state
     resumed_from = run.checkpoints.restore(state)
     startup.mark("checkpoint_restored")
+    if (order := run.order).steps_per_epoch == 0:  # the global batch is the checkpoint's, once restored
+        raise UserError(
+            f"{order.samples} samples give no full global batch of {order.global_batch} "
+            f"({order.global_batch // env.world_size} on each of {env.world_size} processes); lower batch_size or add data"
+        )
     if resumed_from is not None:  # every rank, in its own log: what resuming cost the shared filesystem
         print(f"checkpoint bytes read by this rank: {checkpoint.BYTES_READ[0]}", flush=True)
     if resumed_from is not None and env.is_main:
