@@ -89,12 +89,13 @@ class Controller(local.Controller):  # type: ignore[misc]
         limit's own stop comes anyway)."""
         return all(relay.catches(t.pid, self.requeue_signal) for t in running)
 
-    def _stop(self, running: list[subprocess.Popen[Any]], notice_s: float = 0.0) -> None:
+    def _stop(self, running: list[subprocess.Popen[Any]], notice_s: float = 0.0) -> dict[int, int]:
         """SIGCONT (a stopped task cannot act on SIGTERM), SIGTERM, then SIGKILL after GRACE_S; first, up to
-        `notice_s` for the tasks to end by themselves."""
+        `notice_s` for the tasks to end by themselves. The exit codes of those that did, by pid."""
         settle = time.monotonic() + notice_s
         while any(t.poll() is None for t in running) and time.monotonic() < settle:
             time.sleep(0.05)
+        own = {t.pid: t.returncode for t in running if t.poll() is not None}
         for sig in (signal.SIGCONT, signal.SIGTERM):
             for task in running:
                 if task.poll() is None:
@@ -106,6 +107,7 @@ class Controller(local.Controller):  # type: ignore[misc]
             if task.poll() is None:
                 task.kill()
             task.wait()
+        return own
 
     # The agent's backend (trainer.supervise.agent): a start is this machine's processes.
 
@@ -129,8 +131,9 @@ class Controller(local.Controller):  # type: ignore[misc]
             return self.ended(codes)
         if self.cancelled or failed or time.monotonic() >= self.deadline:
             self.timed_out = not (self.cancelled or failed)
-            self._stop(running, PEER_NOTICE_S if failed and not self.cancelled else 0.0)
-            return self.ended(codes)
+            # A task that ended by itself within the notice (rank 0 finishing as a peer failed) keeps its code.
+            own = self._stop(running, PEER_NOTICE_S if failed and not self.cancelled else 0.0)
+            return self.ended([own.get(t.pid, c) for t, c in zip(self.tasks, codes, strict=True)])
         due = not self.signalled and (time.monotonic() >= self.signal_at or self.preempted)
         if due and self._catching(running):
             self.preempted = False

@@ -215,6 +215,17 @@ def time_limit(attempt: dict[str, Any]) -> tuple[int, int]:
     return minutes, int(minutes * 60 - signal_after)
 
 
+TIMEOUT_TRIES = 3
+
+
+def timed_from(plan: Plan, folder: Path, run_dir: Path) -> Plan:
+    """The plan with the time-limit fault's limit timed from `run_dir`'s last attempt (a profile copy)."""
+    [attempt] = json.loads(RunDir(run_dir).attempts.read_text())[-1:]
+    minutes, delay = time_limit(attempt)
+    copy = profile_copy(plan.profile, folder / "timeout.yaml", signal_delay_s=delay, max_num_timeout=20)
+    return replace(plan, profiles={**plan.profiles, "timeout": copy}, time_min=minutes)
+
+
 def submit_run(plan: Plan, name: str, fault: str | None) -> Path:
     cmd = [sys.executable, "-m", "jobs.submit", *plan.argv(name, fault)]
     done = subprocess.run(cmd, capture_output=True, text=True)
@@ -320,21 +331,23 @@ def rehearse(plan: Plan, folder: Path, say: Callable[[str], None], script: bool)
         raise UserError(f"the reference run did not finish ({reference.error or 'see ' + str(ref_dir)}); fix it first")
     took = time.monotonic() - began
     final = step_of(ref_dir)
-    if "timeout" in plan.faults:
-        [attempt] = json.loads(RunDir(ref_dir).attempts.read_text())[-1:]
-        minutes, delay = time_limit(attempt)
-        copy = profile_copy(plan.profile, folder / "timeout.yaml", signal_delay_s=delay, max_num_timeout=20)
-        plan = replace(plan, profiles={**plan.profiles, "timeout": copy}, time_min=minutes)
+    plan = timed_from(plan, folder, ref_dir) if "timeout" in plan.faults else plan
     verdicts = []
     for fault in plan.faults:
         say(f"{fault}: {FAULTS[fault]}")
-        run_dir = submit_run(plan, f"{plan.stamp}-{fault}", fault)
-        why = NOT_REHEARSED.get(fault, "")
-        try:
-            fault_at, fault_step, saved = inject(fault, run_dir, script, max(1, final // 3), took / 3)
-        except (UserError, OSError) as exc:  # the run ended first, srun could not reach a node
-            fault_at, fault_step, saved, why = time.time(), None, True, f"the fault could not be made: {exc}"
-        wait_run(run_dir, 3600)
+        for again in range(TIMEOUT_TRIES if fault == "timeout" else 1):
+            run_dir = submit_run(plan, f"{plan.stamp}-{fault}" + (f"-{again + 1}" if again else ""), fault)
+            why = NOT_REHEARSED.get(fault, "")
+            try:
+                fault_at, fault_step, saved = inject(fault, run_dir, script, max(1, final // 3), took / 3)
+            except (UserError, OSError) as exc:  # the run ended first, srun could not reach a node
+                fault_at, fault_step, saved, why = time.time(), None, True, f"the fault could not be made: {exc}"
+            wait_run(run_dir, 3600)
+            if fault != "timeout" or fault_step is not None:
+                break
+            # It went faster than the run its limit was timed from (a machine's load varies): timed from it.
+            say(f"{fault}: the run ended before the signal; its limit timed again from that run")
+            plan = timed_from(plan, folder, run_dir)
         verdict = judge(fault, facts_of(run_dir, plan.compare), reference, fault_at, fault_step, script, saved)
         if fault_step is None:
             verdict.verdict, verdict.fix = "not rehearsed", why
