@@ -614,3 +614,21 @@ ON_CLUSTER_B = ("test_script.py", "test_hangs.py", "test_check.py", "test_torchr
 def cluster_side(item: pytest.Item) -> str:
     """The Slurm test cluster a test runs on: "a" or "b"."""
     return "b" if Path(item.path).name in ON_CLUSTER_B else "a"
+
+
+def rehearse(folder: Path, *args: str, timeout: float = 900) -> tuple[subprocess.CompletedProcess[str], list[dict]]:
+    """`python -m jobs.rehearse ARGS` in `folder`: its result, and the faults' verdicts from its certificate."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    result = subprocess.run(
+        [sys.executable, "-m", "jobs.rehearse", *args],
+        cwd=folder,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    found = [line.split()[1] for line in result.stdout.splitlines() if line.startswith("certificate: ")]
+    assert found, result.stdout + result.stderr
+    certificate = Path(found[0])
+    assert certificate.exists() and "| fault | verdict |" in certificate.read_text()
+    return result, json.loads((certificate.parent / "rehearsal.json").read_text())["faults"]

@@ -2,15 +2,11 @@
 fault, the time limit's too, with a profile that restarts a failed start), a plain DDP script that saves to $RUN_DIR on the signal
 (certified with --compare), and one that never saves (lost work, with the fix)."""
 
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from tests.support import ROOT
+from tests.support import rehearse
 
 # A plain DDP script as users write them: SGD on fixed data, a checkpoint in $RUN_DIR every 5 steps and at the
 # requeue signal (trainer.requeue), its steps reported, the final weights saved as final.pt.
@@ -70,23 +66,6 @@ for step in range(40):
     time.sleep(0.2)
 dist.destroy_process_group()
 """
-
-
-def rehearse(folder: Path, *args: str, timeout: float = 900) -> tuple[subprocess.CompletedProcess[str], list[dict]]:
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    result = subprocess.run(
-        [sys.executable, "-m", "jobs.rehearse", *args],
-        cwd=folder,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
-    found = [line.split()[1] for line in result.stdout.splitlines() if line.startswith("certificate: ")]
-    assert found, result.stdout + result.stderr
-    certificate = Path(found[0])
-    assert certificate.exists() and "| fault | verdict |" in certificate.read_text()
-    return result, json.loads((certificate.parent / "rehearsal.json").read_text())["faults"]
 
 
 @pytest.mark.slow

@@ -4,8 +4,7 @@ its signal from a check about once a minute, so a run of seconds ends first (job
 
 from pathlib import Path
 
-from tests.jobs.test_rehearse import rehearse
-from tests.support import mini_profile
+from tests.support import mini_profile, rehearse
 
 
 def test_the_trainer_is_certified_on_every_fault_on_two_nodes(tmp_path: Path, sample_root: Path) -> None:
