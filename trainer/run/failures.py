@@ -27,6 +27,7 @@ PEER_MARKERS = (
     "gloo/transport",
     "timed out",
     "timeout waiting",
+    "timeout caused pair closure",  # gloo, once a pair timed out: the next operation on it (seen under load)
     "nccl communicator was aborted",
     "watchdog caught collective",
 )
