@@ -112,11 +112,13 @@ def submit_here(
     return subprocess.CompletedProcess(["jobs.submit", *args], code, out.getvalue(), err.getvalue())
 
 
-def cli(module: str, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+def cli(
+    module: str, *args: str, env: dict[str, str] | None = None, cwd: Path = ROOT, timeout: float = 120
+) -> subprocess.CompletedProcess[str]:
     """`python -m MODULE args` (jobs.status, jobs.cancel, ...) from the project's folder (with `env` added)."""
     env = {**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}
     return subprocess.run(
-        [sys.executable, "-m", module, *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120
+        [sys.executable, "-m", module, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout
     )
 
 
@@ -618,15 +620,7 @@ def cluster_side(item: pytest.Item) -> str:
 
 def rehearse(folder: Path, *args: str, timeout: float = 900) -> tuple[subprocess.CompletedProcess[str], list[dict]]:
     """`python -m jobs.rehearse ARGS` in `folder`: its result, and the faults' verdicts from its certificate."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    result = subprocess.run(
-        [sys.executable, "-m", "jobs.rehearse", *args],
-        cwd=folder,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
+    result = cli("jobs.rehearse", *args, cwd=folder, timeout=timeout)
     found = [line.split()[1] for line in result.stdout.splitlines() if line.startswith("certificate: ")]
     assert found, result.stdout + result.stderr
     certificate = Path(found[0])
