@@ -2,7 +2,7 @@
 queue: a reference run, then one run per fault, each judged against it. Exit 0 only when every fault is
 certified (or survived where nothing can be compared).
 
-Runs on a local profile, or a Slurm one from the login node (a profile with a login is refused in one line)."""
+Runs on a local profile or a Slurm one; from a laptop (a profile with a login), on the login node."""
 
 import argparse
 import sys
@@ -10,7 +10,8 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from jobs.ops.rehearse import COLUMNS, FAULTS, HANG_S, Plan, profile_copy, rehearse
+from jobs.ops.rehearse import CHECK_S, COLUMNS, FAULTS, HANG_S, SCRIPT_HANG_S, Plan, profile_copy, rehearse
+from jobs.ops.remote_submit import rehearse_there
 from jobs.ops.submit_line import parse_args, split_command
 from jobs.profiles import load_profile, run_root_of
 from jobs.tracking import aligned
@@ -86,20 +87,22 @@ def main(argv: list[str] | None = None) -> int:
         raise UserError(f"{given[0]} is not for a rehearsal, which starts, names and waits for runs of its own; "
                         f"drop {given[0]}")  # fmt: skip
     profile = load_profile(submit.profile or "local")
-    if profile.executor == "debug" or profile.remote.login:
-        where = "in one process" if profile.executor == "debug" else f"through {profile.remote.login}"
+    if profile.executor == "debug":
         raise UserError(
-            f"profile {profile.name} runs {where}, and a rehearsal faults processes and reads each run's records "
-            "itself; rehearse with a local profile, or a Slurm one on the login node"
+            f"profile {profile.name} runs in one process, and a rehearsal faults processes; rehearse with a local "
+            "or a Slurm profile"
         )
+    if profile.remote.login:  # from a laptop: the rehearsal runs on the login node, where the records are
+        return rehearse_there(argv if argv is not None else sys.argv[1:], profile)
     stamp = time.strftime("rehearse-%Y%m%d-%H%M%S")
     folder = run_root_of(profile) / stamp
     folder.mkdir(parents=True)
     name = submit.profile or "local"
-    plan = Plan(rest, command, faults, args.steps, args.compare, stamp, name)
-    if command:  # a script's hang is named by the profile's script_hang_s: the rehearsal's own budget
+    plan = Plan(rest, command, faults, args.steps, args.compare, stamp, name, check_s=CHECK_S[profile.executor])
+    if command:  # a script's hang is named by the profile's script_hang_s: the rehearsal's own budgets
+        every = profile_copy(name, folder / "script.yaml", script_hang_s=SCRIPT_HANG_S)
         hang = profile_copy(name, folder / "hang.yaml", script_hang_s=HANG_S)
-        plan = replace(plan, profiles={"stop": hang, "frozen": hang})
+        plan = replace(plan, profile=every, profiles={"reference": every, "stop": hang, "frozen": hang})
     _, verdicts = rehearse(plan, folder, lambda line: print(line, flush=True), script=bool(command))
     show([[str(getattr(v, c)) for c in COLUMNS] for v in verdicts])
     for verdict in verdicts:

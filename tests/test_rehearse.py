@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from jobs.ops.rehearse import SAVE_S, Facts, Plan, judge, markdown, time_limit
+from jobs.ops.rehearse import SAVE_S, Facts, Plan, judge, markdown, time_limit, too_short
 from tests.messages import Golden, refused
 from tests.support import cli
 
@@ -98,20 +98,28 @@ def test_a_script_without_a_file_to_compare_survives_as_far_as_can_be_known() ->
 
 
 @pytest.mark.parametrize(
-    ("startup", "training", "minutes"),
-    [(10.0, 60.0, 1), (20.0, 150.0, 2), (0.0, 3.0, 1)],
+    ("startup", "training", "check_s", "minutes", "signal_at"),
+    [(10.0, 60.0, 0, 2, 40.0), (20.0, 150.0, 0, 3, 95.0), (0.0, 3.0, 0, 1, 2.0), (20.0, 150.0, 30, 3, 130.0)],
 )
-def test_the_time_limits_signal_comes_a_third_of_the_way_into_the_references_training(
-    startup: float, training: float, minutes: int
+def test_the_time_limits_signal_comes_halfway_through_the_references_training(
+    startup: float, training: float, check_s: int, minutes: int, signal_at: float
 ) -> None:
     attempt = {"started": 1000.0, "startup": {"process_start": 1000.0 - startup}, "stop": {"time": 1000.0 + training}}
-    got_minutes, delay = time_limit(attempt)
+    got_minutes, delay = time_limit(attempt, check_s)
     assert got_minutes == minutes
-    assert abs((minutes * 60 - delay) - (startup + training / 3)) < 1  # the signal, from the process's start
+    # From the process's start; on Slurm, whose check may send it check_s early, due 5 s later still.
+    assert abs((minutes * 60 - delay) - signal_at) < 1
     assert delay >= SAVE_S  # time left to save and requeue
     # A script's attempt has no start-up record: its command's start counts.
     script = {"started": 1000.0, "stop": {"time": 1000.0 + training}}
-    assert time_limit(script)[1] == int(time_limit(script)[0] * 60 - training / 3)
+    assert time_limit(script)[1] == int(time_limit(script)[0] * 60 - max(2.0, training / 2))
+
+
+def test_a_run_shorter_than_slurms_time_limit_check_is_not_given_the_fault() -> None:
+    attempt = {"started": 1000.0, "stop": {"time": 1075.0}}
+    assert too_short(attempt, 0) == ""  # the local controller signals on time
+    assert "trains for only 75 s: give it more steps, so that it trains for over 80 s" in too_short(attempt, 30)
+    assert too_short({"started": 1000.0, "stop": {"time": 1081.0}}, 30) == ""
 
 
 def test_the_time_limit_faults_run_alone_gets_its_limit_and_profile() -> None:
@@ -127,3 +135,11 @@ def test_a_run_the_fault_never_reached_is_not_rehearsed_not_certified() -> None:
     verdict = judge("kill", Facts(finished=True, end="a", first_steps=[100.0]), REFERENCE, 150.0, 30, script=False)
     assert verdict.verdict == "not rehearsed" and not verdict.passes
     assert verdict.fix == "the run ended before the fault took hold: give it more steps"
+
+
+def test_a_login_node_it_cannot_reach_is_one_line(golden: Golden, tmp_path: Path) -> None:
+    """From a laptop the rehearsal runs on the login node: one it cannot reach ends in one line, nothing run."""
+    (tmp_path / "site.yaml").write_text("executor: slurm\nlogin: nobody@unreachable.invalid\nremote_root: /r\n")
+    result = cli("jobs.rehearse", "--profile", "site.yaml", cwd=tmp_path, timeout=60)
+    refused(result, golden, "unreachable.invalid", outside=r"cannot reach \S+: (.*); check")
+    assert not (tmp_path / "runs").exists()

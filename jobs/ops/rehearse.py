@@ -27,14 +27,19 @@ from trainer.supervise.stacks import ranks_of
 
 FAULTS = {
     "preempt": "preempted: the requeue signal to the job, as when a job of higher priority takes its nodes",
-    "timeout": "the time limit: a limit whose signal comes a third of the way into training, at each start",
+    "timeout": "the time limit: a limit whose signal comes halfway through training, at each start",
     "kill": "one rank killed (SIGKILL) mid-step",
     "kill-checkpoint": "one rank killed (SIGKILL) while a checkpoint is written",
     "stop": "one rank frozen (SIGSTOP)",
     "frozen": "every rank frozen at once (SIGSTOP)",
 }
-HANG_S = 15  # the rehearsal's hang budgets (hang.floor_s, script_hang_s): a hang is named within a minute
+HANG_S = 15  # the hang budgets (hang.floor_s, script_hang_s) of the runs that freeze a rank
+SCRIPT_HANG_S = 60  # a script's other runs': one that hangs by itself is named in a minute, not the profile's
 SAVE_S = 30  # the time limit's signal comes at least this long before the limit: the stop's save and requeue
+# Slurm sends a time limit's signal from a check every 30 s (slurmctld's PERIODIC_TIMEOUT), up to that long
+# before it is due, and counts the limit from the job's start, a few seconds before its processes'. The local
+# controller sends it on time.
+CHECK_S = {"slurm": 30, "local": 0}
 FIX = {
     "failed": "set restarts_in_job: 1 (a restart in the allocation) or requeue_on_failure: 1 in the profile",
     "lost": "save to $RUN_DIR and load it when it is there (README.md, Your script)",
@@ -179,13 +184,14 @@ class Plan:
     compare: str | None
     stamp: str
     profile: str = "local"  # the submit line's profile, copied with a fault's own settings where it needs some
-    profiles: dict[str, str] = field(default_factory=dict)  # fault: its copy of the profile
+    profiles: dict[str, str] = field(default_factory=dict)  # fault, or "reference" (every run): a copy of it
     time_min: int | None = None  # the time-limit fault's limit (after any --time of the submit line's)
+    check_s: int = 0  # how late the time limit's signal may come (CHECK_S, by the profile's executor)
 
     def argv(self, name: str, fault: str | None) -> list[str]:
         words = list(self.submit)
-        if fault in self.profiles:
-            words += ["--profile", self.profiles[fault]]
+        if copy := self.profiles.get(fault or "reference", self.profiles.get("reference")):
+            words += ["--profile", copy]
         if fault == "timeout" and self.time_min is not None:
             words += ["--time", str(self.time_min)]
         if not self.command:
@@ -204,24 +210,45 @@ def profile_copy(profile: str, path: Path, **settings: Any) -> str:
     return str(path)
 
 
-def time_limit(attempt: dict[str, Any]) -> tuple[int, int]:
-    """The time limit (minutes) and signal_delay_s that signal a run like the reference's `attempt` a third of
-    the way into its training, counted from its process's start, with SAVE_S or more left to save and requeue."""
+def time_limit(attempt: dict[str, Any], check_s: int = 0) -> tuple[int, int]:
+    """The time limit (minutes) and signal_delay_s that signal a run like the reference's `attempt` halfway
+    through its training, counted from its process's start, with SAVE_S or more left to save and requeue.
+    Halfway: the next start has at most half the training left, so it ends before its own signal. A signal
+    that may come `check_s` early (Slurm's) is due that much later, and 5 s more for the job's own start."""
     began = (attempt.get("startup") or {}).get("process_start", attempt["started"])  # a script's: its command's
-    startup = float(attempt["started"]) - float(began)
-    training = float((attempt.get("stop") or {}).get("time", attempt["started"])) - float(attempt["started"])
-    signal_after = startup + training / 3
+    signal_after = float(attempt["started"]) - float(began) + max(2.0, trained_s(attempt) / 2)
+    signal_after += check_s + 5 if check_s else 0
     minutes = max(1, math.ceil((signal_after + SAVE_S) / 60))
     return minutes, int(minutes * 60 - signal_after)
+
+
+def trained_s(attempt: dict[str, Any]) -> float:
+    """Seconds from an attempt's first step to its stop."""
+    return float((attempt.get("stop") or {}).get("time", attempt["started"])) - float(attempt["started"])
+
+
+def too_short(attempt: dict[str, Any], check_s: int) -> str:
+    """Why a run like `attempt` cannot be given the time limit's signal while it trains, or ""."""
+    # Due check_s + 5 s after halfway, so the second half must outlast that, and the save after it.
+    if check_s and trained_s(attempt) < 2 * (check_s + 10):
+        return (
+            f"Slurm sends the time limit's signal from a check every {check_s} s, and the run trains for only "
+            f"{trained_s(attempt):.0f} s: give it more steps, so that it trains for over {2 * (check_s + 10)} s"
+        )
+    return ""
 
 
 TIMEOUT_TRIES = 3
 
 
+def last_attempt(run_dir: Path) -> dict[str, Any]:
+    return json.loads(RunDir(run_dir).attempts.read_text())[-1]
+
+
 def timed_from(plan: Plan, folder: Path, run_dir: Path) -> Plan:
     """The plan with the time-limit fault's limit timed from `run_dir`'s last attempt (a profile copy)."""
-    [attempt] = json.loads(RunDir(run_dir).attempts.read_text())[-1:]
-    minutes, delay = time_limit(attempt)
+    attempt = last_attempt(run_dir)
+    minutes, delay = time_limit(attempt, plan.check_s)
     copy = profile_copy(plan.profile, folder / "timeout.yaml", signal_delay_s=delay, max_num_timeout=20)
     return replace(plan, profiles={**plan.profiles, "timeout": copy}, time_min=minutes)
 
@@ -289,11 +316,22 @@ def first_stop(run_dir: Path) -> dict[str, Any] | None:
     return stop if isinstance(stop, dict) else None
 
 
+def reached(run_dir: Path, at_step: int, at_s: float) -> bool:
+    """Whether the run trained to `at_step` (0: ran `at_s` seconds since its first attempt began), or ended."""
+    attempts = json_or_none(RunDir(run_dir).attempts)
+    first = attempts[0] if isinstance(attempts, list) and attempts and isinstance(attempts[0], dict) else {}
+    if first.get("stop"):
+        return True
+    if at_step > 0:
+        return step_of(run_dir) >= at_step
+    began = first.get("started")
+    return isinstance(began, int | float) and time.time() >= began + at_s
+
+
 def inject(fault: str, run_dir: Path, script: bool, at_step: int, at_s: float) -> tuple[float, int | None, bool]:
-    """Make `fault` happen once the run trained to `at_step` (a script: `at_s` seconds into its training); when
-    it happened, at which step, and whether the script had saved anything by then."""
-    started = time.monotonic()
-    poll(lambda: step_of(run_dir) >= at_step if not script else time.monotonic() - started >= at_s, 300, 0.1)
+    """Make `fault` happen once the run trained to `at_step` (0, a script that reports no steps: `at_s` seconds
+    after it began, queued time not counted); when it happened, at which step, whether a script saved anything."""
+    poll(lambda: reached(run_dir, at_step, at_s), 3600, 0.1)
     if fault == "timeout":  # the limit's signal comes by itself: when the first attempt stopped on it
         stop = poll(lambda: first_stop(run_dir), 3600, 0.5) or {}
         if stop.get("reason") != "timeout":
@@ -329,17 +367,21 @@ def rehearse(plan: Plan, folder: Path, say: Callable[[str], None], script: bool)
     reference = facts_of(ref_dir, plan.compare)
     if not reference.finished:
         raise UserError(f"the reference run did not finish ({reference.error or 'see ' + str(ref_dir)}); fix it first")
-    took = time.monotonic() - began
-    final = step_of(ref_dir)
+    final = step_of(ref_dir)  # a script that reports no steps: -1, its fault timed from its start
+    at_step = max(1, final // 3) if final > 0 else 0
+    ran_s = trained_s(last_attempt(ref_dir))
     plan = timed_from(plan, folder, ref_dir) if "timeout" in plan.faults else plan
     verdicts = []
     for fault in plan.faults:
         say(f"{fault}: {FAULTS[fault]}")
+        if fault == "timeout" and (why := too_short(last_attempt(ref_dir), plan.check_s)):
+            verdicts.append(Verdict(fault, "not rehearsed", "-", "-", "-", None, "-", "-", why))
+            continue
         for again in range(TIMEOUT_TRIES if fault == "timeout" else 1):
             run_dir = submit_run(plan, f"{plan.stamp}-{fault}" + (f"-{again + 1}" if again else ""), fault)
             why = NOT_REHEARSED.get(fault, "")
             try:
-                fault_at, fault_step, saved = inject(fault, run_dir, script, max(1, final // 3), took / 3)
+                fault_at, fault_step, saved = inject(fault, run_dir, script, at_step, ran_s / 2)
             except (UserError, OSError) as exc:  # the run ended first, srun could not reach a node
                 fault_at, fault_step, saved, why = time.time(), None, True, f"the fault could not be made: {exc}"
             wait_run(run_dir, 3600)

@@ -22,7 +22,7 @@ from jobs.remote.runs import RemoteRun
 from jobs.remote.ssh import Connection, Login, dropped
 from jobs.snapshot import git_diff, plan_snapshot
 from jobs.tracking import by_name
-from trainer.errors import UserError
+from trainer.errors import UserError, printable
 
 PROFILE = ".slurm-ddp/profile.yaml"  # in the login node's copy of the folder: the profile as the cluster runs it
 LOCAL_ONLY = ("name", "login", "remote_root", "ssh_options")
@@ -313,3 +313,38 @@ def submit_there(connection: Connection, cwd: str, run: RemoteRun, args: list[st
     if done.returncode != 0:
         raise Unsettled(f"the submit on {connection.login.login} ended with exit {done.returncode}")
     return done.stdout
+
+
+def rehearse_there(argv: list[str], profile: Profile) -> int:
+    """`python -m jobs.rehearse ARGV` on the login node, where its runs' records are: this folder's code sent
+    as for a submit, the rehearsal's lines printed as they come (plain text), its certificate copied into
+    ./runs/rehearse-TIME/. Its exit code. The rehearsal lasts as long as the connection: a dropped one ends it."""
+    login = login_of(profile)
+    connection = Connection(login)
+    hello = greeting(connection.call("hello", login.remote_root, timeout=60), login)
+    root = root_of(hello, login)
+    if hello["missing"]:
+        raise UserError(f"the cluster's python cannot import {', '.join(map(str, hello['missing']))}: install the "
+                        "project's dependencies there (pip install -e . in a clone), or set python: in the profile")  # fmt: skip
+    cwd = send_folder(connection, login, profile, root)
+    process = subprocess.Popen(
+        connection.argv("run", cwd, "jobs.rehearse", *with_profile(argv, PROFILE)),
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, errors="replace",
+    )  # fmt: skip
+    certificate = ""
+    assert process.stdout is not None and process.stderr is not None
+    for line in process.stdout:
+        print(printable(line.rstrip("\n")), flush=True)
+        if re.fullmatch(r"certificate: (/[^ ]+/rehearsal\.md) \(and rehearsal\.json\)", line.strip()):
+            certificate = line.split()[1]
+    err = process.stderr.read()
+    if process.wait() == 2 and "error: " in err:  # refused there, or the reference failed: one line
+        raise UserError(connection.explain(2, err))
+    sys.stderr.write(printable(err, escaped=True) + "\n" if err.strip() else "")
+    if certificate:
+        here = Path(runs.LOCAL_ROOT).resolve() / Path(certificate).parent.name
+        here.mkdir(parents=True, exist_ok=True)
+        for name in ("rehearsal.md", "rehearsal.json"):
+            (here / name).write_bytes(connection.call("read", str(Path(certificate).with_name(name)), "0"))
+        print(f"certificate here: {here / 'rehearsal.md'}")
+    return process.returncode

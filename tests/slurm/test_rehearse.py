@@ -1,15 +1,23 @@
 """jobs.rehearse on the real cluster, 2 nodes x 1 task: the preemption is the scheduler's (scancel -b, then a
-requeue), and each rank's fault comes from a step on its node (srun --overlap). Not the time limit: Slurm sends
-its signal from a check about once a minute, so a run of seconds ends first (jobs/README.md says so)."""
+requeue), each rank's fault comes from a step on its node (srun --overlap), and the time limit is Slurm's own
+(its signal from slurmctld's check every 30 s). Code shaped like users': the built-in trainer, a plain DDP
+script that saves to $RUN_DIR, one that never saves, a Lightning script with README's recipe, one that hangs."""
 
+import hashlib
+import shutil
+import sys
 from pathlib import Path
 
-from tests.support import mini_profile, rehearse
+from tests import frameworks
+from tests.support import cli, mini_profile, rehearse
+
+SCRIPTS = Path(__file__).parents[1] / "scripts"
+TWO_NODES = ["--nodes", "2", "--gpus-per-node", "1"]
 
 
 def test_the_trainer_is_certified_on_every_fault_on_two_nodes(tmp_path: Path, sample_root: Path) -> None:
     profile = mini_profile(tmp_path, "restarts_in_job: 2\n")
-    args = ["--profile", str(profile), "--nodes", "2", "--gpus-per-node", "1", "--steps", "60"]
+    args = ["--profile", str(profile), *TWO_NODES, "--steps", "60"]
     args += ["--faults", "preempt,kill,kill-checkpoint,stop,frozen"]
     args += ["checkpoint.every=10", "log.every=5", "log.image_every=0", f"data.root={sample_root / 'pix2pix'}"]
     result, verdicts = rehearse(tmp_path, *args, timeout=1500)
@@ -21,3 +29,71 @@ def test_the_trainer_is_certified_on_every_fault_on_two_nodes(tmp_path: Path, sa
     named = {v["fault"]: v["named"] for v in verdicts}
     assert "rank 1" in named["stop"] and "hung" in named["stop"], named
     assert "every rank stopped" in named["frozen"], named
+
+
+def test_the_time_limit_is_rehearsed_with_slurms_own_signal(tmp_path: Path, sample_root: Path) -> None:
+    # Slurm's check may send the signal 30 s before it is due: due that much after halfway, it needs a run that
+    # trains over 80 s; a shorter one is not given the fault, and says so. 2,000 steps train for about 140 s.
+    profile = mini_profile(tmp_path)
+    args = ["--profile", str(profile), *TWO_NODES, "--faults", "timeout", "log.every=10", "log.image_every=0"]
+    args += ["checkpoint.every=50", f"data.root={sample_root / 'pix2pix'}"]
+    short, [verdict] = rehearse(tmp_path, *args, "--steps", "10", timeout=600)
+    assert short.returncode == 1 and verdict["verdict"] == "not rehearsed", verdict
+    assert "from a check every 30 s" in verdict["fix"] and "give it more steps" in verdict["fix"]
+    result, [verdict] = rehearse(tmp_path, *args, "--steps", "2000", timeout=1500)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert verdict["verdict"] == "certified" and verdict["exact"] == "equal", verdict
+    assert verdict["recovered"].startswith("requeued ") and verdict["recomputed"] == "0", verdict
+
+
+def test_scripts_are_judged_by_what_they_save(tmp_path: Path) -> None:
+    """Certified where it saves to $RUN_DIR, lost work where it never saves, each on the scheduler's requeue and
+    a restart in the allocation."""
+    shutil.copy(SCRIPTS / "saves_to_run_dir.py", tmp_path / "train.py")
+    shutil.copy(SCRIPTS / "never_saves.py", tmp_path / "forgetful.py")
+    base = ["--profile", str(mini_profile(tmp_path, "restarts_in_job: 2\n")), *TWO_NODES]
+    command = ["--", sys.executable, "train.py"]
+    saves, verdicts = rehearse(tmp_path, *base, "--faults", "preempt,kill,stop", "--compare", "final.pt", *command)
+    assert saves.returncode == 0, saves.stdout + saves.stderr
+    assert all(v["verdict"] == "certified" and v["exact"] == "equal" for v in verdicts), verdicts
+    assert [v["recovered"] for v in verdicts] == ["requeued 1x", *["restarted in the allocation 1x"] * 2], verdicts
+    assert all(v["went_on_from"].startswith("step ") for v in verdicts), verdicts
+    assert "rank 1" in verdicts[2]["named"], verdicts[2]
+    forgets, [verdict] = rehearse(tmp_path, *base, "--faults", "kill", "--", sys.executable, "forgetful.py")
+    assert forgets.returncode == 1 and verdict["verdict"] == "lost work", verdict
+    assert "save to $RUN_DIR and load it when it is there" in verdict["fix"]
+
+
+def test_lightning_with_readmes_recipe_and_a_script_that_hangs(tmp_path: Path) -> None:
+    """Lightning as README's table writes it, seeded, its final weights saved: the verdict says what the weights
+    say (Lightning itself warns that its resume mid-epoch is not exact). A script that hangs on purpose is named
+    in its reference run, and the rehearsal ends there in one line."""
+    folder = tmp_path / "lightning"
+    folder.mkdir()
+    frameworks.write(folder, "lightning")
+    script = folder / "train_lightning.py"
+    text = script.read_text().replace(
+        'if __name__ == "__main__":\n', 'if __name__ == "__main__":\n    L.seed_everything(0)\n'
+    )
+    fit = 'trainer.fit(Model(), data, ckpt_path="last")'
+    save = 'torch.save(model.state_dict(), os.path.join(os.environ["RUN_DIR"], "final.pt"))'
+    script.write_text(text.replace(fit, f"model = Model()\n    {fit.replace('Model()', 'model')}\n    {save}"))
+    base = ["--profile", str(mini_profile(tmp_path)), *TWO_NODES]
+    args = [*base, "--faults", "preempt", "--compare", "final.pt", "--", sys.executable, script.name]
+    result, [verdict] = rehearse(folder, *args, timeout=900)
+    assert verdict["recovered"] == "requeued 1x", verdict
+    preempted = Path(verdict["run_dir"])
+    reference = preempted.with_name(preempted.name.replace("-preempt", "-reference"))
+    same = digest(reference / "final.pt") == digest(preempted / "final.pt")
+    assert (verdict["verdict"], verdict["exact"]) == (
+        ("certified", "equal") if same else ("survived, not exact", "differs")
+    )
+    assert result.returncode == (0 if same else 1), result.stdout + result.stderr
+    shutil.copy(SCRIPTS / "hangs.py", tmp_path / "hangs.py")
+    hangs = cli("jobs.rehearse", *base, "--", sys.executable, "hangs.py", cwd=tmp_path, timeout=600)
+    assert hangs.returncode == 2 and len(hangs.stderr.strip().splitlines()) == 1, hangs.stdout + hangs.stderr
+    assert "the reference run did not finish (rank 1" in hangs.stderr and "hung" in hangs.stderr, hangs.stderr
+
+
+def digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()

@@ -286,3 +286,16 @@ def test_a_connection_dropped_during_the_submit_leaves_a_run_the_laptop_can_find
     assert waited.returncode == 0 and "hello" in waited.stdout, waited.stdout + waited.stderr
     listed = run(folder, "jobs.list")
     assert any(line.split()[:3] == [names[0], "site", job] for line in listed.stdout.splitlines()), listed.stdout
+
+
+def test_a_rehearsal_from_the_laptop_runs_on_the_login_node(login_node: None, tmp_path: Path) -> None:
+    """jobs.rehearse with a login profile: the code is sent, the rehearsal runs there, where its runs' records
+    are, and its certificate comes back into the laptop's runs/."""
+    folder = laptop(tmp_path, {"restarts_in_job": 1})
+    args = ["--profile", "site.yaml", "--nodes", "2", "--gpus-per-node", "1", "--faults", "kill", "--steps", "40"]
+    result = run(folder, "jobs.rehearse", *args, "checkpoint.every=10", "log.image_every=0", timeout=900)
+    assert result.returncode == 0, result.stdout + result.stderr
+    [certificate] = (folder / "runs").glob("rehearse-*/rehearsal.json")
+    [verdict] = json.loads(certificate.read_text())["faults"]
+    assert verdict["verdict"] == "certified" and verdict["recovered"] == "restarted in the allocation 1x", verdict
+    assert Path(verdict["run_dir"]).parent.parent == tmp_path / "cluster-runs"
