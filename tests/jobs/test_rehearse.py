@@ -21,8 +21,8 @@ def test_the_trainer_is_certified_on_every_fault(tmp_path: Path, sample_root: Pa
     assert [v["fault"] for v in verdicts] == ["preempt", "timeout", "kill", "kill-checkpoint", "stop", "frozen"]
     assert all(v["verdict"] == "certified" and v["exact"] == "equal" for v in verdicts), verdicts
     assert verdicts[0]["recovered"] == "requeued 1x" and verdicts[0]["recomputed"] == "0"
-    # The limit's signal comes at each start, a third of the way into the reference's training: requeued, more
-    # than once, each time from the step it saved at the signal.
+    # The limit's signal comes halfway through the reference's training: requeued, and on from the step it
+    # saved at the signal.
     assert verdicts[1]["recovered"].startswith("requeued ") and verdicts[1]["recomputed"] == "0", verdicts[1]
     assert all(v["recovered"] == "restarted in the allocation 1x" for v in verdicts[2:]), verdicts
     named = {v["fault"]: v["named"] for v in verdicts}
