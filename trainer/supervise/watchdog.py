@@ -540,10 +540,9 @@ IDLE_CPU = 0.05
 class CommandWatch:
     """Whether a command makes progress, seen from its task: once the command calls trainer.requeue.progress(),
     those calls alone count; before (or never), output to the log, or CPU time of its processes above IDLE_CPU
-    of one core since the last progress, does. A command idle for `budget_s` is a hang (a rank blocked in a
+    of one core since the last progress, does. A command idle for the hang timeout is a hang (a rank blocked in a
     gloo collective uses next to no CPU and prints nothing; NCCL's proxy thread spins: call progress() there)."""
 
-    budget_s: float
     progress: str  # progress_path()
     last: tuple[int, int, float] = (-1, -1, -1.0)  # CPU ticks and output bytes at the last progress; touched
     since: float = field(default_factory=time.monotonic)
