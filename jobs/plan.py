@@ -56,10 +56,10 @@ class Plan:
         return (self.parameters.get("nodes", 1) - self.spare_nodes) * per_node
 
 
-def submit_command(python: str, log_dir: Path, launcher: list[str] | None = None) -> str:
+def submit_command(python: str, log_dir: Path, launcher: list[str]) -> str:
     """What srun starts in each task: submitit's entry, with the interpreter quoted (a path with a space),
     behind `launcher` (a container runtime's words) when there is one."""
-    return shlex.join([*(launcher or []), python, "-u", "-m", "submitit.core._submit", str(log_dir)])
+    return shlex.join([*launcher, python, "-u", "-m", "submitit.core._submit", str(log_dir)])
 
 
 def after_options(srun_command: str) -> str:
