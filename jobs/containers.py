@@ -12,8 +12,6 @@ profile's `container_mounts`, and the tasks run the container's Python (`python:
 from jobs.profiles import Profile, run_root_of
 from trainer.errors import UserError
 
-RUNTIMES = ("pyxis", "apptainer")
-
 
 def mounts(profile: Profile) -> list[str]:
     """`src:dst` pairs: the run root at its own path, then the profile's (a bare path: at the same path).

@@ -249,24 +249,20 @@ class LocalExecutor(submitit.LocalExecutor):  # type: ignore[misc]
     def __init__(
         self,
         folder: Path,
-        settings: JobSettings | None = None,
-        cwd: Path | None = None,
-        array_parallelism: int = 0,
-        run_dirs: Sequence[Path] = (),
+        settings: JobSettings,
+        cwd: Path | None,
+        array_parallelism: int,
+        run_dirs: Sequence[Path],
     ) -> None:
         super().__init__(folder)
         self.run_dirs = list(run_dirs)  # one per job, in the order they are submitted (a sweep's points)
-        self.settings = (
-            settings or JobSettings()
-        )  # the requeue signal it sends, and how often it restarts the tasks after one
+        self.settings = settings  # the requeue signal it sends, and how often it restarts the tasks after one
         self.array_parallelism = array_parallelism  # 0: as many as the machine's CPUs (GPUs) allow
         self.cwd = cwd  # the code snapshot: the controller and its tasks (and their restarts) run in it
 
     def _submit_command(self, command: str) -> local.LocalJob[Any]:
         # submitit's start_controller, running this module's controller instead of submitit.local._local.
         params = self.parameters
-        if params.get("setup"):  # submitit runs its controller through a shell then: keep its own
-            return super()._submit_command(command)  # type: ignore[no-any-return]
         ntasks = params.get("tasks_per_node", 1)
         visible_gpus = params.get("visible_gpus", ())
         gpus = range(params.get("gpus_per_node", 0)) if visible_gpus == () else visible_gpus[: params["gpus_per_node"]]

@@ -55,15 +55,11 @@ class Plan:
         per_node = self.parameters.get("ntasks_per_node", self.parameters.get("tasks_per_node", 1))
         return (self.parameters.get("nodes", 1) - self.spare_nodes) * per_node
 
-    def submitit_command(self) -> str:
-        """The command each task runs: the same string submitit's SlurmExecutor builds, after srun's `--`."""
-        return after_options(submit_command(self.python, self.log_dir, self.launcher))
 
-
-def submit_command(python: str, log_dir: Path, launcher: list[str] | None = None) -> str:
+def submit_command(python: str, log_dir: Path, launcher: list[str]) -> str:
     """What srun starts in each task: submitit's entry, with the interpreter quoted (a path with a space),
     behind `launcher` (a container runtime's words) when there is one."""
-    return shlex.join([*(launcher or []), python, "-u", "-m", "submitit.core._submit", str(log_dir)])
+    return shlex.join([*launcher, python, "-u", "-m", "submitit.core._submit", str(log_dir)])
 
 
 def after_options(srun_command: str) -> str:
@@ -363,5 +359,7 @@ def sbatch_script(plan: Plan) -> str:
     params = dict(plan.parameters)
     if len(plan.run_dirs) > 1:
         params["map_count"] = len(plan.run_dirs)
-    script = _make_sbatch_string(command=plan.submitit_command(), folder=plan.log_dir, **params)
+    # The command each task runs: the same string submitit's SlurmExecutor builds, after srun's `--`.
+    command = after_options(submit_command(plan.python, plan.log_dir, plan.launcher))
+    script = _make_sbatch_string(command=command, folder=plan.log_dir, **params)
     return restarts.supervised(script, *plan.supervisor) if plan.supervisor else script

@@ -156,10 +156,10 @@ def is_run(path: Path) -> bool:
     return path.is_dir() and (any(r.is_file() for r in records) or bool(point_dirs(path)))
 
 
-def find_all(target: str, profile: str | None = None) -> list[tuple[str, Target]]:
+def find_all(target: str) -> list[tuple[str, Target]]:
     """The jobs behind a run directory or job id (one, named ""), or behind a sweep's folder (one per point,
     named after the point's folder)."""
-    target = by_name(target, profile)
+    target = by_name(target)
     path = Path(target)
     if path.is_dir() and not RunDir(path).job.exists():
         points = point_dirs(path)
@@ -168,9 +168,9 @@ def find_all(target: str, profile: str | None = None) -> list[tuple[str, Target]
     return [("", find(target))]
 
 
-def find(target: str, profile: str | None = None) -> Target:
+def find(target: str) -> Target:
     """A run directory (holding job.json), its name (by_name), or a job id."""
-    target = by_name(target, profile)
+    target = by_name(target)
     path = Path(target)
     if path.is_dir():
         record_file = RunDir(path).job

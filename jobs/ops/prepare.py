@@ -243,7 +243,7 @@ def prepare(given: tuple[str, ...], args: argparse.Namespace, command: list[str]
             f"--dry-run prints an sbatch script; profile {profile.name} runs with the {plan.executor} executor"
         )
     request = Request(plan, folder, wait, args.dry_run, bool(args.resume), finished, snapshot, profile, given)
-    note = code_note(args, folder, code_dir, snapshot) if args.resume else ""
+    note = code_note(folder, code_dir, snapshot) if args.resume else ""
     return dataclasses.replace(request, lists=lists if not args.dry_run and not args.resume else {}, code_note=note)
 
 
@@ -408,7 +408,7 @@ def prepare_script(
             f"--dry-run prints an sbatch script; profile {profile.name} runs with the {plan.executor} executor"
         )
     wait = args.wait or profile.executor == "debug"
-    note = code_note(args, folder, code_dir, snapshot) if args.resume else ""
+    note = code_note(folder, code_dir, snapshot) if args.resume else ""
     return Request(plan, folder, wait, args.dry_run, bool(args.resume), snapshot=snapshot, code_note=note)
 
 

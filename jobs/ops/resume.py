@@ -2,7 +2,6 @@
 model's shapes, its number of processes), a run that still runs refused; the code it runs, and with
 --current-code this folder's code put in place of the run's snapshot (kept in superseded/)."""
 
-import argparse
 import contextlib
 import os
 import sys
@@ -27,7 +26,7 @@ from trainer.run.checkpoint_names import list_checkpoints
 from trainer.run.rundir import RunDir
 
 
-def code_note(args: argparse.Namespace, folder: Path, code_dir: Path | None, snapshot: Snapshot | None) -> str:
+def code_note(folder: Path, code_dir: Path | None, snapshot: Snapshot | None) -> str:
     """Which code a --resume runs, in one line."""
     if code_dir is None:
         return "code: the code on disk as the tasks start (the run has no snapshot)"

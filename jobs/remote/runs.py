@@ -26,8 +26,8 @@ class RemoteRun:
     folder: str = ""  # this record's folder here, as advice printed here names the run (not stored in it)
 
 
-def local_folder(run_dir: str, root: Path | None = None) -> Path:
-    return (root or Path(LOCAL_ROOT)).resolve() / Path(run_dir).name
+def local_folder(run_dir: str) -> Path:
+    return Path(LOCAL_ROOT).resolve() / Path(run_dir).name
 
 
 def shown(folder: Path) -> str:

@@ -36,7 +36,6 @@ def origin(cwd: Path) -> tuple[dict, str] | None:
 @dataclass(frozen=True)
 class Sent:
     files: int  # new or changed files sent
-    unchanged: int
     bytes: int  # the tar's size, what went over the connection
 
 
@@ -70,4 +69,4 @@ def send(connection: Connection, snapshot: Snapshot, folder: str, extra: dict[st
     remote = json.loads(connection.call("manifest", folder) or b"{}")
     data, sent = changed_tar(snapshot, remote, extra)
     connection.call("receive", folder, data=data)
-    return Sent(sent, len(snapshot.files) + len(snapshot.tool_files) - sent, len(data))
+    return Sent(sent, len(data))

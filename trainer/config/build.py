@@ -77,7 +77,7 @@ def example_of(cls: type, name: str, tp: Any) -> str:
         return f"{default:g}" if isinstance(default, float) else str(default)
     if isinstance(default, str) and default and tp is str:
         return default
-    return _example(tp)
+    return {bool: "true", int: "10", float: "0.001"}.get(tp, "text")
 
 
 def from_dict(cls: type, data: Mapping[str, Any], prefix: str = "") -> Any:
@@ -185,10 +185,6 @@ def _parse_scalar(raw: str, tp: Any, key: str, example: str) -> Any:
     except ValueError:
         raise UserError(f"{key}={raw}: expected {_type_name(tp)}; give e.g. {key}={example}") from None
     return raw
-
-
-def _example(tp: Any) -> str:
-    return {bool: "true", int: "10", float: "0.001"}.get(tp, "text")
 
 
 def parse_overrides(items: Iterable[str], task: str | None = None) -> dict[str, Any]:

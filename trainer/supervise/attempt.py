@@ -76,10 +76,10 @@ class Attempt:
         return {ATTEMPT: self.prefix, IN_JOB_RESTART: str(self.in_job), WATCH_BEAT: str(self.beat)}
 
     @staticmethod
-    def of(prefix: str, in_job: int = 0) -> Attempt:
+    def of(prefix: str) -> Attempt:
         """The attempt a task was told of (ATTEMPT): `LOG_DIR/attempt_JOB_REQUEUE`."""
         head, _, requeue = Path(prefix).name.removeprefix("attempt_").rpartition("_")
-        return Attempt(Path(prefix).parent, head, int(requeue) if requeue.isdigit() else 0, in_job)
+        return Attempt(Path(prefix).parent, head, int(requeue) if requeue.isdigit() else 0)
 
 
 def mark_stopped(prefix: str | None) -> None:

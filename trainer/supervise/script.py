@@ -412,7 +412,7 @@ def _run(
         relay.watch(Attempt.of(env.attempt).node_signal, requeue, fallback=Attempt.of(env.attempt).signal)
     acted: set[int] = set()
     hang = HangConfig(**settings.hang)
-    watch = CommandWatch(hang.timeout_s, progress)
+    watch = CommandWatch(progress)
     hung, checked, beat_due = "", time.monotonic(), 0.0
     stuck: tuple[int, str] | None = None
     over = False  # the command outlived its grace after the requeue signal, and was stopped

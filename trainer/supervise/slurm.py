@@ -176,8 +176,8 @@ class Steps:
         return ended.status if ended.status >= 0 else 128 - ended.status  # killed by N: 128 + N, as a shell says
 
 
-def supervise(spec: dict, srun: list[str], environ: Mapping[str, str] | None = None) -> int:
-    env = os.environ if environ is None else environ
+def supervise(spec: dict, srun: list[str]) -> int:
+    env = os.environ
     steps = Steps(spec, srun, env)
     nodes_n = int(env.get("SLURM_JOB_NUM_NODES") or 1)
 

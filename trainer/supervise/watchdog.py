@@ -519,10 +519,6 @@ def progress_path() -> str:
 TICKS_PER_S = os.sysconf("SC_CLK_TCK")
 
 
-def _cpu_ticks(pids: list[int]) -> int:
-    return sum(procfs.cpu_ticks(pid) for pid in pids)  # one that ended meanwhile counts 0
-
-
 def _output_bytes() -> int:
     total = 0
     for fd in (1, 2):  # the command writes into this task's own log files
@@ -540,10 +536,9 @@ IDLE_CPU = 0.05
 class CommandWatch:
     """Whether a command makes progress, seen from its task: once the command calls trainer.requeue.progress(),
     those calls alone count; before (or never), output to the log, or CPU time of its processes above IDLE_CPU
-    of one core since the last progress, does. A command idle for `budget_s` is a hang (a rank blocked in a
+    of one core since the last progress, does. A command idle for the hang timeout is a hang (a rank blocked in a
     gloo collective uses next to no CPU and prints nothing; NCCL's proxy thread spins: call progress() there)."""
 
-    budget_s: float
     progress: str  # progress_path()
     last: tuple[int, int, float] = (-1, -1, -1.0)  # CPU ticks and output bytes at the last progress; touched
     since: float = field(default_factory=time.monotonic)
@@ -559,7 +554,8 @@ class CommandWatch:
             progressed = touched != self.last[2]
             sample = (0, 0, touched)
         else:
-            sample = (_cpu_ticks(pids), _output_bytes(), touched)
+            # CPU ticks of the command's processes (one that ended meanwhile counts 0), output bytes
+            sample = (sum(procfs.cpu_ticks(pid) for pid in pids), _output_bytes(), touched)
             cpu_s = (sample[0] - self.last[0]) / TICKS_PER_S
             progressed = sample[1] != self.last[1] or self.last[0] < 0 or cpu_s > IDLE_CPU * max(now - self.since, 1.0)
         if progressed:
