@@ -298,4 +298,5 @@ def test_a_rehearsal_from_the_laptop_runs_on_the_login_node(login_node: None, tm
     [certificate] = (folder / "runs").glob("rehearse-*/rehearsal.json")
     [verdict] = json.loads(certificate.read_text())["faults"]
     assert verdict["verdict"] == "certified" and verdict["recovered"] == "restarted in the allocation 1x", verdict
-    assert Path(verdict["run_dir"]).parent.parent == tmp_path / "cluster-runs"
+    assert Path(verdict["run_dir"]).parent == tmp_path / "cluster-runs"  # the runs are the cluster's
+    assert f"certificate here: {certificate.with_name('rehearsal.md')}" in result.stdout
