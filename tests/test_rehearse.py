@@ -119,6 +119,7 @@ def test_a_run_shorter_than_slurms_time_limit_check_is_not_given_the_fault() -> 
     attempt = {"started": 1000.0, "stop": {"time": 1075.0}}
     assert too_short(attempt, 0) == ""  # the local controller signals on time
     assert "trains for only 75 s: give it more steps, so that it trains for over 80 s" in too_short(attempt, 30)
+    assert "give it --steps 720, so that" in too_short(attempt, 30, steps=600)  # the trainer's: 90 s of them
     assert too_short({"started": 1000.0, "stop": {"time": 1081.0}}, 30) == ""
 
 

@@ -227,15 +227,17 @@ def trained_s(attempt: dict[str, Any]) -> float:
     return float((attempt.get("stop") or {}).get("time", attempt["started"])) - float(attempt["started"])
 
 
-def too_short(attempt: dict[str, Any], check_s: int) -> str:
-    """Why a run like `attempt` cannot be given the time limit's signal while it trains, or ""."""
+def too_short(attempt: dict[str, Any], check_s: int, steps: int = 0) -> str:
+    """Why a run like `attempt` (the trainer's: of `steps`) cannot be given the time limit's signal as it trains."""
     # Due check_s + 5 s after halfway, so the second half must outlast that, and the save after it.
-    if check_s and trained_s(attempt) < 2 * (check_s + 10):
-        return (
-            f"Slurm sends the time limit's signal from a check every {check_s} s, and the run trains for only "
-            f"{trained_s(attempt):.0f} s: give it more steps, so that it trains for over {2 * (check_s + 10)} s"
-        )
-    return ""
+    need, trained = 2 * (check_s + 10), trained_s(attempt)
+    if not check_s or trained >= need:
+        return ""
+    more = f"--steps {math.ceil(steps * (need + 10) / max(trained, 1.0))}" if steps > 0 else "more steps"
+    return (
+        f"Slurm sends the time limit's signal from a check every {check_s} s, and the run trains for only "
+        f"{trained:.0f} s: give it {more}, so that it trains for over {need} s"
+    )
 
 
 TIMEOUT_TRIES = 3
@@ -374,7 +376,7 @@ def rehearse(plan: Plan, folder: Path, say: Callable[[str], None], script: bool)
     verdicts = []
     for fault in plan.faults:
         say(f"{fault}: {FAULTS[fault]}")
-        if fault == "timeout" and (why := too_short(last_attempt(ref_dir), plan.check_s)):
+        if fault == "timeout" and (why := too_short(last_attempt(ref_dir), plan.check_s, 0 if script else final)):
             verdicts.append(Verdict(fault, "not rehearsed", "-", "-", "-", None, "-", "-", why))
             continue
         for again in range(TIMEOUT_TRIES if fault == "timeout" else 1):

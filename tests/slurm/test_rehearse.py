@@ -39,7 +39,7 @@ def test_the_time_limit_is_rehearsed_with_slurms_own_signal(tmp_path: Path, samp
     args += ["checkpoint.every=50", f"data.root={sample_root / 'pix2pix'}"]
     short, [verdict] = rehearse(tmp_path, *args, "--steps", "10", timeout=600)
     assert short.returncode == 1 and verdict["verdict"] == "not rehearsed", verdict
-    assert "from a check every 30 s" in verdict["fix"] and "give it more steps" in verdict["fix"]
+    assert "from a check every 30 s" in verdict["fix"] and "give it --steps " in verdict["fix"]
     result, [verdict] = rehearse(tmp_path, *args, "--steps", "2000", timeout=1500)
     assert result.returncode == 0, result.stdout + result.stderr
     assert verdict["verdict"] == "certified" and verdict["exact"] == "equal", verdict
