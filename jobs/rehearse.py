@@ -31,6 +31,10 @@ def own_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     parser.add_argument("--faults", default=",".join(FAULTS), help=f"some of {', '.join(FAULTS)} (default: all)")
     parser.add_argument("--steps", type=int, help="the built-in trainer's steps for each run (default: the job's own)")
     parser.add_argument("--compare", metavar="PATH", help="a script's file, relative to its run directory, to compare")
+    parser.add_argument(
+        "--hang-s", type=float, default=SCRIPT_HANG_S, metavar="S",
+        help=f"a script's script_hang_s where no rank is frozen (default {SCRIPT_HANG_S})",
+    )  # fmt: skip
     return parser.parse_known_args(argv)
 
 
@@ -50,6 +54,8 @@ def checked(args: argparse.Namespace, rest: list[str], command: list[str]) -> li
         raise UserError("--steps bounds the built-in trainer's runs, and a script's length is its own; drop --steps")
     if args.steps is not None and args.steps < 3:
         raise UserError(f"--steps {args.steps} leaves no room for a fault and a recovery; pass --steps 3 or more")
+    if args.hang_s < 10:
+        raise UserError(f"--hang-s {args.hang_s:g} is below script_hang_s's 10 s; pass --hang-s 10 or more")
     if args.compare is not None:
         if not command:
             raise UserError(
@@ -100,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
     name = submit.profile or "local"
     plan = Plan(rest, command, faults, args.steps, args.compare, stamp, name, check_s=CHECK_S[profile.executor])
     if command:  # a script's hang is named by the profile's script_hang_s: the rehearsal's own budgets
-        every = profile_copy(name, folder / "script.yaml", script_hang_s=SCRIPT_HANG_S)
+        every = profile_copy(name, folder / "script.yaml", script_hang_s=args.hang_s)
         hang = profile_copy(name, folder / "hang.yaml", script_hang_s=HANG_S)
         plan = replace(plan, profile=every, profiles={"reference": every, "stop": hang, "frozen": hang})
     _, verdicts = rehearse(plan, folder, lambda line: print(line, flush=True), script=bool(command))

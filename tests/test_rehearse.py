@@ -5,6 +5,7 @@ from pathlib import Path
 import pytest
 
 from jobs.ops.rehearse import SAVE_S, Facts, Plan, judge, markdown, time_limit, too_short
+from jobs.ops.remote_submit import CERTIFICATE
 from tests.messages import Golden, refused
 from tests.support import cli
 
@@ -24,6 +25,7 @@ from tests.support import cli
         (["--wai", "--na", "x"], "--name"),
         (["--profile", "debug"], "debug"),
         (["--profile", "nowhere.yaml"], "nowhere.yaml"),
+        (["--hang-s", "5", "--", "python", "train.py"], "--hang-s"),
     ],
     ids=[
         "unknown-fault",
@@ -38,6 +40,7 @@ from tests.support import cli
         "abbreviated",
         "debug",
         "no-profile",
+        "hang-s",
     ],
 )
 def test_bad_rehearsals_are_refused_in_one_line(golden: Golden, tmp_path: Path, args: list[str], named: str) -> None:
@@ -144,3 +147,21 @@ def test_a_login_node_it_cannot_reach_is_one_line(golden: Golden, tmp_path: Path
     result = cli("jobs.rehearse", "--profile", "site.yaml", cwd=tmp_path, timeout=60)
     refused(result, golden, "unreachable.invalid", outside=r"cannot reach \S+: (.*); check")
     assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.parametrize(
+    ("line", "name"),
+    [
+        ("certificate: /s/runs/rehearse-20261206-061222/rehearsal.md (and rehearsal.json)", "rehearse-20261206-061222"),
+        ("certificate: /../rehearsal.md (and rehearsal.json)", None),
+        ("certificate: /s/\x1b]0;x\x07/rehearse-20261206-061222/rehearsal.md (and rehearsal.json)", None),
+        ("certificate: /a\x1c/b/rehearse-20261206-061222/rehearsal.md (and rehearsal.json)", None),
+        ("certificate: /s/runs/mine/rehearsal.md (and rehearsal.json)", None),
+    ],
+    ids=["its-own", "dot-dot", "escape", "separator", "other-folder"],
+)
+def test_only_a_rehearsals_own_certificate_line_from_a_login_node_is_acted_on(line: str, name: str | None) -> None:
+    """What the login node prints is data: the laptop copies a certificate back only from a folder named as the
+    rehearsal names its own, in plain characters (and, in rehearse_there, under the cluster's run root)."""
+    found = CERTIFICATE.fullmatch(line.strip())
+    assert (found.group(2) if found else None) == name

@@ -213,7 +213,7 @@ def profile_copy(profile: str, path: Path, **settings: Any) -> str:
 def time_limit(attempt: dict[str, Any], check_s: int = 0) -> tuple[int, int]:
     """The time limit (minutes) and signal_delay_s that signal a run like the reference's `attempt` halfway
     through its training, counted from its process's start, with SAVE_S or more left to save and requeue.
-    Halfway: the next start has at most half the training left, so it ends before its own signal. A signal
+    Halfway: the next start has at most half the training left, so it usually ends before its own signal. A signal
     that may come `check_s` early (Slurm's) is due that much later, and 5 s more for the job's own start."""
     began = (attempt.get("startup") or {}).get("process_start", attempt["started"])  # a script's: its command's
     signal_after = float(attempt["started"]) - float(began) + max(2.0, trained_s(attempt) / 2)
@@ -322,7 +322,7 @@ def reached(run_dir: Path, at_step: int, at_s: float) -> bool:
     """Whether the run trained to `at_step` (0: ran `at_s` seconds since its first attempt began), or ended."""
     attempts = json_or_none(RunDir(run_dir).attempts)
     first = attempts[0] if isinstance(attempts, list) and attempts and isinstance(attempts[0], dict) else {}
-    if first.get("stop"):
+    if first.get("stop") or RunDir(run_dir).summary.exists() or RunDir(run_dir).error.exists():
         return True
     if at_step > 0:
         return step_of(run_dir) >= at_step
@@ -368,7 +368,12 @@ def rehearse(plan: Plan, folder: Path, say: Callable[[str], None], script: bool)
     wait_run(ref_dir, 1800)
     reference = facts_of(ref_dir, plan.compare)
     if not reference.finished:
-        raise UserError(f"the reference run did not finish ({reference.error or 'see ' + str(ref_dir)}); fix it first")
+        hint = (
+            "; or, if it goes long without progress on purpose, give --hang-s more" if script and reference.hang else ""
+        )
+        raise UserError(
+            f"the reference run did not finish ({reference.error or 'see ' + str(ref_dir)}); fix it first{hint}"
+        )
     final = step_of(ref_dir)  # a script that reports no steps: -1, its fault timed from its start
     at_step = max(1, final // 3) if final > 0 else 0
     ran_s = trained_s(last_attempt(ref_dir))

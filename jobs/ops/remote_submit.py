@@ -10,6 +10,7 @@ import json
 import re
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -19,7 +20,7 @@ from jobs.ops import follow
 from jobs.profiles import Profile
 from jobs.remote import runs, sync
 from jobs.remote.runs import RemoteRun
-from jobs.remote.ssh import Connection, Login, dropped
+from jobs.remote.ssh import SSH_FAILED, Connection, Login, dropped
 from jobs.snapshot import git_diff, plan_snapshot
 from jobs.tracking import by_name
 from trainer.errors import UserError, printable
@@ -315,6 +316,13 @@ def submit_there(connection: Connection, cwd: str, run: RemoteRun, args: list[st
     return done.stdout
 
 
+# The one line of the login node's rehearsal this machine acts on: a folder of the rehearsal's own name, under
+# the cluster's run root; anything else is only shown.
+CERTIFICATE = re.compile(
+    r"certificate: (/[A-Za-z0-9._/+-]+/(rehearse-\d{8}-\d{6})/rehearsal\.md) \(and rehearsal\.json\)"
+)
+
+
 def rehearse_there(argv: list[str], profile: Profile) -> int:
     """`python -m jobs.rehearse ARGV` on the login node, where its runs' records are: this folder's code sent
     as for a submit, the rehearsal's lines printed as they come (plain text), its certificate copied into
@@ -327,24 +335,26 @@ def rehearse_there(argv: list[str], profile: Profile) -> int:
         raise UserError(f"the cluster's python cannot import {', '.join(map(str, hello['missing']))}: install the "
                         "project's dependencies there (pip install -e . in a clone), or set python: in the profile")  # fmt: skip
     cwd = send_folder(connection, login, profile, root)
-    process = subprocess.Popen(
-        connection.argv("run", cwd, "jobs.rehearse", *with_profile(argv, PROFILE)),
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, errors="replace",
-    )  # fmt: skip
-    certificate = ""
-    assert process.stdout is not None and process.stderr is not None
-    for line in process.stdout:
-        print(printable(line.rstrip("\n")), flush=True)
-        if re.fullmatch(r"certificate: (/[^ ]+/rehearsal\.md) \(and rehearsal\.json\)", line.strip()):
-            certificate = line.split()[1]
-    err = process.stderr.read()
-    if process.wait() == 2 and "error: " in err:  # refused there, or the reference failed: one line
-        raise UserError(connection.explain(2, err))
+    found = None
+    with tempfile.TemporaryFile() as errors:  # a file, not a pipe: a long stderr cannot block the rehearsal
+        process = subprocess.Popen(
+            connection.argv("run", cwd, "jobs.rehearse", *with_profile(argv, PROFILE)),
+            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=errors, text=True, errors="replace",
+        )  # fmt: skip
+        assert process.stdout is not None
+        for line in process.stdout:
+            print(printable(line.rstrip("\n")), flush=True)
+            found = CERTIFICATE.fullmatch(line.strip()) or found
+        code = process.wait()
+        errors.seek(0)
+        err = errors.read().decode(errors="replace")
+    if code == SSH_FAILED or (code == 2 and "error: " in err):  # the connection, or refused there: one line
+        raise UserError(connection.explain(code, err))
     sys.stderr.write(printable(err, escaped=True) + "\n" if err.strip() else "")
-    if certificate:
-        here = Path(runs.LOCAL_ROOT).resolve() / Path(certificate).parent.name
+    if found and Path(found.group(1)).parent.parent == Path(root):
+        here = Path(runs.LOCAL_ROOT).resolve() / found.group(2)
         here.mkdir(parents=True, exist_ok=True)
         for name in ("rehearsal.md", "rehearsal.json"):
-            (here / name).write_bytes(connection.call("read", str(Path(certificate).with_name(name)), "0"))
+            (here / name).write_bytes(connection.call("read", str(Path(found.group(1)).with_name(name)), "0"))
         print(f"certificate here: {here / 'rehearsal.md'}")
-    return process.returncode
+    return code
