@@ -1,10 +1,12 @@
 """jobs.rehearse: its refusals (one line, exit 2, nothing run), and the verdict a run's records give (pure)."""
 
+import json
+import time
 from pathlib import Path
 
 import pytest
 
-from jobs.ops.rehearse import SAVE_S, Facts, Plan, judge, markdown, time_limit, too_short
+from jobs.ops.rehearse import SAVE_S, Facts, Plan, judge, markdown, reached, time_limit, too_short
 from jobs.ops.remote_submit import CERTIFICATE
 from tests.messages import Golden, refused
 from tests.support import cli
@@ -165,3 +167,17 @@ def test_only_a_rehearsals_own_certificate_line_from_a_login_node_is_acted_on(li
     rehearsal names its own, in plain characters (and, in rehearse_there, under the cluster's run root)."""
     found = CERTIFICATE.fullmatch(line.strip())
     assert (found.group(2) if found else None) == name
+
+
+def test_a_fault_waits_for_its_runs_own_start_then_its_step_or_time(tmp_path: Path) -> None:
+    """The fault comes at a step, or (a script that reports none) a time after the run's first attempt began, so
+    time in the queue never counts; a run that ended is reached at once. The live summary.json is not an end."""
+    (tmp_path / "summary.json").write_text(json.dumps({"finished": False, "ledger": {}}))
+    assert not reached(tmp_path, 0, 10.0)  # not started: queued
+    attempt = {"started": time.time() - 5, "resumed_step": None}
+    (tmp_path / "attempts.json").write_text(json.dumps([attempt]))
+    assert not reached(tmp_path, 0, 10.0) and reached(tmp_path, 0, 4.0)
+    (tmp_path / "progress.json").write_text(json.dumps({"step": 6}))
+    assert not reached(tmp_path, 7, 0.0) and reached(tmp_path, 6, 0.0)
+    (tmp_path / "summary.json").write_text(json.dumps({"finished": False, "ended": "failed", "ledger": {}}))
+    assert reached(tmp_path, 99, 999.0)

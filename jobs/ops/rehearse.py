@@ -322,8 +322,8 @@ def reached(run_dir: Path, at_step: int, at_s: float) -> bool:
     """Whether the run trained to `at_step` (0: ran `at_s` seconds since its first attempt began), or ended."""
     attempts = json_or_none(RunDir(run_dir).attempts)
     first = attempts[0] if isinstance(attempts, list) and attempts and isinstance(attempts[0], dict) else {}
-    if first.get("stop") or RunDir(run_dir).summary.exists() or RunDir(run_dir).error.exists():
-        return True
+    if first.get("stop") or RunDir(run_dir).error.exists() or RunDir(run_dir).ended_summary():
+        return True  # summary.json is there as the run goes: only an ended one counts
     if at_step > 0:
         return step_of(run_dir) >= at_step
     began = first.get("started")

@@ -77,22 +77,30 @@ def test_lightning_with_readmes_recipe_and_a_script_that_hangs(tmp_path: Path) -
     )
     fit = 'trainer.fit(Model(), data, ckpt_path="last")'
     save = 'torch.save(model.state_dict(), os.path.join(os.environ["RUN_DIR"], "final.pt"))'
-    script.write_text(text.replace(fit, f"model = Model()\n    {fit.replace('Model()', 'model')}\n    {save}"))
+    text = text.replace(fit, f"model = Model()\n    {fit.replace('Model()', 'model')}\n    {save}")
+    # 0.25 s a step (24 s of training, as in test_frameworks): the fault, half the reference's run after the
+    # script's start, comes in training, not in Lightning's import.
+    script.write_text(text.replace("time.sleep(0.05)", "time.sleep(0.25)"))
     base = ["--profile", str(mini_profile(tmp_path)), *TWO_NODES]
     args = [*base, "--faults", "preempt", "--compare", "final.pt", "--", sys.executable, script.name]
     result, [verdict] = rehearse(folder, *args, timeout=900)
     assert verdict["recovered"] == "requeued 1x", verdict
     preempted = Path(verdict["run_dir"])
     reference = preempted.with_name(preempted.name.replace("-preempt", "-reference"))
+    # What really happened, from the script's own words (the step each start began at) and the weights.
     same = digest(reference / "final.pt") == digest(preempted / "final.pt")
-    assert (verdict["verdict"], verdict["exact"]) == (
-        ("certified", "equal") if same else ("survived, not exact", "differs")
-    )
-    assert result.returncode == (0 if same else 1), result.stdout + result.stderr
+    if frameworks.starts(preempted)[1] == 0:  # preempted before its first save: it began again
+        assert verdict["verdict"] == "lost work", verdict
+    else:
+        assert verdict["verdict"] == ("certified" if same else "survived, not exact"), verdict
+    assert verdict["exact"] == ("equal" if same else "differs")
+    assert result.returncode == (0 if verdict["verdict"] == "certified" else 1), result.stdout + result.stderr
     shutil.copy(SCRIPTS / "hangs.py", tmp_path / "hangs.py")
     hangs = cli("jobs.rehearse", *base, "--", sys.executable, "hangs.py", cwd=tmp_path, timeout=600)
     assert hangs.returncode == 2 and len(hangs.stderr.strip().splitlines()) == 1, hangs.stdout + hangs.stderr
-    assert "the reference run did not finish (rank 1" in hangs.stderr and "hung" in hangs.stderr, hangs.stderr
+    # Either rank: rank 1 sleeps, rank 0 waits for it in gloo, and neither uses CPU or reports progress.
+    assert "the reference run did not finish (rank " in hangs.stderr and "hung" in hangs.stderr, hangs.stderr
+    assert "give --hang-s more" in hangs.stderr
 
 
 def digest(path: Path) -> str:
