@@ -125,6 +125,20 @@ def with_after(argv: list[str], login: Login) -> list[str]:
     return out + argv[end:]
 
 
+def ready(login: Login) -> tuple[Connection, dict, str]:
+    """A connection to the login node whose python can run the project's modules; its greeting, and the
+    absolute folder its remote_root is there."""
+    connection = Connection(login)
+    hello = greeting(connection.call("hello", login.remote_root, timeout=60), login)
+    root = root_of(hello, login)
+    if hello["missing"]:
+        raise UserError(
+            f"the cluster's python ({hello['python']!s}) cannot import {', '.join(map(str, hello['missing']))}: install the "
+            "project's dependencies there (pip install -e . in a clone), or set python: in the profile"
+        )
+    return connection, hello, root
+
+
 def submit(
     argv: list[str],
     profile: Profile,
@@ -138,14 +152,7 @@ def submit(
     before the submit, to find the job again if the connection drops during it)."""
     login = resume.login if resume else login_of(profile)
     argv = with_after(argv, login)
-    connection = Connection(login)
-    hello = greeting(connection.call("hello", login.remote_root, timeout=60), login)
-    root = root_of(hello, login)
-    if hello["missing"]:
-        raise UserError(
-            f"the cluster's python ({hello['python']!s}) cannot import {', '.join(map(str, hello['missing']))}: install the "
-            "project's dependencies there (pip install -e . in a clone), or set python: in the profile"
-        )
+    connection, hello, root = ready(login)
     cwd, args = code_and_args(connection, login, profile, root, argv, resume, name)
     run_dir = resume.run_dir if resume else f"{root}/{name}"
     fresh = (profile.code.snapshot and not resume) or "--current-code" in argv
@@ -328,12 +335,7 @@ def rehearse_there(argv: list[str], profile: Profile) -> int:
     as for a submit, the rehearsal's lines printed as they come (plain text), its certificate copied into
     ./runs/rehearse-TIME/. Its exit code. The rehearsal lasts as long as the connection: a dropped one ends it."""
     login = login_of(profile)
-    connection = Connection(login)
-    hello = greeting(connection.call("hello", login.remote_root, timeout=60), login)
-    root = root_of(hello, login)
-    if hello["missing"]:
-        raise UserError(f"the cluster's python cannot import {', '.join(map(str, hello['missing']))}: install the "
-                        "project's dependencies there (pip install -e . in a clone), or set python: in the profile")  # fmt: skip
+    connection, _, root = ready(login)
     cwd = send_folder(connection, login, profile, root)
     found = None
     with tempfile.TemporaryFile() as errors:  # a file, not a pipe: a long stderr cannot block the rehearsal
