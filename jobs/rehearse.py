@@ -104,7 +104,8 @@ def main(argv: list[str] | None = None) -> int:
     folder = run_root_of(profile) / stamp
     folder.mkdir(parents=True)
     name = submit.profile or "local"
-    plan = Plan(rest, command, faults, args.steps, args.compare, stamp, name, check_s=CHECK_S[profile.executor])
+    plan = Plan(rest, command, faults, args.steps, args.compare, stamp, name, check_s=CHECK_S[profile.executor],
+                together=profile.executor == "slurm")  # fmt: skip
     if command:  # a script's hang is named by the profile's script_hang_s: the rehearsal's own budgets
         every = profile_copy(name, folder / "script.yaml", script_hang_s=args.hang_s)
         hang = profile_copy(name, folder / "hang.yaml", script_hang_s=HANG_S)

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from jobs.ops.rehearse import SAVE_S, Facts, Plan, judge, markdown, reached, time_limit, too_short
+from jobs.ops.rehearse import SAVE_S, Facts, Plan, judge, markdown, reached, steps_for_limit, time_limit, too_short
 from jobs.ops.remote_submit import CERTIFICATE
 from tests.messages import Golden, refused
 from tests.support import cli
@@ -120,12 +120,13 @@ def test_the_time_limits_signal_comes_halfway_through_the_references_training(
     assert time_limit(script)[1] == int(time_limit(script)[0] * 60 - max(2.0, training / 2))
 
 
-def test_a_run_shorter_than_slurms_time_limit_check_is_not_given_the_fault() -> None:
+def test_a_run_shorter_than_slurms_time_limit_check_is_given_more_steps_or_not_the_fault() -> None:
     attempt = {"started": 1000.0, "stop": {"time": 1075.0}}
     assert too_short(attempt, 0) == ""  # the local controller signals on time
     assert "trains for only 75 s: give it more steps, so that it trains for over 80 s" in too_short(attempt, 30)
-    assert "give it --steps 720, so that" in too_short(attempt, 30, steps=600)  # the trainer's: 90 s of them
     assert too_short({"started": 1000.0, "stop": {"time": 1081.0}}, 30) == ""
+    # The trainer's time-limit run is given the steps that train for 90 s instead.
+    assert (steps_for_limit(attempt, 30, 600), steps_for_limit(attempt, 0, 600)) == (720, 600)
 
 
 def test_the_time_limit_faults_run_alone_gets_its_limit_and_profile() -> None:

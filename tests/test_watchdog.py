@@ -89,7 +89,10 @@ def test_a_hang_dumps_the_recorder_before_the_record_and_a_failing_dump_does_not
 def test_a_stopped_rank_is_named_at_the_step_its_peers_wait_in_not_its_last_heartbeats() -> None:
     """Heartbeats are seconds apart: rank 1's last said step 28; ranks 0 and 2 wait for it in step 40."""
     stuck, why = culprit([beat(0, 40), beat(1, 28, written=100.0), beat(2, 41)], now=121.0, stale_s=11.0)  # type: ignore[misc]
-    assert stuck.rank == 1 and "at step 40" in why
+    assert stuck.rank == 1 and "at step 40, in the step" in why
+    # Its last beat was still starting up: in step 19 it is in the step, not starting up.
+    stuck, why = culprit([beat(0, 19), beat(1, -1, "startup", written=100.0)], now=121.0, stale_s=11.0)  # type: ignore[misc]
+    assert "at step 19, in the step" in why and "starting up" not in why
 
 
 def test_while_the_group_forms_a_frozen_or_absent_rank_is_named_not_rank_0() -> None:

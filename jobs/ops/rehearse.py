@@ -11,6 +11,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -187,6 +188,7 @@ class Plan:
     profiles: dict[str, str] = field(default_factory=dict)  # fault, or "reference" (every run): a copy of it
     time_min: int | None = None  # the time-limit fault's limit (after any --time of the submit line's)
     check_s: int = 0  # how late the time limit's signal may come (CHECK_S, by the profile's executor)
+    together: bool = False  # the runs after the reference queued at once (Slurm's queue orders them)
 
     def argv(self, name: str, fault: str | None) -> list[str]:
         words = list(self.submit)
@@ -210,13 +212,14 @@ def profile_copy(profile: str, path: Path, **settings: Any) -> str:
     return str(path)
 
 
-def time_limit(attempt: dict[str, Any], check_s: int = 0) -> tuple[int, int]:
-    """The time limit (minutes) and signal_delay_s that signal a run like the reference's `attempt` halfway
-    through its training, counted from its process's start, with SAVE_S or more left to save and requeue.
-    Halfway: the next start has at most half the training left, so it usually ends before its own signal. A signal
-    that may come `check_s` early (Slurm's) is due that much later, and 5 s more for the job's own start."""
+def time_limit(attempt: dict[str, Any], check_s: int = 0, scale: float = 1.0) -> tuple[int, int]:
+    """The time limit (minutes) and signal_delay_s that signal a run like the reference's `attempt` (with `scale`
+    times its steps) halfway through its training, counted from its process's start, with SAVE_S or more left to
+    save and requeue. Halfway: the next start has at most half the training left, so it usually ends before its
+    own signal. A signal that may come `check_s` early (Slurm's) is due that much later, and 5 s more for the
+    job's own start."""
     began = (attempt.get("startup") or {}).get("process_start", attempt["started"])  # a script's: its command's
-    signal_after = float(attempt["started"]) - float(began) + max(2.0, trained_s(attempt) / 2)
+    signal_after = float(attempt["started"]) - float(began) + max(2.0, scale * trained_s(attempt) / 2)
     signal_after += check_s + 5 if check_s else 0
     minutes = max(1, math.ceil((signal_after + SAVE_S) / 60))
     return minutes, int(minutes * 60 - signal_after)
@@ -227,16 +230,22 @@ def trained_s(attempt: dict[str, Any]) -> float:
     return float((attempt.get("stop") or {}).get("time", attempt["started"])) - float(attempt["started"])
 
 
-def too_short(attempt: dict[str, Any], check_s: int, steps: int = 0) -> str:
-    """Why a run like `attempt` (the trainer's: of `steps`) cannot be given the time limit's signal as it trains."""
+def steps_for_limit(attempt: dict[str, Any], check_s: int, steps: int) -> int:
+    """The steps a run like `attempt` (of `steps`) needs to be given the time limit's signal as it trains:
+    `steps` where it already trains long enough."""
     # Due check_s + 5 s after halfway, so the second half must outlast that, and the save after it.
     need, trained = 2 * (check_s + 10), trained_s(attempt)
-    if not check_s or trained >= need:
+    return steps if not check_s or trained >= need else math.ceil(steps * (need + 10) / max(trained, 1.0))
+
+
+def too_short(attempt: dict[str, Any], check_s: int) -> str:
+    """Why a script's run like `attempt` cannot be given the time limit's signal as it trains (its length is
+    its own; the trainer's time-limit run is given the steps it needs instead)."""
+    if steps_for_limit(attempt, check_s, 1) == 1:
         return ""
-    more = f"--steps {math.ceil(steps * (need + 10) / max(trained, 1.0))}" if steps > 0 else "more steps"
     return (
         f"Slurm sends the time limit's signal from a check every {check_s} s, and the run trains for only "
-        f"{trained:.0f} s: give it {more}, so that it trains for over {need} s"
+        f"{trained_s(attempt):.0f} s: give it more steps, so that it trains for over {2 * (check_s + 10)} s"
     )
 
 
@@ -247,10 +256,11 @@ def last_attempt(run_dir: Path) -> dict[str, Any]:
     return json.loads(RunDir(run_dir).attempts.read_text())[-1]
 
 
-def timed_from(plan: Plan, folder: Path, run_dir: Path) -> Plan:
-    """The plan with the time-limit fault's limit timed from `run_dir`'s last attempt (a profile copy)."""
+def timed_from(plan: Plan, folder: Path, run_dir: Path, scale: float = 1.0) -> Plan:
+    """The plan with the time-limit fault's limit timed from `run_dir`'s last attempt (a profile copy), for a
+    run of `scale` times its steps."""
     attempt = last_attempt(run_dir)
-    minutes, delay = time_limit(attempt, plan.check_s)
+    minutes, delay = time_limit(attempt, plan.check_s, scale)
     copy = profile_copy(plan.profile, folder / "timeout.yaml", signal_delay_s=delay, max_num_timeout=20)
     return replace(plan, profiles={**plan.profiles, "timeout": copy}, time_min=minutes)
 
@@ -361,7 +371,10 @@ NOT_REHEARSED = {
 
 
 def rehearse(plan: Plan, folder: Path, say: Callable[[str], None], script: bool) -> tuple[Facts, list[Verdict]]:
-    """The reference, then each fault's run, judged; rehearsal.json and rehearsal.md written into `folder`."""
+    """The reference, then each fault's run, judged; rehearsal.json and rehearsal.md written into `folder`.
+    On Slurm (`plan.together`), faults made by step, the time limit's run goes first, alone, and once its signal
+    came the other runs are queued at once: a requeued run waits out Slurm's hold (cred_expire, 2 minutes by
+    default) while the others run."""
     say(f"reference run (no fault) in {plan.stamp}-reference")
     began = time.monotonic()
     ref_dir = submit_run(plan, f"{plan.stamp}-reference", None)
@@ -377,39 +390,108 @@ def rehearse(plan: Plan, folder: Path, say: Callable[[str], None], script: bool)
     final = step_of(ref_dir)  # a script that reports no steps: -1, its fault timed from its start
     at_step = max(1, final // 3) if final > 0 else 0
     ran_s = trained_s(last_attempt(ref_dir))
-    plan = timed_from(plan, folder, ref_dir) if "timeout" in plan.faults else plan
+    runs, skipped = planned(plan, folder, ref_dir, script, say)
+
+    def run(item: Run, run_dir: Path | None = None) -> tuple[Path, tuple[Any, ...]]:
+        name, fault, its = item
+        run_dir = run_dir or submit_run(its, name, fault)
+        if fault is None:
+            wait_run(run_dir, 3600)
+            return run_dir, ()
+        say(f"{fault}: {FAULTS[fault]}, in {name}")
+        return fault_run(its, folder, fault, run_dir, script, at_step, ran_s / 2, say)
+
+    # A fault timed by the clock (a script that reports no steps) waits for a run of its own: on nodes shared
+    # by the runs it would find the script less far along than the reference's pace says.
+    done = run_all(runs, run) if plan.together and at_step > 0 else [run(item) for item in runs]
+    ended = {item[0]: result for item, result in zip(runs, done, strict=True)}
+    long_dir = ended.get(f"{plan.stamp}-timeout-reference", (None,))[0]
     verdicts = []
     for fault in plan.faults:
-        say(f"{fault}: {FAULTS[fault]}")
-        if fault == "timeout" and (why := too_short(last_attempt(ref_dir), plan.check_s, 0 if script else final)):
-            verdicts.append(Verdict(fault, "not rehearsed", "-", "-", "-", None, "-", "-", why))
+        if fault in skipped:
+            verdicts.append(skipped[fault])
             continue
-        for again in range(TIMEOUT_TRIES if fault == "timeout" else 1):
-            run_dir = submit_run(plan, f"{plan.stamp}-{fault}" + (f"-{again + 1}" if again else ""), fault)
-            why = NOT_REHEARSED.get(fault, "")
-            try:
-                fault_at, fault_step, saved = inject(fault, run_dir, script, at_step, ran_s / 2)
-            except (UserError, OSError) as exc:  # the run ended first, srun could not reach a node
-                fault_at, fault_step, saved, why = time.time(), None, True, f"the fault could not be made: {exc}"
-            wait_run(run_dir, 3600)
-            if fault != "timeout" or fault_step is not None:
-                break
-            # It went faster than the run its limit was timed from (a machine's load varies): timed from it.
-            say(f"{fault}: the run ended before the signal; its limit timed again from that run")
-            plan = timed_from(plan, folder, run_dir)
-        verdict = judge(fault, facts_of(run_dir, plan.compare), reference, fault_at, fault_step, script, saved)
+        run_dir, (fault_at, fault_step, saved, why) = ended[f"{plan.stamp}-{fault}"]
+        against = facts_of(long_dir, plan.compare) if fault == "timeout" and long_dir else reference
+        verdict = judge(fault, facts_of(run_dir, plan.compare), against, fault_at, fault_step, script, saved)
         if fault_step is None:
             verdict.verdict, verdict.fix = "not rehearsed", why
         verdict.run_dir = str(run_dir)
         verdicts.append(verdict)
-    record = {
-        "reference": {"run_dir": str(ref_dir), "ledger": reference.ledger},
+    record: dict[str, Any] = {"reference": {"run_dir": str(ref_dir), "ledger": reference.ledger}}
+    if long_dir:
+        record["timeout_reference"] = {"run_dir": str(long_dir), "ledger": facts_of(long_dir, None).ledger}
+    record |= {
         "faults": [asdict(v) for v in verdicts],
         "seconds": round(time.monotonic() - began, 1),  # the whole rehearsal, the reference's run included
     }
     write_text(folder / "rehearsal.json", json.dumps(record, indent=2) + "\n")
     write_text(folder / "rehearsal.md", markdown(verdicts))
     return reference, verdicts
+
+
+Run = tuple[str, str | None, Plan]  # a run's name, its fault (None: a reference of its own), its plan
+
+
+def planned(
+    plan: Plan, folder: Path, ref_dir: Path, script: bool, say: Callable[[str], None]
+) -> tuple[list[Run], dict[str, Verdict]]:
+    """The runs after the reference, the time limit's first, and the faults not rehearsed. Slurm signals from
+    a check every check_s: a trainer's run too short for it is given the steps it needs, and a reference of them."""
+    skipped: dict[str, Verdict] = {}
+    runs: list[Run] = [(f"{plan.stamp}-{fault}", fault, plan) for fault in plan.faults if fault != "timeout"]
+    if "timeout" not in plan.faults:
+        return runs, skipped
+    attempt, final = last_attempt(ref_dir), step_of(ref_dir)
+    if script and (why := too_short(attempt, plan.check_s)):
+        skipped["timeout"] = Verdict("timeout", "not rehearsed", "-", "-", "-", None, "-", "-", why)
+        return runs, skipped
+    steps = final if script else steps_for_limit(attempt, plan.check_s, final)
+    timed = timed_from(plan, folder, ref_dir, steps / final if final > 0 else 1.0)
+    if steps != final:
+        timed = replace(timed, steps=steps)
+        say(f"timeout: Slurm's check every {plan.check_s} s needs a run of {steps} steps, and a reference of them")
+        runs.insert(0, (f"{plan.stamp}-timeout-reference", None, timed))
+    return [(f"{plan.stamp}-timeout", "timeout", timed), *runs], skipped
+
+
+def run_all(runs: list[Run], run: Callable[..., Any]) -> list[Any]:
+    """`run` of each, queued at once (Slurm's queue orders them), but the time limit's alone until its signal:
+    its limit was timed from a run alone."""
+    with ThreadPoolExecutor(max(1, len(runs))) as pool:
+        futures = []
+        if runs and runs[0][1] == "timeout":
+            name, fault, its = runs[0]
+            alone = submit_run(its, name, fault)
+            futures.append(pool.submit(run, runs[0], alone))
+            poll(lambda: reached(alone, 0, math.inf), 3600, 0.5)
+        rest = runs[len(futures) :]
+        queued = [submit_run(its, name, fault) for name, fault, its in rest]
+        futures += [pool.submit(run, item, run_dir) for item, run_dir in zip(rest, queued, strict=True)]
+        return [future.result() for future in futures]
+
+
+def fault_run(
+    plan: Plan, folder: Path, fault: str, run_dir: Path, script: bool, at_step: int, at_s: float, say: Callable
+) -> tuple[Path, tuple[float, int | None, bool, str]]:
+    """`fault` made in the submitted run `run_dir`, which is waited for; its run, and when the fault happened, at
+    which step (None: not made, why), whether a script had saved anything. A time limit whose run ended before
+    its signal is tried again, timed from that run."""
+    for again in range(TIMEOUT_TRIES if fault == "timeout" else 1):
+        if again:
+            run_dir = submit_run(plan, f"{plan.stamp}-{fault}-{again + 1}", fault)
+        why = NOT_REHEARSED.get(fault, "")
+        try:
+            fault_at, fault_step, saved = inject(fault, run_dir, script, at_step, at_s)
+        except (UserError, OSError) as exc:  # the run ended first, srun could not reach a node
+            fault_at, fault_step, saved, why = time.time(), None, True, f"the fault could not be made: {exc}"
+        wait_run(run_dir, 3600)
+        if fault != "timeout" or fault_step is not None:
+            break
+        # It went faster than the run its limit was timed from (a machine's load varies): timed from it.
+        say(f"{fault}: the run ended before the signal; its limit timed again from that run")
+        plan = timed_from(plan, folder, run_dir)
+    return run_dir, (fault_at, fault_step, saved, why)
 
 
 COLUMNS = ("fault", "verdict", "recovered", "went_on_from", "recomputed", "lost_s", "named", "exact")

@@ -85,9 +85,9 @@ def culprit(beats: list[Beat], now: float, stale_s: float) -> tuple[Beat, str] |
     if stopped:
         first = stopped[0]
         # Its last beat is up to beat_s old (steps ago); the ranks still beating wait for it in the step they
-        # are in, the lowest of them the first it did not join.
-        live = [b.step for b in beats if b not in stopped]
-        first = dataclasses.replace(first, step=max(first.step, min(live, default=first.step)))
+        # are in, the lowest of them the first it did not join: in its step, whatever its last beat was doing.
+        if (low := min((b.step for b in beats if b not in stopped), default=first.step)) > first.step:
+            first = dataclasses.replace(first, step=low, section="step")
         return (
             first,
             f"its heartbeat stopped {now - first.written:.0f} s ago {first.where()} (stopped or frozen)",
