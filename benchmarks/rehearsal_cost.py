@@ -46,7 +46,7 @@ def main() -> None:
     for fault in record["faults"]:
         wall = fault["ledger"].get("wall", float("nan"))
         # On Slurm a short run's time limit has a longer reference of its own (jobs.ops.rehearse.steps_for_limit).
-        own = record.get(f"{fault['fault']}_reference", record["reference"])["ledger"]["wall"]
+        own = record.get(f"{fault['fault']}_reference", record["reference"])["ledger"].get("wall", float("nan"))
         print(f"{fault['fault']:<16} {fault['verdict']:<26} {wall:7.1f} s, {wall / own:.2f}x its reference's run")
     target = 300 if profile.get("executor") == "local" else 600
     report("the whole rehearsal", record["seconds"], reference, "s", f"{target} s", record["seconds"] <= target)

@@ -40,7 +40,7 @@ def own_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
 
 def checked(args: argparse.Namespace, rest: list[str], command: list[str]) -> list[str]:
     """The faults asked for; every refusal one line."""
-    faults = [f.strip() for f in args.faults.split(",") if f.strip()]
+    faults = list(dict.fromkeys(f.strip() for f in args.faults.split(",") if f.strip()))
     if unknown := [f for f in faults if f not in FAULTS]:
         raise UserError(f"--faults: unknown fault {unknown[0]!r}; choose from {', '.join(FAULTS)}")
     if not faults:
@@ -104,8 +104,10 @@ def main(argv: list[str] | None = None) -> int:
     folder = run_root_of(profile) / stamp
     folder.mkdir(parents=True)
     name = submit.profile or "local"
+    # A script's runs go one at a time: on nodes the runs share, a fault timed by the clock would find it less
+    # far along than the reference's pace says, and a rank waiting for a slow peer's imports looks hung.
     plan = Plan(rest, command, faults, args.steps, args.compare, stamp, name, check_s=CHECK_S[profile.executor],
-                together=profile.executor == "slurm")  # fmt: skip
+                together=profile.executor == "slurm" and not command)  # fmt: skip
     if command:  # a script's hang is named by the profile's script_hang_s: the rehearsal's own budgets
         every = profile_copy(name, folder / "script.yaml", script_hang_s=args.hang_s)
         hang = profile_copy(name, folder / "hang.yaml", script_hang_s=HANG_S)

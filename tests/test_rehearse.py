@@ -2,14 +2,18 @@
 
 import json
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
+import yaml
 
+from jobs.ops import rehearse as rehearse_ops
 from jobs.ops.rehearse import SAVE_S, Facts, Plan, judge, markdown, reached, steps_for_limit, time_limit, too_short
 from jobs.ops.remote_submit import CERTIFICATE
 from tests.messages import Golden, refused
 from tests.support import cli
+from trainer.errors import UserError
 
 
 @pytest.mark.parametrize(
@@ -123,10 +127,49 @@ def test_the_time_limits_signal_comes_halfway_through_the_references_training(
 def test_a_run_shorter_than_slurms_time_limit_check_is_given_more_steps_or_not_the_fault() -> None:
     attempt = {"started": 1000.0, "stop": {"time": 1075.0}}
     assert too_short(attempt, 0) == ""  # the local controller signals on time
-    assert "trains for only 75 s: give it more steps, so that it trains for over 80 s" in too_short(attempt, 30)
+    assert "trains for only 75 s: make it train longer, so that it trains for over 80 s" in too_short(attempt, 30)
+    assert "give it --steps 960, so that" in too_short(attempt, 30, steps=600)
     assert too_short({"started": 1000.0, "stop": {"time": 1081.0}}, 30) == ""
-    # The trainer's time-limit run is given the steps that train for 90 s instead.
-    assert (steps_for_limit(attempt, 30, 600), steps_for_limit(attempt, 0, 600)) == (720, 600)
+    # The trainer's time-limit run is given the steps that train for 120 s at that pace instead.
+    assert (steps_for_limit(attempt, 30, 600), steps_for_limit(attempt, 0, 600)) == (960, 600)
+
+
+def test_a_trainer_run_too_short_for_slurms_check_gets_a_longer_reference_and_is_timed_from_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def ran(run_dir: Path, started: float, stop: float, step: int) -> Path:
+        run_dir.mkdir()
+        attempt = {"started": started, "startup": {"process_start": started - 5.0}, "stop": {"time": stop}}
+        (run_dir / "attempts.json").write_text(json.dumps([attempt]))
+        (run_dir / "progress.json").write_text(json.dumps({"step": step}))
+        (run_dir / "summary.json").write_text(json.dumps({"finished": True}))
+        return run_dir
+
+    reference = ran(tmp_path / "reference", 1000.0, 1010.0, 60)  # 60 steps in 10 s
+    submitted = []
+
+    def submit_run(plan: Plan, name: str, fault: str | None) -> Path:
+        submitted.append((name, fault, plan.steps))
+        steps = plan.steps or 0
+        return ran(tmp_path / name, 2000.0, 2000.0 + steps * 100 / 720, steps)  # 720 in 100 s: a faster pace
+
+    monkeypatch.setattr(rehearse_ops, "submit_run", submit_run)
+    monkeypatch.setattr(rehearse_ops, "wait_run", lambda run_dir, timeout: None)
+    plan = Plan([], [], ["preempt", "timeout"], 60, None, "s", "local", check_s=30)
+    (name, fault, timed), against = rehearse_ops.time_limit_run(plan, tmp_path, reference, False, lambda line: None)
+    # 120 s at the reference's pace; its limit timed from that longer run: signal due after 5 + 50 + 35 s.
+    assert submitted == [("s-timeout-reference", None, 720)] and against == tmp_path / "s-timeout-reference"
+    assert (name, fault, timed.steps, timed.time_min) == ("s-timeout", "timeout", 720, 2)
+    assert yaml.safe_load(Path(timed.profiles["timeout"]).read_text())["signal_delay_s"] == 120 - 90
+    # A script's length is its own: not rehearsed, and said why; nothing run.
+    verdict, against = rehearse_ops.time_limit_run(plan, tmp_path, reference, True, lambda line: None)
+    assert verdict.verdict == "not rehearsed" and "trains for only 10 s" in verdict.fix and against is None
+    assert len(submitted) == 1
+    # A longer run still too short (its pace much faster than the reference's): not rehearsed, with --steps.
+    slower = ran(tmp_path / "slower", 1000.0, 1040.0, 60)  # 60 steps in 40 s: 180 steps asked for, 100 s run
+    verdict, against = rehearse_ops.time_limit_run(replace(plan, stamp="t"), tmp_path, slower, False, str)
+    assert submitted[-1] == ("t-timeout-reference", None, 180) and verdict.verdict == "not rehearsed", verdict
+    assert "trains for only 25 s: give it --steps 864," in verdict.fix and against == tmp_path / "t-timeout-reference"
 
 
 def test_the_time_limit_faults_run_alone_gets_its_limit_and_profile() -> None:
@@ -182,3 +225,35 @@ def test_a_fault_waits_for_its_runs_own_start_then_its_step_or_time(tmp_path: Pa
     assert not reached(tmp_path, 7, 0.0) and reached(tmp_path, 6, 0.0)
     (tmp_path / "summary.json").write_text(json.dumps({"finished": False, "ended": "failed", "ledger": {}}))
     assert reached(tmp_path, 99, 999.0)
+
+
+def test_on_slurm_the_runs_queue_once_the_time_limits_signal_came_and_an_error_cancels_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    events: list[tuple[str, str]] = []
+
+    def submit_run(plan: Plan, name: str, fault: str | None) -> Path:
+        events.append(("submit", name))
+        (tmp_path / name).mkdir()
+        return tmp_path / name
+
+    def run(item: tuple[str, str, Plan], run_dir: Path) -> tuple[Path, str]:
+        if item[1] == "timeout":  # its first attempt trains a while, then stops on the signal
+            time.sleep(0.3)
+            events.append(("signal", item[0]))
+            (run_dir / "attempts.json").write_text(json.dumps([{"started": 1.0, "stop": {"time": 2.0}}]))
+        if item[1] == "stop":
+            raise UserError("srun could not reach a node")
+        return run_dir, item[1]
+
+    cancelled: list[str] = []
+    monkeypatch.setattr(rehearse_ops, "submit_run", submit_run)
+    monkeypatch.setattr(rehearse_ops.subprocess, "run", lambda cmd, **kw: cancelled.append(cmd[-1]))
+    plan = Plan([], [], [], 60, None, "s", "local")
+    runs = [("s-timeout", "timeout", plan), ("s-kill", "kill", plan)]
+    assert [fault for _, fault in rehearse_ops.run_all(runs, run)] == ["timeout", "kill"]
+    assert events.index(("signal", "s-timeout")) < events.index(("submit", "s-kill")), events
+    assert not cancelled
+    with pytest.raises(UserError):
+        rehearse_ops.run_all([("t-kill", "kill", plan), ("t-stop", "stop", plan)], run)
+    assert sorted(cancelled) == [str(tmp_path / "t-kill"), str(tmp_path / "t-stop")]

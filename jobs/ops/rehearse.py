@@ -188,7 +188,7 @@ class Plan:
     profiles: dict[str, str] = field(default_factory=dict)  # fault, or "reference" (every run): a copy of it
     time_min: int | None = None  # the time-limit fault's limit (after any --time of the submit line's)
     check_s: int = 0  # how late the time limit's signal may come (CHECK_S, by the profile's executor)
-    together: bool = False  # the runs after the reference queued at once (Slurm's queue orders them)
+    together: bool = False  # the fault runs queued at once, the time limit's alone until its signal (run_all)
 
     def argv(self, name: str, fault: str | None) -> list[str]:
         words = list(self.submit)
@@ -212,14 +212,13 @@ def profile_copy(profile: str, path: Path, **settings: Any) -> str:
     return str(path)
 
 
-def time_limit(attempt: dict[str, Any], check_s: int = 0, scale: float = 1.0) -> tuple[int, int]:
-    """The time limit (minutes) and signal_delay_s that signal a run like the reference's `attempt` (with `scale`
-    times its steps) halfway through its training, counted from its process's start, with SAVE_S or more left to
-    save and requeue. Halfway: the next start has at most half the training left, so it usually ends before its
-    own signal. A signal that may come `check_s` early (Slurm's) is due that much later, and 5 s more for the
-    job's own start."""
+def time_limit(attempt: dict[str, Any], check_s: int = 0) -> tuple[int, int]:
+    """The time limit (minutes) and signal_delay_s that signal a run like the reference's `attempt` halfway
+    through its training, counted from its process's start, with SAVE_S or more left to save and requeue.
+    Halfway: the next start has at most half the training left, so it usually ends before its own signal. A signal
+    that may come `check_s` early (Slurm's) is due that much later, and 5 s more for the job's own start."""
     began = (attempt.get("startup") or {}).get("process_start", attempt["started"])  # a script's: its command's
-    signal_after = float(attempt["started"]) - float(began) + max(2.0, scale * trained_s(attempt) / 2)
+    signal_after = float(attempt["started"]) - float(began) + max(2.0, trained_s(attempt) / 2)
     signal_after += check_s + 5 if check_s else 0
     minutes = max(1, math.ceil((signal_after + SAVE_S) / 60))
     return minutes, int(minutes * 60 - signal_after)
@@ -230,22 +229,29 @@ def trained_s(attempt: dict[str, Any]) -> float:
     return float((attempt.get("stop") or {}).get("time", attempt["started"])) - float(attempt["started"])
 
 
+def need_s(check_s: int) -> int:
+    """The training a run needs to be given a signal that may come `check_s` early as it trains: due check_s
+    + 5 s after halfway, the second half must outlast that, and the save after it."""
+    return 2 * (check_s + 10) if check_s else 0
+
+
 def steps_for_limit(attempt: dict[str, Any], check_s: int, steps: int) -> int:
-    """The steps a run like `attempt` (of `steps`) needs to be given the time limit's signal as it trains:
-    `steps` where it already trains long enough."""
-    # Due check_s + 5 s after halfway, so the second half must outlast that, and the save after it.
-    need, trained = 2 * (check_s + 10), trained_s(attempt)
-    return steps if not check_s or trained >= need else math.ceil(steps * (need + 10) / max(trained, 1.0))
+    """The steps a run like `attempt` (of `steps`) needs to be given the time limit's signal as it trains."""
+    # A short run's pace counts its first steps' set-up too: half as much again, so that a faster pace still needs them.
+    need, trained = need_s(check_s), trained_s(attempt)
+    return steps if trained >= need else math.ceil(steps * 1.5 * need / max(trained, 1.0))
 
 
-def too_short(attempt: dict[str, Any], check_s: int) -> str:
-    """Why a script's run like `attempt` cannot be given the time limit's signal as it trains (its length is
-    its own; the trainer's time-limit run is given the steps it needs instead)."""
-    if steps_for_limit(attempt, check_s, 1) == 1:
+def too_short(attempt: dict[str, Any], check_s: int, steps: int = 0) -> str:
+    """Why a run like `attempt` cannot be given the time limit's signal as it trains ("" where it can); for the
+    trainer's run of `steps`, with the --steps that would."""
+    need, trained = need_s(check_s), trained_s(attempt)
+    if trained >= need:
         return ""
+    more = f"give it --steps {steps_for_limit(attempt, check_s, steps)}" if steps > 0 else "make it train longer"
     return (
         f"Slurm sends the time limit's signal from a check every {check_s} s, and the run trains for only "
-        f"{trained_s(attempt):.0f} s: give it more steps, so that it trains for over {2 * (check_s + 10)} s"
+        f"{trained:.0f} s: {more}, so that it trains for over {need} s"
     )
 
 
@@ -256,11 +262,10 @@ def last_attempt(run_dir: Path) -> dict[str, Any]:
     return json.loads(RunDir(run_dir).attempts.read_text())[-1]
 
 
-def timed_from(plan: Plan, folder: Path, run_dir: Path, scale: float = 1.0) -> Plan:
-    """The plan with the time-limit fault's limit timed from `run_dir`'s last attempt (a profile copy), for a
-    run of `scale` times its steps."""
+def timed_from(plan: Plan, folder: Path, run_dir: Path) -> Plan:
+    """The plan with the time-limit fault's limit timed from `run_dir`'s last attempt (a profile copy)."""
     attempt = last_attempt(run_dir)
-    minutes, delay = time_limit(attempt, plan.check_s, scale)
+    minutes, delay = time_limit(attempt, plan.check_s)
     copy = profile_copy(plan.profile, folder / "timeout.yaml", signal_delay_s=delay, max_num_timeout=20)
     return replace(plan, profiles={**plan.profiles, "timeout": copy}, time_min=minutes)
 
@@ -372,9 +377,9 @@ NOT_REHEARSED = {
 
 def rehearse(plan: Plan, folder: Path, say: Callable[[str], None], script: bool) -> tuple[Facts, list[Verdict]]:
     """The reference, then each fault's run, judged; rehearsal.json and rehearsal.md written into `folder`.
-    On Slurm (`plan.together`), faults made by step, the time limit's run goes first, alone, and once its signal
-    came the other runs are queued at once: a requeued run waits out Slurm's hold (cred_expire, 2 minutes by
-    default) while the others run."""
+    The time limit's run goes first. On Slurm, for the trainer (`plan.together`), it goes alone, and once its
+    signal came the other runs are queued at once: a requeued run waits out Slurm's hold (cred_expire, 2
+    minutes by default) while the others run."""
     say(f"reference run (no fault) in {plan.stamp}-reference")
     began = time.monotonic()
     ref_dir = submit_run(plan, f"{plan.stamp}-reference", None)
@@ -390,37 +395,33 @@ def rehearse(plan: Plan, folder: Path, say: Callable[[str], None], script: bool)
     final = step_of(ref_dir)  # a script that reports no steps: -1, its fault timed from its start
     at_step = max(1, final // 3) if final > 0 else 0
     ran_s = trained_s(last_attempt(ref_dir))
-    runs, skipped = planned(plan, folder, ref_dir, script, say)
+    runs: list[Run] = [(f"{plan.stamp}-{fault}", fault, plan) for fault in plan.faults if fault != "timeout"]
+    limit, limit_dir = time_limit_run(plan, folder, ref_dir, script, say) if "timeout" in plan.faults else (None, None)
+    runs = [limit, *runs] if isinstance(limit, tuple) else runs
 
-    def run(item: Run, run_dir: Path | None = None) -> tuple[Path, tuple[Any, ...]]:
+    def run(item: Run, run_dir: Path | None = None) -> tuple[Path, tuple[float, int | None, bool, str]]:
         name, fault, its = item
         run_dir = run_dir or submit_run(its, name, fault)
-        if fault is None:
-            wait_run(run_dir, 3600)
-            return run_dir, ()
         say(f"{fault}: {FAULTS[fault]}, in {name}")
         return fault_run(its, folder, fault, run_dir, script, at_step, ran_s / 2, say)
 
-    # A fault timed by the clock (a script that reports no steps) waits for a run of its own: on nodes shared
-    # by the runs it would find the script less far along than the reference's pace says.
-    done = run_all(runs, run) if plan.together and at_step > 0 else [run(item) for item in runs]
-    ended = {item[0]: result for item, result in zip(runs, done, strict=True)}
-    long_dir = ended.get(f"{plan.stamp}-timeout-reference", (None,))[0]
+    done = run_all(runs, run) if plan.together else [run(item) for item in runs]
+    ended = {item[1]: result for item, result in zip(runs, done, strict=True)}
     verdicts = []
     for fault in plan.faults:
-        if fault in skipped:
-            verdicts.append(skipped[fault])
+        if fault == "timeout" and isinstance(limit, Verdict):
+            verdicts.append(limit)
             continue
-        run_dir, (fault_at, fault_step, saved, why) = ended[f"{plan.stamp}-{fault}"]
-        against = facts_of(long_dir, plan.compare) if fault == "timeout" and long_dir else reference
+        run_dir, (fault_at, fault_step, saved, why) = ended[fault]
+        against = facts_of(limit_dir, plan.compare) if fault == "timeout" and limit_dir else reference
         verdict = judge(fault, facts_of(run_dir, plan.compare), against, fault_at, fault_step, script, saved)
         if fault_step is None:
             verdict.verdict, verdict.fix = "not rehearsed", why
         verdict.run_dir = str(run_dir)
         verdicts.append(verdict)
     record: dict[str, Any] = {"reference": {"run_dir": str(ref_dir), "ledger": reference.ledger}}
-    if long_dir:
-        record["timeout_reference"] = {"run_dir": str(long_dir), "ledger": facts_of(long_dir, None).ledger}
+    if limit_dir:
+        record["timeout_reference"] = {"run_dir": str(limit_dir), "ledger": facts_of(limit_dir, None).ledger}
     record |= {
         "faults": [asdict(v) for v in verdicts],
         "seconds": round(time.monotonic() - began, 1),  # the whole rehearsal, the reference's run included
@@ -430,45 +431,53 @@ def rehearse(plan: Plan, folder: Path, say: Callable[[str], None], script: bool)
     return reference, verdicts
 
 
-Run = tuple[str, str | None, Plan]  # a run's name, its fault (None: a reference of its own), its plan
+Run = tuple[str, str, Plan]  # a run's name, its fault, its plan
 
 
-def planned(
+def time_limit_run(
     plan: Plan, folder: Path, ref_dir: Path, script: bool, say: Callable[[str], None]
-) -> tuple[list[Run], dict[str, Verdict]]:
-    """The runs after the reference, the time limit's first, and the faults not rehearsed. Slurm signals from
-    a check every check_s: a trainer's run too short for it is given the steps it needs, and a reference of them."""
-    skipped: dict[str, Verdict] = {}
-    runs: list[Run] = [(f"{plan.stamp}-{fault}", fault, plan) for fault in plan.faults if fault != "timeout"]
-    if "timeout" not in plan.faults:
-        return runs, skipped
-    attempt, final = last_attempt(ref_dir), step_of(ref_dir)
-    if script and (why := too_short(attempt, plan.check_s)):
-        skipped["timeout"] = Verdict("timeout", "not rehearsed", "-", "-", "-", None, "-", "-", why)
-        return runs, skipped
-    steps = final if script else steps_for_limit(attempt, plan.check_s, final)
-    timed = timed_from(plan, folder, ref_dir, steps / final if final > 0 else 1.0)
-    if steps != final:
-        timed = replace(timed, steps=steps)
-        say(f"timeout: Slurm's check every {plan.check_s} s needs a run of {steps} steps, and a reference of them")
-        runs.insert(0, (f"{plan.stamp}-timeout-reference", None, timed))
-    return [(f"{plan.stamp}-timeout", "timeout", timed), *runs], skipped
+) -> tuple[Run | Verdict, Path | None]:
+    """The time limit's run, its limit timed from a run of its steps alone, and that run where it is not the
+    reference; or the fault's verdict, not rehearsed. Slurm checks time limits every check_s: a trainer's run
+    too short for that is given the steps it needs, and a reference of them, run now; a script is not."""
+    attempt, final, source = last_attempt(ref_dir), step_of(ref_dir), None
+    if not script and final > 0 and too_short(attempt, plan.check_s):
+        steps = steps_for_limit(attempt, plan.check_s, final)
+        plan, name = replace(plan, steps=steps), f"{plan.stamp}-timeout-reference"
+        say(f"timeout: Slurm checks time limits every {plan.check_s} s, so a run of {steps} steps, after {name}")
+        source = submit_run(plan, name, None)
+        wait_run(source, 3600)
+        if not (facts := facts_of(source, None)).finished:
+            why = f"its reference of {steps} steps did not finish ({facts.error or 'see ' + str(source)})"
+            return not_rehearsed("timeout", why, source), source
+        attempt = last_attempt(source)
+    if why := too_short(attempt, plan.check_s, 0 if script else plan.steps or final):
+        return not_rehearsed("timeout", why, source), source
+    return (f"{plan.stamp}-timeout", "timeout", timed_from(plan, folder, source or ref_dir)), source
 
 
-def run_all(runs: list[Run], run: Callable[..., Any]) -> list[Any]:
-    """`run` of each, queued at once (Slurm's queue orders them), but the time limit's alone until its signal:
-    its limit was timed from a run alone."""
-    with ThreadPoolExecutor(max(1, len(runs))) as pool:
-        futures = []
-        if runs and runs[0][1] == "timeout":
-            name, fault, its = runs[0]
-            alone = submit_run(its, name, fault)
-            futures.append(pool.submit(run, runs[0], alone))
-            poll(lambda: reached(alone, 0, math.inf), 3600, 0.5)
-        rest = runs[len(futures) :]
-        queued = [submit_run(its, name, fault) for name, fault, its in rest]
-        futures += [pool.submit(run, item, run_dir) for item, run_dir in zip(rest, queued, strict=True)]
+def not_rehearsed(fault: str, why: str, run_dir: Path | None = None) -> Verdict:
+    return Verdict(fault, "not rehearsed", "-", "-", "-", None, "-", "-", why, run_dir=str(run_dir or ""))
+
+
+def run_all(runs: list[Run], run: Callable[[Run, Path], Any]) -> list[Any]:
+    """`run` of each, each submitted here and queued at once (Slurm's queue orders them), but the time limit's
+    alone until its signal: its limit was timed from a run alone (a retry of it runs among the others). On an
+    error or an interrupt the runs submitted are cancelled."""
+    pool, submitted, futures = ThreadPoolExecutor(max(1, len(runs))), [], []
+    try:
+        for name, fault, its in runs:
+            submitted.append(submit_run(its, name, fault))
+            futures.append(pool.submit(run, (name, fault, its), submitted[-1]))
+            if fault == "timeout" and len(futures) == 1:
+                poll(lambda: futures[0].done() or reached(submitted[0], 0, math.inf), 3600, 0.5)
         return [future.result() for future in futures]
+    except BaseException:
+        for run_dir in submitted:
+            subprocess.run([sys.executable, "-m", "jobs.cancel", str(run_dir)], capture_output=True, timeout=300)
+        raise
+    finally:
+        pool.shutdown(wait=False, cancel_futures=True)
 
 
 def fault_run(

@@ -34,8 +34,8 @@ def test_the_trainer_is_certified_on_every_fault_on_two_nodes(tmp_path: Path, sa
     assert "rank 1" in by["stop"]["named"] and "hung" in by["stop"]["named"], by["stop"]
     assert "every rank stopped" in by["frozen"]["named"], by["frozen"]
     # The time limit's run was judged against its own reference, of more steps than the others'.
-    timeout_dir, reference_dir = Path(by["timeout"]["run_dir"]), Path(by["preempt"]["run_dir"])
-    steps = [json.loads((d / "summary.json").read_text())["step"] for d in (timeout_dir, reference_dir)]
+    timeout_dir, preempt_dir = Path(by["timeout"]["run_dir"]), Path(by["preempt"]["run_dir"])
+    steps = [json.loads((d / "summary.json").read_text())["final_step"] for d in (timeout_dir, preempt_dir)]
     assert steps[0] > 60 == steps[1], steps
 
 
