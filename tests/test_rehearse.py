@@ -248,7 +248,7 @@ def test_on_slurm_the_runs_queue_once_the_time_limits_signal_came_and_an_error_c
 
     cancelled: list[str] = []
     monkeypatch.setattr(rehearse_ops, "submit_run", submit_run)
-    monkeypatch.setattr(rehearse_ops.subprocess, "run", lambda cmd, **kw: cancelled.append(cmd[-1]))
+    monkeypatch.setattr(rehearse_ops, "cancel", lambda run_dir: cancelled.append(str(run_dir)))
     plan = Plan([], [], [], 60, None, "s", "local")
     runs = [("s-timeout", "timeout", plan), ("s-kill", "kill", plan)]
     assert [fault for _, fault in rehearse_ops.run_all(runs, run)] == ["timeout", "kill"]

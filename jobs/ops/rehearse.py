@@ -286,7 +286,11 @@ def wait_run(run_dir: Path, timeout: float) -> None:
     try:
         subprocess.run([sys.executable, "-m", "jobs.wait", str(run_dir)], capture_output=True, timeout=timeout)
     except subprocess.TimeoutExpired:
-        subprocess.run([sys.executable, "-m", "jobs.cancel", str(run_dir)], capture_output=True, timeout=300)
+        cancel(run_dir)
+
+
+def cancel(run_dir: Path) -> None:
+    subprocess.run([sys.executable, "-m", "jobs.cancel", str(run_dir)], capture_output=True, timeout=300)
 
 
 def poll(condition: Callable[[], Any], timeout: float, every: float = 0.05) -> Any:
@@ -474,7 +478,7 @@ def run_all(runs: list[Run], run: Callable[[Run, Path], Any]) -> list[Any]:
         return [future.result() for future in futures]
     except BaseException:
         for run_dir in submitted:
-            subprocess.run([sys.executable, "-m", "jobs.cancel", str(run_dir)], capture_output=True, timeout=300)
+            cancel(run_dir)
         raise
     finally:
         pool.shutdown(wait=False, cancel_futures=True)
