@@ -191,17 +191,20 @@ def find(target: str) -> Target:
     if not is_job_id(target):
         raise UserError(f"{target!r} is neither a run directory, a run's name nor a job id; pass one of them")
     if (log_dir := local_controller_folder(target)) is not None:  # a local job's id: never sent to Slurm
-        run_dir = (
-            log_dir.parent
-            if (RunDir(log_dir.parent).config.exists() or RunDir(log_dir.parent).command.exists())
-            else None
-        )
-        return Target(target, "local", run_dir, log_dir)
-    records = parse_scontrol(_slurm("scontrol", "show", "job", "-o", target).stdout)
+        return Target(target, "local", _run_dir_above(log_dir), log_dir)
+    records = _scontrol_job(target)
     log_dir = Path(records[0]["StdOut"]).parent if records and "StdOut" in records[0] else None
-    files = RunDir(log_dir.parent) if log_dir else None
-    run_dir = files.path if files and (files.config.exists() or files.command.exists()) else None
-    return Target(target, "slurm", run_dir, log_dir)
+    return Target(target, "slurm", _run_dir_above(log_dir) if log_dir else None, log_dir)
+
+
+def _run_dir_above(log_dir: Path) -> Path | None:
+    """The run directory holding a job's log folder: one with its settings or command, else None."""
+    files = RunDir(log_dir.parent)
+    return files.path if files.config.exists() or files.command.exists() else None
+
+
+def _scontrol_job(job_id: str) -> list[dict[str, str]]:
+    return parse_scontrol(_slurm("scontrol", "show", "job", "-o", job_id).stdout)
 
 
 def run_processes(run_dir: Path, log_dir: Path | None) -> list[int]:
@@ -234,7 +237,7 @@ def local_controller_folder(pid: str) -> Path | None:
 
 
 def slurm_info(job_id: str) -> JobInfo:
-    records = parse_scontrol(_slurm("scontrol", "show", "job", "-o", job_id).stdout)
+    records = _scontrol_job(job_id)
     if records:
         return scontrol_info(records[0])
     # Gone from the controller's memory: accounting still knows.
@@ -306,15 +309,18 @@ def infos(targets: list[Target]) -> list[JobInfo]:
     slurm = slurm_infos([t.job_id for t in targets if t.executor == "slurm"])
     out = []
     for target in targets:
-        if target.executor != "slurm":
-            out.append(local_info(target))
-        elif target.job_id in slurm:
-            out.append(slurm[target.job_id])
-        elif (found := run_dir_info(target)) is not None:  # forgotten, and no accounting to ask
-            out.append(found)
-        else:
+        if (found := known_info(target, slurm)) is None:
             raise UserError(f"Slurm knows no job {target.job_id}; check the id with squeue or sacct")
+        out.append(found)
     return out
+
+
+def known_info(target: Target, slurm: dict[str, JobInfo]) -> JobInfo | None:
+    """A job's state: a local one's from this machine, a Slurm one's from `slurm` (slurm_infos), else (forgotten,
+    and no accounting to ask) from its run directory; None when nothing knows it."""
+    if target.executor != "slurm":
+        return local_info(target)
+    return slurm[target.job_id] if target.job_id in slurm else run_dir_info(target)
 
 
 def local_info(target: Target) -> JobInfo:

@@ -10,7 +10,7 @@ from typing import Any
 from jobs.ops.state import point_progress
 from jobs.remote import runs
 from jobs.remote.ssh import Connection
-from jobs.tracking import Target, find, local_info, point_dirs, run_dir_info, slurm_infos
+from jobs.tracking import Target, find, known_info, point_dirs, slurm_infos
 from trainer.errors import UserError
 from trainer.run import ledger
 from trainer.run.rundir import RunDir
@@ -62,11 +62,7 @@ def states_of(targets: list[Target]) -> dict[Target, str]:
     states = {}
     for target in targets:
         try:
-            if target.executor != "slurm":
-                states[target] = local_info(target).state
-            elif target.job_id in slurm:
-                states[target] = slurm[target.job_id].state
-            elif (found := run_dir_info(target)) is not None:
+            if (found := known_info(target, slurm)) is not None:
                 states[target] = found.state
         except DAMAGE:
             states[target] = "?"

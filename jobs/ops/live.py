@@ -37,6 +37,7 @@ STATES = {  # a training rank's section (trainer.supervise.watchdog) as the view
     "command": "running",
     "frozen": "hung",
 }
+FORMATS = {"data": ".0%", "step_s": ".3f", "median_s": ".3f", "loss": ".4g", "mem_mb": ".0f"}  # numbers' cells
 FRESH_S = 3.0  # --once waits this long for rank 0's first live.json after asking
 STRAGGLER = 1.5  # a rank whose own work per step is this many times the ranks' median is marked
 MIN_LAG_S = 0.005  # and longer than the median by this much (a few ms of data wait is no straggler)
@@ -180,14 +181,8 @@ def cells(row: dict[str, Any]) -> list[str]:
         value = row.get(column)
         if value is None:
             text = "-"
-        elif column == "data" and isinstance(value, int | float):
-            text = f"{value:.0%}"
-        elif column in ("step_s", "median_s") and isinstance(value, int | float):
-            text = f"{value:.3f}"
-        elif column in ("loss",) and isinstance(value, int | float):
-            text = f"{value:.4g}"
-        elif column == "mem_mb" and isinstance(value, int | float):
-            text = f"{value:.0f}"
+        elif column in FORMATS and isinstance(value, int | float):
+            text = format(value, FORMATS[column])
         else:
             text = str(value)
         out.append(printable(text))
