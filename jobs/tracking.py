@@ -126,16 +126,21 @@ def by_name(target: str, profile: str | None = None) -> str:
     )
 
 
-def add_run_arguments(parser: argparse.ArgumentParser, help: str, dest: str = "target") -> None:
-    """RUN as every command takes it (a path, a run's name or a job id: by_name), and --profile, whose run_root
-    a name is looked up in too."""
-    parser.add_argument(dest, metavar="RUN", help=help)
+RUN_OR_SWEEP = "a run or sweep directory printed by jobs.submit, a run's name, or a Slurm job id"
+
+
+def run_parser(module: str, doc: str, help: str = RUN_OR_SWEEP) -> argparse.ArgumentParser:
+    """The parser of `python -m module` (described by its docstring's first line), with RUN as every command takes
+    it (a path, a run's name or a job id: by_name), and --profile, whose run_root a name is looked up in too."""
+    parser = argparse.ArgumentParser(prog=f"python -m {module}", description=doc.splitlines()[0])
+    parser.add_argument("target", metavar="RUN", help=help)
     parser.add_argument(
         "--profile",
         metavar="NAME|PATH",
         help="the profile that ran it: a run's name is looked up in its run_root too (always: ./runs and the "
         f"{DEFAULT_PROFILE} profile's)",
     )
+    return parser
 
 
 def run_roots(profile: str | None = None) -> list[Path]:
