@@ -448,21 +448,17 @@ def killed_tasks(target: Target) -> list[Failure]:
     codes = local_exit_record(target).get("codes")
     if codes is not None:
         host = socket.gethostname()
-        return [
-            Failure(0, rank, host, "", _killed_by(-c), False, killed=True)
-            for rank, c in enumerate(codes)
-            if c and c < 0
+        killed = [(rank, host, -c) for rank, c in enumerate(codes) if c and c < 0]
+    else:
+        # srun says `Killed` for SIGKILL; a line naming the signal (`killed by SIGTERM`) is read the same way.
+        pattern = r"(\S+): tasks? (\d+)(?:-\d+)?: (?:Killed|killed by (SIG[A-Z0-9]+))"
+        said = (re.fullmatch(pattern, line) for line in failed_tasks(target))
+        killed = [
+            (int(m.group(2)), m.group(1), signal.Signals[m.group(3) or "SIGKILL"])
+            for m in said
+            if m and (m.group(3) or "SIGKILL") in signal.Signals.__members__
         ]
-    # srun says `Killed` for SIGKILL; a line naming the signal (`killed by SIGTERM`) is read the same way.
-    pattern = r"(\S+): tasks? (\d+)(?:-\d+)?: (?:Killed|killed by (SIG[A-Z0-9]+))"
-    killed = (re.fullmatch(pattern, line) for line in failed_tasks(target))
-    return [
-        Failure(
-            0, int(m.group(2)), m.group(1), "", _killed_by(signal.Signals[m.group(3) or "SIGKILL"]), False, killed=True
-        )
-        for m in killed
-        if m and (m.group(3) or "SIGKILL") in signal.Signals.__members__
-    ]
+    return [Failure(0, rank, host, "", _killed_by(signum), False, killed=True) for rank, host, signum in killed]
 
 
 def _killed_by(signum: int) -> str:

@@ -87,9 +87,9 @@ def row(run_dir: Path, name: str, target: Target, state: str) -> dict[str, Any]:
     }
 
 
-def local_rows(root: Path) -> tuple[list[dict[str, Any]], dict[Group, list[tuple[str, runs.RemoteRun]]]]:
-    """The rows of the runs under `root`, and the remote runs there, by login node as reached."""
-    rows, found, remote = [], [], defaultdict(list)
+def local_rows(root: Path, remote: dict[Group, list[tuple[str, runs.RemoteRun]]]) -> list[dict[str, Any]]:
+    """The rows of the runs under `root`; its remote runs go to `remote`, by login node as reached."""
+    rows, found = [], []
     for folder in sorted(p for p in root.iterdir() if p.is_dir()) if root.is_dir() else []:
         try:
             run = runs.load(str(folder))
@@ -103,7 +103,7 @@ def local_rows(root: Path) -> tuple[list[dict[str, Any]], dict[Group, list[tuple
             found.append((folder.name, folder))
         else:
             found += [(f"{folder.name}/{point.name}", point) for point in point_dirs(folder)]
-    return rows + rows_of(found), remote
+    return rows + rows_of(found)
 
 
 def remote_rows(found: list[tuple[str, runs.RemoteRun]]) -> list[dict[str, Any]]:
@@ -170,10 +170,7 @@ def all_rows(roots: list[Path]) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
     remote: dict[Group, list[tuple[str, runs.RemoteRun]]] = defaultdict(list)
     for root in roots:
-        found, far = local_rows(root)
-        rows += found
-        for group, items in far.items():
-            remote[group] += items
+        rows += local_rows(root, remote)
     for items in remote.values():
         rows += remote_rows(items)
     rows.sort(key=lambda r: r.get("time", 0.0), reverse=True)

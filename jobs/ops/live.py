@@ -53,7 +53,7 @@ def view(
     attempts = attempts if isinstance(attempts, list) else []
     config = run_settings(files) if files else {}
     steps = config.get("steps") if isinstance(config.get("steps"), int) else None
-    beat_s = (config.get("hang") or {}).get("beat_s", 5.0) if isinstance(config.get("hang"), dict | None) else 5.0
+    hang = config.get("hang") if isinstance(config.get("hang"), dict) else {}
     head: dict[str, Any] = {"job": target.job_id, "state": job.state, "attempt": len(attempts) or None}
     if attempts and isinstance(attempts[0], dict) and isinstance(attempts[0].get("started"), int | float):
         head["elapsed_s"] = round(now - attempts[0]["started"])
@@ -63,12 +63,11 @@ def view(
         head["remaining_s"] = _time_left(target.job_id, now)
     running = job.state
     if job.state == "RUNNING" and not beats and files and not files.command.exists():  # the trainer, silent
-        hang = config.get("hang") if isinstance(config.get("hang"), dict) else {}
         running = "no heartbeats: hang.enabled=false" if hang.get("enabled") is False else ""
         # Between attempts a failure is on record (the restart clears it); without one, rank 0 does not answer.
         failed = run_dir is not None and bool(failures.read(run_dir))
         running = running or ("starting" if not attempts else "restarting" if failed else "no answer from rank 0")
-    rows = _rows(target, beats or [], running, now, stale_s=2 * float(beat_s) + 1)
+    rows = _rows(target, beats or [], running, now, stale_s=2 * float(hang.get("beat_s", 5.0)) + 1)
     known = {r["rank"] for r in rows}
     rows += [{"rank": r, "state": "no heartbeat yet"} for r in range(world_size or 0) if r not in known and beats]
     rows.sort(key=lambda r: r["rank"] if isinstance(r.get("rank"), int) else -1)
