@@ -268,9 +268,8 @@ def acting(do: Any, keyboard: Keyboard, every_s: float) -> Any:
 def do_here(target: Target) -> Any:
     def do(action: str) -> str:
         try:
-            if action == "cancel":
-                return act.cancel(target)
-            return {"save": act.save_now, "requeue": act.requeue_now, "dump": act.dump_stacks}[action](target)
+            actions = {"cancel": act.cancel, "save": act.save_now, "requeue": act.requeue_now, "dump": act.dump_stacks}
+            return actions[action](target)
         except (UserError, OSError, ValueError) as exc:  # a rank gone meanwhile, a damaged record: said, not raised
             return f"error: {exc}"
 
