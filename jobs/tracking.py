@@ -166,10 +166,8 @@ def find_all(target: str) -> list[tuple[str, Target]]:
     named after the point's folder)."""
     target = by_name(target)
     path = Path(target)
-    if path.is_dir() and not RunDir(path).job.exists():
-        points = point_dirs(path)
-        if points:
-            return [(point.name, find(str(point))) for point in points]
+    if path.is_dir() and not RunDir(path).job.exists() and (points := point_dirs(path)):
+        return [(point.name, find(str(point))) for point in points]
     return [("", find(target))]
 
 
@@ -179,8 +177,7 @@ def find(target: str) -> Target:
     path = Path(target)
     if path.is_dir():
         record_file = RunDir(path).job
-        points = point_dirs(path)
-        if not record_file.exists() and points:
+        if not record_file.exists() and (points := point_dirs(path)):
             raise UserError(f"{path} is a sweep; pass one of its points, e.g. {points[0]}")
         if not record_file.exists():
             raise UserError(
