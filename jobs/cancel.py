@@ -1,18 +1,16 @@
 """`python -m jobs.cancel RUN_DIR|SWEEP_DIR|JOB_ID`: stop a job (every point of a sweep)."""
 
-import argparse
 import sys
 
 from jobs.ops import follow
 from jobs.ops.act import cancel
-from jobs.tracking import Target, add_run_arguments, by_name, find_all
+from jobs.tracking import Target, by_name, find_all, run_parser
 from trainer.errors import UserError, one_line_errors
 
 
 @one_line_errors
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m jobs.cancel", description=__doc__.splitlines()[0])
-    add_run_arguments(parser, "a run or sweep directory printed by jobs.submit, a run's name, or a Slurm job id")
+    parser = run_parser("jobs.cancel", __doc__)
     args = parser.parse_args(argv)
     run = by_name(args.target, args.profile)
     if (code := follow.elsewhere(run, "jobs.cancel")) is not None:  # a run on a cluster: cancelled there

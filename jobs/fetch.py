@@ -1,19 +1,17 @@
 """`python -m jobs.fetch RUN`: bring a cluster run's records (summary.json, attempts.json, error.txt, ...) and
 its TensorBoard events into the run's folder on this machine, so `tensorboard --logdir runs/RUN` works here."""
 
-import argparse
 import sys
 
 from jobs.ops import follow
 from jobs.remote import runs
-from jobs.tracking import add_run_arguments, by_name
+from jobs.tracking import by_name, run_parser
 from trainer.errors import UserError, one_line_errors
 
 
 @one_line_errors
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m jobs.fetch", description=__doc__.splitlines()[0])
-    add_run_arguments(parser, "a run submitted over SSH: its folder under ./runs, or its name")
+    parser = run_parser("jobs.fetch", __doc__, "a run submitted over SSH: its folder under ./runs, or its name")
     args = parser.parse_args(argv)
     run = by_name(args.target, args.profile)
     remote = runs.load(run)

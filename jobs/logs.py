@@ -6,7 +6,7 @@ import threading
 from pathlib import Path
 
 from jobs.ops import follow
-from jobs.tracking import TERMINAL, add_run_arguments, by_name, find, first_failure, info, log_text, tail
+from jobs.tracking import TERMINAL, by_name, find, first_failure, info, log_text, run_parser, tail
 from trainer.errors import UserError, one_line_errors
 
 
@@ -20,8 +20,7 @@ def show(out: Path, err: Path) -> None:
 
 @one_line_errors
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m jobs.logs", description=__doc__.splitlines()[0])
-    add_run_arguments(parser, "a run directory printed by jobs.submit, a run's name, or a Slurm job id")
+    parser = run_parser("jobs.logs", __doc__, "a run directory printed by jobs.submit, a run's name, or a Slurm job id")
     parser.add_argument(
         "--rank", type=int, help="global rank whose log to show (default: the rank that failed first, else 0)"
     )

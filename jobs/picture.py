@@ -5,19 +5,17 @@ rate, from event files anywhere under the run), each a small line chart, the
 newest `images/input_target_output` grid, and the goodput ledger (where the wall time went) as one stacked bar. Pillow draws it (no plotting library); torch is not imported.
 """
 
-import argparse
 import sys
 from pathlib import Path
 
 from jobs.ops.drawing import draw, load
-from jobs.tracking import add_run_arguments, by_name
+from jobs.tracking import by_name, run_parser
 from trainer.errors import UserError, one_line_errors
 
 
 @one_line_errors
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m jobs.picture", description=__doc__.splitlines()[0])
-    add_run_arguments(parser, "a run directory printed by jobs.submit, or a run's name")
+    parser = run_parser("jobs.picture", __doc__, "a run directory printed by jobs.submit, or a run's name")
     parser.add_argument("-o", "--output", type=Path, help="the PNG to write (default: RUN/picture.png)")
     args = parser.parse_args(argv)
     run_dir = Path(by_name(args.target, args.profile))

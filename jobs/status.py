@@ -1,23 +1,17 @@
 """`python -m jobs.status RUN_DIR|SWEEP_DIR|JOB_ID`: state, restarts, nodes, last step and checkpoint."""
 
-import argparse
 import sys
 from pathlib import Path
 
 from jobs.ops import follow
 from jobs.ops.state import report, sweep_table
-from jobs.tracking import (
-    add_run_arguments,
-    by_name,
-    find_all,
-)
+from jobs.tracking import by_name, find_all, run_parser
 from trainer.errors import one_line_errors
 
 
 @one_line_errors
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m jobs.status", description=__doc__.splitlines()[0])
-    add_run_arguments(parser, "a run or sweep directory printed by jobs.submit, a run's name, or a Slurm job id")
+    parser = run_parser("jobs.status", __doc__)
     args = parser.parse_args(argv)
     run = by_name(args.target, args.profile)
     if (code := follow.elsewhere(run, "jobs.status")) is not None:  # a run on a cluster: asked there

@@ -17,7 +17,7 @@ import sys
 from typing import Any
 
 from jobs.ops import act, follow, live
-from jobs.tracking import add_run_arguments, by_name, find
+from jobs.tracking import by_name, find, run_parser
 from trainer.errors import UserError, one_line_errors
 
 KEYS = "s save now  r requeue now  c cancel  d dump stacks  q quit"
@@ -54,8 +54,7 @@ def watch(frames: Any) -> int:
 
 @one_line_errors
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m jobs.top", description=__doc__.splitlines()[0])
-    add_run_arguments(parser, "a run directory printed by jobs.submit, a run's name, or a job id")
+    parser = run_parser("jobs.top", __doc__, "a run directory printed by jobs.submit, a run's name, or a job id")
     parser.add_argument("--once", action="store_true", help="print the table once (a line per rank) and exit")
     parser.add_argument("--every", type=float, default=1.0, help="seconds between redraws (default 1)")
     parser.add_argument("--save-now", action="store_true", help="ask for a checkpoint now; the run trains on")

@@ -126,16 +126,21 @@ def by_name(target: str, profile: str | None = None) -> str:
     )
 
 
-def add_run_arguments(parser: argparse.ArgumentParser, help: str, dest: str = "target") -> None:
-    """RUN as every command takes it (a path, a run's name or a job id: by_name), and --profile, whose run_root
-    a name is looked up in too."""
-    parser.add_argument(dest, metavar="RUN", help=help)
+RUN_OR_SWEEP = "a run or sweep directory printed by jobs.submit, a run's name, or a Slurm job id"
+
+
+def run_parser(module: str, doc: str, help: str = RUN_OR_SWEEP) -> argparse.ArgumentParser:
+    """The parser of `python -m module` (described by its docstring's first line), with RUN as every command takes
+    it (a path, a run's name or a job id: by_name), and --profile, whose run_root a name is looked up in too."""
+    parser = argparse.ArgumentParser(prog=f"python -m {module}", description=doc.splitlines()[0])
+    parser.add_argument("target", metavar="RUN", help=help)
     parser.add_argument(
         "--profile",
         metavar="NAME|PATH",
         help="the profile that ran it: a run's name is looked up in its run_root too (always: ./runs and the "
         f"{DEFAULT_PROFILE} profile's)",
     )
+    return parser
 
 
 def run_roots(profile: str | None = None) -> list[Path]:
@@ -161,10 +166,8 @@ def find_all(target: str) -> list[tuple[str, Target]]:
     named after the point's folder)."""
     target = by_name(target)
     path = Path(target)
-    if path.is_dir() and not RunDir(path).job.exists():
-        points = point_dirs(path)
-        if points:
-            return [(point.name, find(str(point))) for point in points]
+    if path.is_dir() and not RunDir(path).job.exists() and (points := point_dirs(path)):
+        return [(point.name, find(str(point))) for point in points]
     return [("", find(target))]
 
 
@@ -174,8 +177,7 @@ def find(target: str) -> Target:
     path = Path(target)
     if path.is_dir():
         record_file = RunDir(path).job
-        points = point_dirs(path)
-        if not record_file.exists() and points:
+        if not record_file.exists() and (points := point_dirs(path)):
             raise UserError(f"{path} is a sweep; pass one of its points, e.g. {points[0]}")
         if not record_file.exists():
             raise UserError(
@@ -191,17 +193,20 @@ def find(target: str) -> Target:
     if not is_job_id(target):
         raise UserError(f"{target!r} is neither a run directory, a run's name nor a job id; pass one of them")
     if (log_dir := local_controller_folder(target)) is not None:  # a local job's id: never sent to Slurm
-        run_dir = (
-            log_dir.parent
-            if (RunDir(log_dir.parent).config.exists() or RunDir(log_dir.parent).command.exists())
-            else None
-        )
-        return Target(target, "local", run_dir, log_dir)
-    records = parse_scontrol(_slurm("scontrol", "show", "job", "-o", target).stdout)
+        return Target(target, "local", _run_dir_above(log_dir), log_dir)
+    records = _scontrol_job(target)
     log_dir = Path(records[0]["StdOut"]).parent if records and "StdOut" in records[0] else None
-    files = RunDir(log_dir.parent) if log_dir else None
-    run_dir = files.path if files and (files.config.exists() or files.command.exists()) else None
-    return Target(target, "slurm", run_dir, log_dir)
+    return Target(target, "slurm", _run_dir_above(log_dir) if log_dir else None, log_dir)
+
+
+def _run_dir_above(log_dir: Path) -> Path | None:
+    """The run directory holding a job's log folder: one with its settings or command, else None."""
+    files = RunDir(log_dir.parent)
+    return files.path if files.config.exists() or files.command.exists() else None
+
+
+def _scontrol_job(job_id: str) -> list[dict[str, str]]:
+    return parse_scontrol(_slurm("scontrol", "show", "job", "-o", job_id).stdout)
 
 
 def run_processes(run_dir: Path, log_dir: Path | None) -> list[int]:
@@ -234,7 +239,7 @@ def local_controller_folder(pid: str) -> Path | None:
 
 
 def slurm_info(job_id: str) -> JobInfo:
-    records = parse_scontrol(_slurm("scontrol", "show", "job", "-o", job_id).stdout)
+    records = _scontrol_job(job_id)
     if records:
         return scontrol_info(records[0])
     # Gone from the controller's memory: accounting still knows.
@@ -306,15 +311,18 @@ def infos(targets: list[Target]) -> list[JobInfo]:
     slurm = slurm_infos([t.job_id for t in targets if t.executor == "slurm"])
     out = []
     for target in targets:
-        if target.executor != "slurm":
-            out.append(local_info(target))
-        elif target.job_id in slurm:
-            out.append(slurm[target.job_id])
-        elif (found := run_dir_info(target)) is not None:  # forgotten, and no accounting to ask
-            out.append(found)
-        else:
+        if (found := known_info(target, slurm)) is None:
             raise UserError(f"Slurm knows no job {target.job_id}; check the id with squeue or sacct")
+        out.append(found)
     return out
+
+
+def known_info(target: Target, slurm: dict[str, JobInfo]) -> JobInfo | None:
+    """A job's state: a local one's from this machine, a Slurm one's from `slurm` (slurm_infos), else (forgotten,
+    and no accounting to ask) from its run directory; None when nothing knows it."""
+    if target.executor != "slurm":
+        return local_info(target)
+    return slurm[target.job_id] if target.job_id in slurm else run_dir_info(target)
 
 
 def local_info(target: Target) -> JobInfo:
@@ -437,21 +445,17 @@ def killed_tasks(target: Target) -> list[Failure]:
     codes = local_exit_record(target).get("codes")
     if codes is not None:
         host = socket.gethostname()
-        return [
-            Failure(0, rank, host, "", _killed_by(-c), False, killed=True)
-            for rank, c in enumerate(codes)
-            if c and c < 0
+        killed = [(rank, host, -c) for rank, c in enumerate(codes) if c and c < 0]
+    else:
+        # srun says `Killed` for SIGKILL; a line naming the signal (`killed by SIGTERM`) is read the same way.
+        pattern = r"(\S+): tasks? (\d+)(?:-\d+)?: (?:Killed|killed by (SIG[A-Z0-9]+))"
+        said = (re.fullmatch(pattern, line) for line in failed_tasks(target))
+        killed = [
+            (int(m.group(2)), m.group(1), signal.Signals[m.group(3) or "SIGKILL"])
+            for m in said
+            if m and (m.group(3) or "SIGKILL") in signal.Signals.__members__
         ]
-    # srun says `Killed` for SIGKILL; a line naming the signal (`killed by SIGTERM`) is read the same way.
-    pattern = r"(\S+): tasks? (\d+)(?:-\d+)?: (?:Killed|killed by (SIG[A-Z0-9]+))"
-    killed = (re.fullmatch(pattern, line) for line in failed_tasks(target))
-    return [
-        Failure(
-            0, int(m.group(2)), m.group(1), "", _killed_by(signal.Signals[m.group(3) or "SIGKILL"]), False, killed=True
-        )
-        for m in killed
-        if m and (m.group(3) or "SIGKILL") in signal.Signals.__members__
-    ]
+    return [Failure(0, rank, host, "", _killed_by(signum), False, killed=True) for rank, host, signum in killed]
 
 
 def _killed_by(signum: int) -> str:

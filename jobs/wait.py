@@ -6,14 +6,15 @@ import argparse
 import sys
 
 from jobs.ops import follow, launch
-from jobs.tracking import add_run_arguments, by_name, find_all
+from jobs.tracking import by_name, find_all, run_parser
 from trainer.errors import one_line_errors
 
 
 @one_line_errors
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m jobs.wait", description=__doc__.splitlines()[0])
-    add_run_arguments(parser, "a run or sweep directory printed by jobs.submit, a run's name, or a job id")
+    parser = run_parser(
+        "jobs.wait", __doc__, "a run or sweep directory printed by jobs.submit, a run's name, or a job id"
+    )
     parser.add_argument("--offset", type=int, default=0, help=argparse.SUPPRESS)  # bytes of the log already shown
     args = parser.parse_args(argv)
     run = by_name(args.target, args.profile)

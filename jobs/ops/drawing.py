@@ -118,10 +118,6 @@ def font(points: int) -> Font:
         return ImageFont.load_default()
 
 
-def number(value: float) -> str:
-    return f"{value:.3g}"
-
-
 def ticks(lo: float, hi: float, count: int = 5) -> list[float]:
     """About `count` round values (1, 2 or 5 times a power of ten apart) from lo to hi."""
     if hi <= lo:
@@ -139,7 +135,7 @@ def draw_chart(canvas: Image.Image, origin: tuple[int, int], tag: str, points: l
     x0, y0 = origin[0] + MARGIN["left"], origin[1] + MARGIN["top"]
     x1, y1 = origin[0] + PANEL[0] - MARGIN["right"], origin[1] + PANEL[1] - MARGIN["bottom"]
     finite = [(s, v) for s, v in points if math.isfinite(v)]
-    last = f" (last {number(points[-1][1])} at step {points[-1][0]})" if points else ""
+    last = f" (last {points[-1][1]:.3g} at step {points[-1][0]})" if points else ""
     draw.text((x0, origin[1] + 8), tag + last, fill=INK, font=label)
     draw.rectangle((x0, y0, x1, y1), outline=INK)
     if not finite:
@@ -159,11 +155,11 @@ def draw_chart(canvas: Image.Image, origin: tuple[int, int], tag: str, points: l
         y = at(s_lo, value)[1]
         draw.line((x0 + 1, y, x1 - 1, y), fill=GRID)
         draw.line((x0 - 4, y, x0, y), fill=INK)
-        draw.text((x0 - 6, y), number(value), fill=INK, font=small, anchor="rm")
+        draw.text((x0 - 6, y), f"{value:.3g}", fill=INK, font=small, anchor="rm")
     for step in ticks(s_lo, s_hi):
         x = at(step, v_lo)[0]
         draw.line((x, y1, x, y1 + 4), fill=INK)
-        draw.text((x, y1 + 6), number(step) if step < 1e5 else f"{step:.2g}", fill=INK, font=small, anchor="ma")
+        draw.text((x, y1 + 6), f"{step:.3g}" if step < 1e5 else f"{step:.2g}", fill=INK, font=small, anchor="ma")
     draw.text(((x0 + x1) / 2, y1 + 24), "step", fill=INK, font=label, anchor="ma")
     vertical(canvas, tag.rpartition("/")[2], (origin[0] + 4, (y0 + y1) // 2), label)
     xy = [at(s, v) for s, v in finite]

@@ -48,12 +48,10 @@ def as_here(text: str, run: RemoteRun) -> str:
         return text
     # The whole folder, as a word of its own (not the tail of a longer path, nor the head of one inside it).
     whole = re.compile(r"(?<![\w/.-])" + re.escape(there) + r"/?(?![\w/.-])")
-    lines = text.splitlines(keepends=True)
-    advice = [
+    return "".join(
         whole.sub(lambda _: run.folder, line) if "python -m jobs." in line or "--resume" in line else line
-        for line in lines
-    ]
-    return "".join(advice)
+        for line in text.splitlines(keepends=True)
+    )
 
 
 def run_module(run: RemoteRun, module: str, *args: str, advice_in_output: bool = True) -> int:

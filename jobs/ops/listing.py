@@ -10,7 +10,7 @@ from typing import Any
 from jobs.ops.state import point_progress
 from jobs.remote import runs
 from jobs.remote.ssh import Connection
-from jobs.tracking import Target, find, local_info, point_dirs, run_dir_info, slurm_infos
+from jobs.tracking import Target, find, known_info, point_dirs, slurm_infos
 from trainer.errors import UserError
 from trainer.run import ledger
 from trainer.run.rundir import RunDir
@@ -62,11 +62,7 @@ def states_of(targets: list[Target]) -> dict[Target, str]:
     states = {}
     for target in targets:
         try:
-            if target.executor != "slurm":
-                states[target] = local_info(target).state
-            elif target.job_id in slurm:
-                states[target] = slurm[target.job_id].state
-            elif (found := run_dir_info(target)) is not None:
+            if (found := known_info(target, slurm)) is not None:
                 states[target] = found.state
         except DAMAGE:
             states[target] = "?"
@@ -91,9 +87,9 @@ def row(run_dir: Path, name: str, target: Target, state: str) -> dict[str, Any]:
     }
 
 
-def local_rows(root: Path) -> tuple[list[dict[str, Any]], dict[Group, list[tuple[str, runs.RemoteRun]]]]:
-    """The rows of the runs under `root`, and the remote runs there, by login node as reached."""
-    rows, found, remote = [], [], defaultdict(list)
+def local_rows(root: Path, remote: dict[Group, list[tuple[str, runs.RemoteRun]]]) -> list[dict[str, Any]]:
+    """The rows of the runs under `root`; its remote runs go to `remote`, by login node as reached."""
+    rows, found = [], []
     for folder in sorted(p for p in root.iterdir() if p.is_dir()) if root.is_dir() else []:
         try:
             run = runs.load(str(folder))
@@ -107,7 +103,7 @@ def local_rows(root: Path) -> tuple[list[dict[str, Any]], dict[Group, list[tuple
             found.append((folder.name, folder))
         else:
             found += [(f"{folder.name}/{point.name}", point) for point in point_dirs(folder)]
-    return rows + rows_of(found), remote
+    return rows + rows_of(found)
 
 
 def remote_rows(found: list[tuple[str, runs.RemoteRun]]) -> list[dict[str, Any]]:
@@ -174,10 +170,7 @@ def all_rows(roots: list[Path]) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
     remote: dict[Group, list[tuple[str, runs.RemoteRun]]] = defaultdict(list)
     for root in roots:
-        found, far = local_rows(root)
-        rows += found
-        for group, items in far.items():
-            remote[group] += items
+        rows += local_rows(root, remote)
     for items in remote.values():
         rows += remote_rows(items)
     rows.sort(key=lambda r: r.get("time", 0.0), reverse=True)

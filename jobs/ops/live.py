@@ -37,6 +37,7 @@ STATES = {  # a training rank's section (trainer.supervise.watchdog) as the view
     "command": "running",
     "frozen": "hung",
 }
+FORMATS = {"data": ".0%", "step_s": ".3f", "median_s": ".3f", "loss": ".4g", "mem_mb": ".0f"}  # numbers' cells
 FRESH_S = 3.0  # --once waits this long for rank 0's first live.json after asking
 STRAGGLER = 1.5  # a rank whose own work per step is this many times the ranks' median is marked
 MIN_LAG_S = 0.005  # and longer than the median by this much (a few ms of data wait is no straggler)
@@ -52,7 +53,7 @@ def view(
     attempts = attempts if isinstance(attempts, list) else []
     config = run_settings(files) if files else {}
     steps = config.get("steps") if isinstance(config.get("steps"), int) else None
-    beat_s = (config.get("hang") or {}).get("beat_s", 5.0) if isinstance(config.get("hang"), dict | None) else 5.0
+    hang = config.get("hang") if isinstance(config.get("hang"), dict) else {}
     head: dict[str, Any] = {"job": target.job_id, "state": job.state, "attempt": len(attempts) or None}
     if attempts and isinstance(attempts[0], dict) and isinstance(attempts[0].get("started"), int | float):
         head["elapsed_s"] = round(now - attempts[0]["started"])
@@ -62,12 +63,11 @@ def view(
         head["remaining_s"] = _time_left(target.job_id, now)
     running = job.state
     if job.state == "RUNNING" and not beats and files and not files.command.exists():  # the trainer, silent
-        hang = config.get("hang") if isinstance(config.get("hang"), dict) else {}
         running = "no heartbeats: hang.enabled=false" if hang.get("enabled") is False else ""
         # Between attempts a failure is on record (the restart clears it); without one, rank 0 does not answer.
         failed = run_dir is not None and bool(failures.read(run_dir))
         running = running or ("starting" if not attempts else "restarting" if failed else "no answer from rank 0")
-    rows = _rows(target, beats or [], running, now, stale_s=2 * float(beat_s) + 1)
+    rows = _rows(target, beats or [], running, now, stale_s=2 * float(hang.get("beat_s", 5.0)) + 1)
     known = {r["rank"] for r in rows}
     rows += [{"rank": r, "state": "no heartbeat yet"} for r in range(world_size or 0) if r not in known and beats]
     rows.sort(key=lambda r: r["rank"] if isinstance(r.get("rank"), int) else -1)
@@ -180,14 +180,8 @@ def cells(row: dict[str, Any]) -> list[str]:
         value = row.get(column)
         if value is None:
             text = "-"
-        elif column == "data" and isinstance(value, int | float):
-            text = f"{value:.0%}"
-        elif column in ("step_s", "median_s") and isinstance(value, int | float):
-            text = f"{value:.3f}"
-        elif column in ("loss",) and isinstance(value, int | float):
-            text = f"{value:.4g}"
-        elif column == "mem_mb" and isinstance(value, int | float):
-            text = f"{value:.0f}"
+        elif column in FORMATS and isinstance(value, int | float):
+            text = format(value, FORMATS[column])
         else:
             text = str(value)
         out.append(printable(text))
@@ -274,9 +268,8 @@ def acting(do: Any, keyboard: Keyboard, every_s: float) -> Any:
 def do_here(target: Target) -> Any:
     def do(action: str) -> str:
         try:
-            if action == "cancel":
-                return act.cancel(target)
-            return {"save": act.save_now, "requeue": act.requeue_now, "dump": act.dump_stacks}[action](target)
+            actions = {"cancel": act.cancel, "save": act.save_now, "requeue": act.requeue_now, "dump": act.dump_stacks}
+            return actions[action](target)
         except (UserError, OSError, ValueError) as exc:  # a rank gone meanwhile, a damaged record: said, not raised
             return f"error: {exc}"
 

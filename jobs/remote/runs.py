@@ -40,8 +40,7 @@ def shown(folder: Path) -> str:
 
 def save(folder: Path, run: RemoteRun) -> None:
     folder.mkdir(parents=True, exist_ok=True)
-    record = {"login": asdict(run.login), "run_dir": run.run_dir, "job_id": run.job_id, "profile": run.profile}
-    record["cwd"] = run.cwd
+    record = {k: v for k, v in asdict(run).items() if k != "folder"}  # the folder is where the record is
     write_text(folder / RECORD, json.dumps(record, indent=2) + "\n")
 
 
