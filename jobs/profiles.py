@@ -543,9 +543,11 @@ def check_shape(text: str) -> None:
         # PyYAML 6.0.4's parser stops at 1000 levels itself, before our count reaches 32: the same refusal.
         if "nesting depth" not in (exc.problem or "") or exc.problem_mark is None:
             raise
-        raise UserError(
-            f"nesting deeper than {MAX_DEPTH} levels (line {exc.problem_mark.line + 1}); flatten it"
-        ) from None
+        raise too_deep(exc.problem_mark) from None
+
+
+def too_deep(mark: yaml.Mark) -> UserError:
+    return UserError(f"nesting deeper than {MAX_DEPTH} levels (line {mark.line + 1}); flatten it")
 
 
 def _check_events(text: str) -> None:
@@ -558,9 +560,7 @@ def _check_events(text: str) -> None:
         if isinstance(event, yaml.MappingStartEvent | yaml.SequenceStartEvent):
             depth += 1
             if depth > MAX_DEPTH:
-                raise UserError(
-                    f"nesting deeper than {MAX_DEPTH} levels (line {event.start_mark.line + 1}); flatten it"
-                )
+                raise too_deep(event.start_mark)
         elif isinstance(event, yaml.MappingEndEvent | yaml.SequenceEndEvent):
             depth -= 1
 
