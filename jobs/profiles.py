@@ -287,14 +287,10 @@ class Slurm:
                 "sbatch_args.{key}: {value!r} is not a single value; give text or a number",
             )
 
-    # Kept as a value (Profile's check at load fills it): the plan (jobs.plan) builds the batch script from it
-    # and runs no program itself.
-    _setup_commands: ClassVar[tuple[tuple[int, str], ...]] = ()
-
-    @property
-    def setup_commands(self) -> tuple[tuple[int, str], ...]:
-        """The setup lines as whole shell commands (jobs.profiles.setup_commands), read by bash once, at load."""
-        return self._setup_commands
+    # The setup lines as whole shell commands (jobs.profiles.setup_commands), read by bash once, at load: kept
+    # as a value (Profile's check fills it), the plan (jobs.plan) builds the batch script from it and runs no
+    # program itself.
+    setup_commands: ClassVar[tuple[tuple[int, str], ...]] = ()
 
 
 @dataclass(frozen=True, eq=False)
@@ -436,7 +432,7 @@ class Profile:
             f"setup: lines run in Slurm's batch script; the {executor} executor starts the processes from your shell, "
             "with its environment: run them there before submitting (or set env:), and drop setup",
         )
-        object.__setattr__(self.slurm, "_setup_commands", setup_commands(tuple(self.slurm.setup)))
+        object.__setattr__(self.slurm, "setup_commands", setup_commands(tuple(self.slurm.setup)))
         need(
             executor == "slurm" or nodes == 1,
             f"the {executor} executor runs on one node, got {nodes}; use --nodes 1 or a Slurm profile",
