@@ -314,15 +314,12 @@ def make_plan(
     if profile.executor == "slurm":
         folders = run_dirs if run_dirs is not None else [Path(c.run_dir) for c in configs]
         params = slurm_parameters(profile)
-        params["setup"] = [*params["setup"], *tool_lines(tool)]
+        params["setup"] += tool_lines(tool)
         # The batch step runs on the node itself, outside any container: its python runs the supervisor
         host_python = "python3" if profile.containers.container_image else (profile.environment.python or python)
         if code_dir is not None:  # the batch script, and so every task and requeue, runs in the snapshot
             params["additional_parameters"]["chdir"] = str(code_dir)
-        params["srun_args"] = [
-            *params["srun_args"],
-            *containers.srun_args(profile, str(code_dir) if code_dir else None),
-        ]
+        params["srun_args"] += containers.srun_args(profile, str(code_dir) if code_dir else None)
         python = containers.python(profile, python)
         launcher = containers.command_prefix(profile)
         return Plan(
