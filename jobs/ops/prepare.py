@@ -227,7 +227,9 @@ def prepare(given: tuple[str, ...], args: argparse.Namespace, command: list[str]
     if not args.resume:
         folder = run_root / args.name if args.name else new_run_dir(run_root, section(configs[0].task))
         snapshot, code_dir = code_for(args, profile, folder, run_root)
-    configs = with_run_dirs(configs, folder, points)
+    configs = [
+        dataclasses.replace(c, run_dir=str(d)) for c, d in zip(configs, run_dirs_of(folder, points), strict=True)
+    ]
     lists: dict[tuple[str, str], list[str]] = {}
     if not args.dry_run:
         world_size = profile.resources.nodes * profile.resources.tasks_per_node  # a process per GPU (gpus_per_task)
@@ -278,13 +280,9 @@ def request_profile(args: argparse.Namespace) -> Profile:
     return profile
 
 
-def with_run_dirs(configs: list[TrainConfig], folder: Path, points: list[list[str]]) -> list[TrainConfig]:
-    """Each config's run directory: the run's folder, or for a sweep a folder per point inside it."""
-    if len(configs) == 1:
-        run_dirs = [folder]
-    else:
-        run_dirs = [folder / point_name(i, point) for i, point in enumerate(points)]
-    return [dataclasses.replace(c, run_dir=str(d)) for c, d in zip(configs, run_dirs, strict=True)]
+def run_dirs_of(folder: Path, points: list[list[str]]) -> list[Path]:
+    """Each point's run directory: the run's folder, or for a sweep a folder per point inside it."""
+    return [folder] if len(points) == 1 else [folder / point_name(i, point) for i, point in enumerate(points)]
 
 
 def resolve_all(configs: list[TrainConfig], sample_root: Path, world_size: int) -> list[TrainConfig]:
@@ -396,7 +394,7 @@ def prepare_script(
         python = (profile.environment.python or sys.executable) if profile.executor == "slurm" else sys.executable
         commands = [with_interpreter(c, python) for c in script_commands(command, points)]
         folder = run_root / args.name if args.name else new_run_dir(run_root, script_name(command))
-        run_dirs = [folder] if len(commands) == 1 else [folder / point_name(i, p) for i, p in enumerate(points)]
+        run_dirs = run_dirs_of(folder, points)
         snapshot, code_dir = code_for(args, profile, folder, run_root)
         check_script(command, Path(cwd), code_dir is not None, snapshot if not args.dry_run else None)
         cwd = str(code_dir) if code_dir is not None else cwd  # the snapshot mirrors the folder submitted from
