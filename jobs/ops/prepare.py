@@ -133,19 +133,17 @@ def check_partition(profile: Profile) -> None:
     oneoff.refuse_beyond_partition(found[0], res.nodes, profile.recovery.spare_nodes, res.timeout_min)
 
 
-def check_local_processes(profile: Profile) -> None:
+def check_local(profile: Profile) -> None:
     """The local profile starts one process per GPU (per gpus_per_task GPUs; per CPU without GPUs): bounded by
-    the GPUs this machine shows (CUDA_VISIBLE_DEVICES's, when set), else by its CPUs."""
+    the GPUs this machine shows (CUDA_VISIBLE_DEVICES's, when set), else by its CPUs. Its network_interface
+    must be one this machine has (the tasks take their address on it)."""
     gpus = 0
     if has_local_gpus():
         shown = visible_gpus(os.environ.get("CUDA_VISIBLE_DEVICES"))
         gpus = len(shown) if shown else len(list(Path("/dev").glob("nvidia[0-9]*")))
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
     refuse_local_shape(profile.resources.gpus_per_node, profile.resources.tasks_per_node, gpus, cpus)
-
-
-def check_local_interface(name: str) -> None:
-    """The local profile's network_interface must be one this machine has (the tasks take their address on it)."""
+    name = profile.environment.network_interface
     names = [n for _, n in socket.if_nameindex()]
     if name and name not in names:
         raise UserError(
@@ -199,8 +197,7 @@ def prepare(given: tuple[str, ...], args: argparse.Namespace, command: list[str]
     if args.name is not None:
         check_name(args.name)
     if profile.executor == "local":
-        check_local_processes(profile)
-        check_local_interface(profile.environment.network_interface)
+        check_local(profile)
     if args.resume and args.sweep:
         raise UserError("--resume continues one run; drop --sweep")
     if args.resume and (why := not_a_run(Path(args.resume).resolve())):
