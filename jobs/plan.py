@@ -58,14 +58,9 @@ class Plan:
 
 def submit_command(python: str, log_dir: Path, launcher: list[str]) -> str:
     """What srun starts in each task: submitit's entry, with the interpreter quoted (a path with a space),
-    behind `launcher` (a container runtime's words) when there is one."""
-    return shlex.join([*launcher, python, "-u", "-m", "submitit.core._submit", str(log_dir)])
-
-
-def after_options(srun_command: str) -> str:
-    """The tasks' command after srun's `--`: the supervisor puts each start's own srun options before it
-    (spare nodes, a node left out: trainer.supervise.policy.step_args)."""
-    return f"-- {srun_command}"
+    behind `launcher` (a container runtime's words) when there is one. It follows srun's `--`: the supervisor
+    puts each start's own srun options before it (spare nodes, a node left out: trainer.supervise.policy.step_args)."""
+    return "-- " + shlex.join([*launcher, python, "-u", "-m", "submitit.core._submit", str(log_dir)])
 
 
 def tool_lines(env: dict[str, str]) -> list[str]:
@@ -356,6 +351,6 @@ def sbatch_script(plan: Plan) -> str:
     if len(plan.run_dirs) > 1:
         params["map_count"] = len(plan.run_dirs)
     # The command each task runs: the same string submitit's SlurmExecutor builds, after srun's `--`.
-    command = after_options(submit_command(plan.python, plan.log_dir, plan.launcher))
+    command = submit_command(plan.python, plan.log_dir, plan.launcher)
     script = _make_sbatch_string(command=command, folder=plan.log_dir, **params)
     return restarts.supervised(script, *plan.supervisor) if plan.supervisor else script

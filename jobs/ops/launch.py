@@ -16,7 +16,7 @@ import submitit
 
 from jobs import restarts
 from jobs.local_controller import LocalExecutor
-from jobs.plan import Plan, after_options, submit_command
+from jobs.plan import Plan, submit_command
 from jobs.tracking import (
     TERMINAL,
     Target,
@@ -44,7 +44,7 @@ class SlurmExecutor(submitit.SlurmExecutor):  # type: ignore[misc]
 
     @property
     def _submitit_command_str(self) -> str:
-        return after_options(submit_command(self.python, self.folder, self.launcher))
+        return submit_command(self.python, self.folder, self.launcher)
 
     def _make_submission_file_text(self, command: str, uid: str) -> str:
         script = super()._make_submission_file_text(command, uid)
