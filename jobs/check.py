@@ -98,13 +98,8 @@ def main(argv: list[str] | None = None) -> int:
     if state not in TERMINAL:
         job.cancel(check=False)
         why = "still pending (the queue is busy)" if state == "PENDING" else f"still {state}"
-        row = Row(
-            "-",
-            "tasks reported",
-            False,
-            f"job {job.job_id} was {why} after {profile.resources.timeout_min + 2} min; cancelled it",
-        )
-        print(table([row]))
+        detail = f"job {job.job_id} was {why} after {profile.resources.timeout_min + 2} min; cancelled it"
+        print(table([Row("-", "tasks reported", False, detail)]))
         return 1
     logs = "".join(p.read_text(errors="replace") for p in RunDir(folder).logs.glob("*_log.*"))
     facts = reported(folder, logs)

@@ -9,11 +9,10 @@ from trainer.errors import UserError
 
 # sbatch's --dependency: after/afterany/afterok/afternotok/aftercorr:ID[:ID...] (IDs may carry _N and +MINUTES),
 # items joined by , (all) or ? (any), or singleton.
-DEPENDENCY = re.compile(
+DEPENDENCY_ITEM = (
     r"(?:singleton|(?:after|afterany|afterok|afternotok|aftercorr|afterburstbuffer)(?::\d+(?:_\d+)?(?:\+\d+)?)+)"
-    r"(?:[,?](?:singleton|(?:after|afterany|afterok|afternotok|aftercorr|afterburstbuffer)(?::\d+(?:_\d+)?(?:\+\d+)?)+))*",
-    re.ASCII,
 )
+DEPENDENCY = re.compile(rf"{DEPENDENCY_ITEM}(?:[,?]{DEPENDENCY_ITEM})*", re.ASCII)
 MAIL_TYPES = {"NONE", "BEGIN", "END", "FAIL", "REQUEUE", "ALL", "INVALID_DEPEND", "STAGE_OUT", "TIME_LIMIT"}
 MAIL_TYPES |= {"TIME_LIMIT_90", "TIME_LIMIT_80", "TIME_LIMIT_50", "ARRAY_TASKS"}
 

@@ -58,20 +58,14 @@ class Plan:
 
 def submit_command(python: str, log_dir: Path, launcher: list[str]) -> str:
     """What srun starts in each task: submitit's entry, with the interpreter quoted (a path with a space),
-    behind `launcher` (a container runtime's words) when there is one."""
-    return shlex.join([*launcher, python, "-u", "-m", "submitit.core._submit", str(log_dir)])
+    behind `launcher` (a container runtime's words) when there is one. It follows srun's `--`: the supervisor
+    puts each start's own srun options before it (spare nodes, a node left out: trainer.supervise.policy.step_args)."""
+    return "-- " + shlex.join([*launcher, python, "-u", "-m", "submitit.core._submit", str(log_dir)])
 
 
-def after_options(srun_command: str) -> str:
-    """The tasks' command after srun's `--`: the supervisor puts each start's own srun options before it
-    (spare nodes, a node left out: trainer.supervise.policy.step_args)."""
-    return f"-- {srun_command}"
-
-
-def tool_lines(code_dir: Path | None) -> list[str]:
+def tool_lines(env: dict[str, str]) -> list[str]:
     """Batch-script lines: every process of the tool on the nodes imports it from the run's tool/ (or the
-    installed tool), never from the working folder, your code (jobs.snapshot.tool_environment)."""
-    env = tool_environment(tool_dir(code_dir) if code_dir is not None else None)
+    installed tool), never from the working folder, your code (`env`: jobs.snapshot.tool_environment's)."""
     lines = [f"export PYTHONSAFEPATH={env['PYTHONSAFEPATH']}"]
     if "PYTHONPATH" in env:
         lines.append(f'export PYTHONPATH={shlex.quote(env["PYTHONPATH"])}"${{PYTHONPATH:+:$PYTHONPATH}}"')
@@ -205,10 +199,16 @@ def shell_value(value: object) -> str:
     return str(value)
 
 
-def interface_variables(profile: Profile) -> dict[str, str]:
-    """network_interface for NCCL, gloo and the tasks' MASTER_ADDR (trainer.supervise.rendezvous.agree_port)."""
+def task_variables(profile: Profile, signal: dict[str, str]) -> dict[str, str]:
+    """What every task is given in its environment, in this order: the profile's env, `signal` (Slurm:
+    submitit's requeue signal), gpus_per_task, and network_interface for NCCL, gloo and the tasks' MASTER_ADDR
+    (trainer.supervise.rendezvous.agree_port). No name comes twice: the profile refuses env keys the tool
+    sets (tool_owned) and those network_interface sets."""
+    env = {k: shell_value(v) for k, v in profile.environment.env.items()} | signal
+    if profile.resources.gpus_per_task > 1:
+        env[GPUS_PER_TASK] = str(profile.resources.gpus_per_task)
     name = profile.environment.network_interface
-    return dict.fromkeys(INTERFACE_VARS, name) if name else {}
+    return env | (dict.fromkeys(INTERFACE_VARS, name) if name else {})
 
 
 SETUP_FAILED = "error: the profile's setup line %d failed (exit %d): %s; fix that line of the profile's setup:\\n"
@@ -243,12 +243,9 @@ def guarded_setup(commands: tuple[tuple[int, str], ...]) -> list[str]:
 def slurm_parameters(profile: Profile) -> dict[str, Any]:
     """submitit SlurmExecutor parameters for one job of this profile."""
     res, batch = profile.resources, profile.slurm
-    exports = [f"export {k}={shlex.quote(shell_value(v))}" for k, v in profile.environment.env.items()]
     # submitit installs its requeue handler for this signal in every task (the trainer replaces it).
-    exports.append(f"export {signals.SUBMITIT_ENV}={profile.recovery.signal}")
-    if res.gpus_per_task > 1:
-        exports.append(f"export {GPUS_PER_TASK}={res.gpus_per_task}")
-    exports += [f"export {k}={shlex.quote(v)}" for k, v in interface_variables(profile).items()]
+    variables = task_variables(profile, {signals.SUBMITIT_ENV: profile.recovery.signal})
+    exports = [f"export {k}={shlex.quote(v)}" for k, v in variables.items()]
     params: dict[str, Any] = {
         "job_name": batch.job_name,
         "time": res.timeout_min,
@@ -308,18 +305,16 @@ def make_plan(
     """`log_dir` is the run's (or sweep's) logs/ folder; `code_dir` the code snapshot the tasks run in;
     `run_dirs` the runs' folders (default: the configs')."""
     settings = profile.recovery.requeue
+    tool = tool_environment(tool_dir(code_dir) if code_dir is not None else None)
     if profile.executor == "slurm":
         folders = run_dirs if run_dirs is not None else [Path(c.run_dir) for c in configs]
         params = slurm_parameters(profile)
-        params["setup"] = [*params["setup"], *tool_lines(code_dir)]
+        params["setup"] += tool_lines(tool)
         # The batch step runs on the node itself, outside any container: its python runs the supervisor
         host_python = "python3" if profile.containers.container_image else (profile.environment.python or python)
         if code_dir is not None:  # the batch script, and so every task and requeue, runs in the snapshot
             params["additional_parameters"]["chdir"] = str(code_dir)
-        params["srun_args"] = [
-            *params["srun_args"],
-            *containers.srun_args(profile, str(code_dir) if code_dir else None),
-        ]
+        params["srun_args"] += containers.srun_args(profile, str(code_dir) if code_dir else None)
         python = containers.python(profile, python)
         launcher = containers.command_prefix(profile)
         return Plan(
@@ -336,7 +331,6 @@ def make_plan(
             if gpus:  # the caller's CUDA_VISIBLE_DEVICES: without it submitit would use GPUs 0..n-1
                 parameters["visible_gpus"] = gpus
     code_dir = code_dir if profile.executor == "local" else None  # debug runs in this process, as it is
-    tool = tool_environment(tool_dir(code_dir) if code_dir is not None else None)
     return Plan(
         profile.executor,
         log_dir,
@@ -345,10 +339,7 @@ def make_plan(
         settings=settings,
         code_dir=code_dir,
         array_parallelism=profile.slurm.array_parallelism,
-        env={k: shell_value(v) for k, v in profile.environment.env.items()}
-        | ({GPUS_PER_TASK: str(profile.resources.gpus_per_task)} if profile.resources.gpus_per_task > 1 else {})
-        | interface_variables(profile)
-        | (tool if profile.executor == "local" else {}),
+        env=task_variables(profile, {}) | (tool if profile.executor == "local" else {}),
     )
 
 
@@ -360,6 +351,6 @@ def sbatch_script(plan: Plan) -> str:
     if len(plan.run_dirs) > 1:
         params["map_count"] = len(plan.run_dirs)
     # The command each task runs: the same string submitit's SlurmExecutor builds, after srun's `--`.
-    command = after_options(submit_command(plan.python, plan.log_dir, plan.launcher))
+    command = submit_command(plan.python, plan.log_dir, plan.launcher)
     script = _make_sbatch_string(command=command, folder=plan.log_dir, **params)
     return restarts.supervised(script, *plan.supervisor) if plan.supervisor else script

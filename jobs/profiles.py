@@ -287,14 +287,10 @@ class Slurm:
                 "sbatch_args.{key}: {value!r} is not a single value; give text or a number",
             )
 
-    # Kept as a value (Profile's check at load fills it): the plan (jobs.plan) builds the batch script from it
-    # and runs no program itself.
-    _setup_commands: ClassVar[tuple[tuple[int, str], ...]] = ()
-
-    @property
-    def setup_commands(self) -> tuple[tuple[int, str], ...]:
-        """The setup lines as whole shell commands (jobs.profiles.setup_commands), read by bash once, at load."""
-        return self._setup_commands
+    # The setup lines as whole shell commands (jobs.profiles.setup_commands), read by bash once, at load: kept
+    # as a value (Profile's check fills it), the plan (jobs.plan) builds the batch script from it and runs no
+    # program itself.
+    setup_commands: ClassVar[tuple[tuple[int, str], ...]] = ()
 
 
 @dataclass(frozen=True, eq=False)
@@ -436,7 +432,7 @@ class Profile:
             f"setup: lines run in Slurm's batch script; the {executor} executor starts the processes from your shell, "
             "with its environment: run them there before submitting (or set env:), and drop setup",
         )
-        object.__setattr__(self.slurm, "_setup_commands", setup_commands(tuple(self.slurm.setup)))
+        object.__setattr__(self.slurm, "setup_commands", setup_commands(tuple(self.slurm.setup)))
         need(
             executor == "slurm" or nodes == 1,
             f"the {executor} executor runs on one node, got {nodes}; use --nodes 1 or a Slurm profile",
@@ -543,9 +539,11 @@ def check_shape(text: str) -> None:
         # PyYAML 6.0.4's parser stops at 1000 levels itself, before our count reaches 32: the same refusal.
         if "nesting depth" not in (exc.problem or "") or exc.problem_mark is None:
             raise
-        raise UserError(
-            f"nesting deeper than {MAX_DEPTH} levels (line {exc.problem_mark.line + 1}); flatten it"
-        ) from None
+        raise too_deep(exc.problem_mark) from None
+
+
+def too_deep(mark: yaml.Mark) -> UserError:
+    return UserError(f"nesting deeper than {MAX_DEPTH} levels (line {mark.line + 1}); flatten it")
 
 
 def _check_events(text: str) -> None:
@@ -558,9 +556,7 @@ def _check_events(text: str) -> None:
         if isinstance(event, yaml.MappingStartEvent | yaml.SequenceStartEvent):
             depth += 1
             if depth > MAX_DEPTH:
-                raise UserError(
-                    f"nesting deeper than {MAX_DEPTH} levels (line {event.start_mark.line + 1}); flatten it"
-                )
+                raise too_deep(event.start_mark)
         elif isinstance(event, yaml.MappingEndEvent | yaml.SequenceEndEvent):
             depth -= 1
 

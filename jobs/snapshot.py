@@ -286,7 +286,7 @@ def plan_snapshot(
             continue
         if path.is_file():  # a tracked file deleted in the work tree, a submodule's folder: nothing to copy
             files.append((path, name))
-    tool_root = Path(__file__).resolve().parents[1]
+    tool_root = installed_tool_root()
     project_git = git_state(tool_root) if tool_root != workspace.resolve() else {}
     sizes = [(_size(source), name) for source, name in files]
     size = sum(s for s, _ in sizes)
@@ -298,7 +298,7 @@ def plan_snapshot(
 
 def tool_files() -> list[tuple[Path, str]]:
     """This tool's own packages, as copied into a run's tool/: (source, name) pairs."""
-    root = Path(__file__).resolve().parents[1]
+    root = installed_tool_root()
     return [(root / n, n) for package in PACKAGES for n in package_files(root / package)]
 
 
@@ -383,8 +383,7 @@ def _copy(files: list[tuple[Path, str]], destination: Path) -> None:
         if target.parent not in made:
             target.parent.mkdir(parents=True, exist_ok=True)
             made.add(target.parent)
-        shutil.copyfile(source, target)
-        shutil.copymode(source, target)
+        shutil.copy(source, target)  # the content and the mode bits
 
 
 def installed_tool_root() -> Path:

@@ -16,7 +16,7 @@ import submitit
 
 from jobs import restarts
 from jobs.local_controller import LocalExecutor
-from jobs.plan import Plan, after_options, submit_command
+from jobs.plan import Plan, submit_command
 from jobs.tracking import (
     TERMINAL,
     Target,
@@ -44,7 +44,7 @@ class SlurmExecutor(submitit.SlurmExecutor):  # type: ignore[misc]
 
     @property
     def _submitit_command_str(self) -> str:
-        return after_options(submit_command(self.python, self.folder, self.launcher))
+        return submit_command(self.python, self.folder, self.launcher)
 
     def _make_submission_file_text(self, command: str, uid: str) -> str:
         script = super()._make_submission_file_text(command, uid)
@@ -78,19 +78,14 @@ def refusal(text: str) -> str:
     return errors[-1] if errors else (lines[-1] if lines else "no reason given")
 
 
+ONE_NODE = "ask for at most what one node has (sinfo -o '%n %c %G' lists CPUs and GPUs per node)"
 FIXES = (  # sbatch's reason (lower case), and what to change
     ("invalid partition", "name a partition that exists (sinfo -s lists them) with --partition or partition:"),
     ("invalid account", "set account: to one of yours (sacctmgr show assoc user=$USER)"),
     ("invalid qos", "set qos: to one your account may use (sacctmgr show assoc user=$USER format=qos)"),
     ("time limit", "ask for a time within the partition's limit with --time (sinfo -o '%P %l' lists them)"),
-    (
-        "node configuration is not available",
-        "ask for at most what one node has (sinfo -o '%n %c %G' lists CPUs and GPUs per node)",
-    ),
-    (
-        "more processors requested",
-        "ask for at most what one node has (sinfo -o '%n %c %G' lists CPUs and GPUs per node)",
-    ),
+    ("node configuration is not available", ONE_NODE),
+    ("more processors requested", ONE_NODE),
     ("node count", "ask for at most the partition's nodes with --nodes (sinfo -s lists them)"),
 )
 
@@ -146,26 +141,18 @@ def submit(plan: Plan) -> list[submitit.Job[Any]]:
 
 def calls_of(plan: Plan) -> list[tuple[Any, ...]]:
     """The function each job runs and its arguments: the trainer, or your command (trainer.supervise.script)."""
+    # Plain values: a task unpickles them without importing anything of yours (your task's file is
+    # imported by the entry, after its signal handler is in place).
+    job = dataclasses.asdict(plan.settings)
     if plan.script is None:
         import trainer.entry.task  # imported here, not at the top, to keep --dry-run quick
 
-        # Plain values: a task unpickles them without importing anything of yours (your task's file is
-        # imported by the entry, after its signal handler is in place).
-        job = dataclasses.asdict(plan.settings)
         return [(trainer.entry.task.run, config_dict(config), job) for config in plan.configs]
     import trainer.supervise.script
 
     script, debug = plan.script, plan.executor == "debug"
     return [
-        (
-            trainer.supervise.script.run,
-            command,
-            script.cwd,
-            run_dir,
-            dataclasses.asdict(plan.settings),
-            debug,
-            script.restart_args,
-        )
+        (trainer.supervise.script.run, command, script.cwd, run_dir, job, debug, script.restart_args)
         for command, run_dir in zip(script.commands, script.run_dirs, strict=True)
     ]
 
@@ -184,11 +171,7 @@ def follow(job: submitit.Job[Any], poll_s: float = 0.5) -> None:
         tail(rank0_log(job), job.done, poll_s, stderr=job.paths.stderr)
 
 
-def settle(job: submitit.Job[Any], timeout_s: float = 120) -> None:
-    settle_id(Target(job.job_id, "slurm", None, rank0_log(job).parent), timeout_s)
-
-
-def settle_id(target: Target, timeout_s: float = 120) -> None:
+def settle(target: Target, timeout_s: float = 120) -> None:
     """Wait until Slurm itself calls the job ended: results are written a moment before the epilog ends. A
     job Slurm has forgotten is ended (its run directory tells how)."""
     deadline = time.monotonic() + timeout_s
@@ -218,11 +201,6 @@ def ended_well(target: Target) -> bool | None:
         codes = local_exit_record(target).get("codes")
         return all(c == 0 for c in codes) if codes else None
     return None
-
-
-def outcome(job: submitit.Job[Any], run_dir: Path, executor: str) -> str | None:
-    """None when the job succeeded, else one line saying why it did not."""
-    return target_outcome(Target(job.job_id, executor, run_dir, rank0_log(job).parent), job.results)
 
 
 def target_outcome(target: Target, results: Callable[[], Any] | None = None) -> str | None:
@@ -262,9 +240,12 @@ def wait_for(jobs: list, plan: Plan, folder: Path) -> int:  # type: ignore[type-
     """--wait: follow rank 0's output, then report each job's outcome."""
     for job in jobs:
         follow(job)
-        if plan.executor == "slurm":
-            settle(job)
-    failed = [f for job, d in zip(jobs, plan.run_dirs, strict=True) if (f := outcome(job, d, plan.executor))]
+        if plan.executor == "slurm":  # no run directory: a job Slurm forgot is not settled from it
+            settle(Target(job.job_id, "slurm", None, rank0_log(job).parent))
+    failed = []
+    for job, run_dir in zip(jobs, plan.run_dirs, strict=True):
+        if problem := target_outcome(Target(job.job_id, plan.executor, run_dir, rank0_log(job).parent), job.results):
+            failed.append(problem)
     wrote_events = plan.script is None or bool(RunDir(folder).event_files())  # what jobs.picture draws
     return said(failed, f"finished; TensorBoard: tensorboard --logdir {folder}" if wrote_events else "finished")
 
@@ -289,5 +270,5 @@ def wait(target: Target, offset: int = 0) -> str | None:
     stderr = target.logs(0)[1] if target.executor != "slurm" else None  # on Slurm, in stdout's file
     tail(target.log0, lambda: info(target).state in TERMINAL, poll_s=0.5, offset=offset, stderr=stderr)
     if target.executor == "slurm":
-        settle_id(target)
+        settle(target)
     return target_outcome(target)

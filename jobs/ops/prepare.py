@@ -133,19 +133,17 @@ def check_partition(profile: Profile) -> None:
     oneoff.refuse_beyond_partition(found[0], res.nodes, profile.recovery.spare_nodes, res.timeout_min)
 
 
-def check_local_processes(profile: Profile) -> None:
+def check_local(profile: Profile) -> None:
     """The local profile starts one process per GPU (per gpus_per_task GPUs; per CPU without GPUs): bounded by
-    the GPUs this machine shows (CUDA_VISIBLE_DEVICES's, when set), else by its CPUs."""
+    the GPUs this machine shows (CUDA_VISIBLE_DEVICES's, when set), else by its CPUs. Its network_interface
+    must be one this machine has (the tasks take their address on it)."""
     gpus = 0
     if has_local_gpus():
         shown = visible_gpus(os.environ.get("CUDA_VISIBLE_DEVICES"))
         gpus = len(shown) if shown else len(list(Path("/dev").glob("nvidia[0-9]*")))
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
     refuse_local_shape(profile.resources.gpus_per_node, profile.resources.tasks_per_node, gpus, cpus)
-
-
-def check_local_interface(name: str) -> None:
-    """The local profile's network_interface must be one this machine has (the tasks take their address on it)."""
+    name = profile.environment.network_interface
     names = [n for _, n in socket.if_nameindex()]
     if name and name not in names:
         raise UserError(
@@ -199,8 +197,7 @@ def prepare(given: tuple[str, ...], args: argparse.Namespace, command: list[str]
     if args.name is not None:
         check_name(args.name)
     if profile.executor == "local":
-        check_local_processes(profile)
-        check_local_interface(profile.environment.network_interface)
+        check_local(profile)
     if args.resume and args.sweep:
         raise UserError("--resume continues one run; drop --sweep")
     if args.resume and (why := not_a_run(Path(args.resume).resolve())):
@@ -227,7 +224,9 @@ def prepare(given: tuple[str, ...], args: argparse.Namespace, command: list[str]
     if not args.resume:
         folder = run_root / args.name if args.name else new_run_dir(run_root, section(configs[0].task))
         snapshot, code_dir = code_for(args, profile, folder, run_root)
-    configs = with_run_dirs(configs, folder, points)
+    configs = [
+        dataclasses.replace(c, run_dir=str(d)) for c, d in zip(configs, run_dirs_of(folder, points), strict=True)
+    ]
     lists: dict[tuple[str, str], list[str]] = {}
     if not args.dry_run:
         world_size = profile.resources.nodes * profile.resources.tasks_per_node  # a process per GPU (gpus_per_task)
@@ -278,13 +277,9 @@ def request_profile(args: argparse.Namespace) -> Profile:
     return profile
 
 
-def with_run_dirs(configs: list[TrainConfig], folder: Path, points: list[list[str]]) -> list[TrainConfig]:
-    """Each config's run directory: the run's folder, or for a sweep a folder per point inside it."""
-    if len(configs) == 1:
-        run_dirs = [folder]
-    else:
-        run_dirs = [folder / point_name(i, point) for i, point in enumerate(points)]
-    return [dataclasses.replace(c, run_dir=str(d)) for c, d in zip(configs, run_dirs, strict=True)]
+def run_dirs_of(folder: Path, points: list[list[str]]) -> list[Path]:
+    """Each point's run directory: the run's folder, or for a sweep a folder per point inside it."""
+    return [folder] if len(points) == 1 else [folder / point_name(i, point) for i, point in enumerate(points)]
 
 
 def resolve_all(configs: list[TrainConfig], sample_root: Path, world_size: int) -> list[TrainConfig]:
@@ -396,7 +391,7 @@ def prepare_script(
         python = (profile.environment.python or sys.executable) if profile.executor == "slurm" else sys.executable
         commands = [with_interpreter(c, python) for c in script_commands(command, points)]
         folder = run_root / args.name if args.name else new_run_dir(run_root, script_name(command))
-        run_dirs = [folder] if len(commands) == 1 else [folder / point_name(i, p) for i, p in enumerate(points)]
+        run_dirs = run_dirs_of(folder, points)
         snapshot, code_dir = code_for(args, profile, folder, run_root)
         check_script(command, Path(cwd), code_dir is not None, snapshot if not args.dry_run else None)
         cwd = str(code_dir) if code_dir is not None else cwd  # the snapshot mirrors the folder submitted from

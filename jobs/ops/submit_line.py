@@ -13,9 +13,8 @@ class Parser(argparse.ArgumentParser):
         sys.exit(2)
 
 
-def split_command(argv: list[str] | None) -> tuple[list[str], list[str]]:
+def split_command(argv: list[str]) -> tuple[list[str], list[str]]:
     """Our arguments, and the command after `--` that every task runs instead of the trainer."""
-    argv = list(sys.argv[1:] if argv is None else argv)
     if "--" not in argv:
         return argv, []
     cut = argv.index("--")
