@@ -51,13 +51,6 @@ def parallel_jobs(tasks: int, uses_gpus: bool, array_parallelism: int) -> int:
     return min(fits, array_parallelism) if array_parallelism > 0 else fits
 
 
-def wait_for(tasks: list[subprocess.Popen[Any]], seconds: float) -> None:
-    """Until every task ended, for at most `seconds`."""
-    deadline = time.monotonic() + seconds
-    while any(t.poll() is None for t in tasks) and time.monotonic() < deadline:
-        time.sleep(0.05)
-
-
 def exit_codes_path(log_dir: Path, job_id: str) -> Path:
     return log_dir / f"{job_id}_exit_codes.json"
 
@@ -97,13 +90,13 @@ class Controller(local.Controller):  # type: ignore[misc]
     def _stop(self, running: list[subprocess.Popen[Any]], notice_s: float = 0.0) -> dict[int, int]:
         """SIGCONT (a stopped task cannot act on SIGTERM), SIGTERM, then SIGKILL after GRACE_S; first, up to
         `notice_s` for the tasks to end by themselves. The exit codes of those that did, by pid."""
-        wait_for(running, notice_s)
+        relay.until(lambda: all(t.poll() is not None for t in running), notice_s, 0.05)
         own = {t.pid: t.returncode for t in running if t.poll() is not None}
         for sig in (signal.SIGCONT, signal.SIGTERM):
             for task in running:
                 if task.poll() is None:
                     task.send_signal(sig)
-        wait_for(running, GRACE_S)
+        relay.until(lambda: all(t.poll() is not None for t in running), GRACE_S, 0.05)
         for task in running:
             if task.poll() is None:
                 task.kill()

@@ -140,9 +140,7 @@ def _stop_for_requeue(
     # Each rank saves on its own signal; a requeue now would kill a peer still saving. Wait for them
     # (bounded: a peer that never got the signal must not hold the job until its time limit).
     exited = RunDir(folder).exits
-    deadline = time.monotonic() + PEER_WAIT_S
-    while len(list(exited.glob(f"{env.attempt_key}_rank_*"))) < env.world_size and time.monotonic() < deadline:
-        time.sleep(0.1)
+    relay.until(lambda: len(list(exited.glob(f"{env.attempt_key}_rank_*"))) >= env.world_size, PEER_WAIT_S, 0.1)
     requeued = record_stop(env, attempts, settings, None, folder, ended.signalled_at)
     raise leave(env, requeued)
 
@@ -160,11 +158,8 @@ def after_the_signal(ended: "Ended", env: DistEnv, wait_s: float = SIGNAL_LAG_S)
     if not ended.error or not failures.is_peer_error(head.rsplit(".", 1)[-1] if sep else "", message or head):
         return ended
     files = [Attempt.of(env.attempt).node_signal, Attempt.of(env.attempt).signal]
-    deadline = time.monotonic() + wait_s
-    while not any(os.path.exists(f) for f in files):
-        if time.monotonic() > deadline:
-            return ended
-        time.sleep(relay.POLL_S)
+    if not relay.until(lambda: any(os.path.exists(f) for f in files), wait_s, relay.POLL_S):
+        return ended
     print(f"requeue signal: the command ended on a peer's lost connection ({ended.error}) as the job stopped "
           "for a requeue: a consequence of the stop, not a failure", file=sys.stderr, flush=True)  # fmt: skip
     return replace(ended, signalled_at=time.time(), error="", words="")
@@ -559,12 +554,11 @@ def _stop_together(run_dir: Path, env: DistEnv) -> None:
     exits = RunDir(run_dir).exits
     with contextlib.suppress(OSError, UserError):
         write_text(exits / exit_word(env.attempt_key, env.rank, frozen=True), "")
-    deadline = time.monotonic() + TOGETHER_S
-    while time.monotonic() < deadline:
-        done = {p.name.rpartition("_")[2] for p in exits.glob(f"{env.attempt_key}_*rank_*")}
-        if len(done) >= env.world_size:
-            return
-        time.sleep(0.05)
+
+    def all_said() -> bool:
+        return len({p.name.rpartition("_")[2] for p in exits.glob(f"{env.attempt_key}_*rank_*")}) >= env.world_size
+
+    relay.until(all_said, TOGETHER_S, 0.05)
 
 
 def _run_in_process(command: list[str], cwd: str, env: DistEnv, run_dir: str, settings: JobSettings) -> Ended:
