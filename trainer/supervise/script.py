@@ -43,7 +43,7 @@ from trainer.supervise.attempts import Attempts, leave, record_stop
 from trainer.supervise.launcher import DistEnv, resolve, torchrun_variables
 from trainer.supervise.rendezvous import agree_port
 from trainer.supervise.signals import JobSettings
-from trainer.supervise.watchdog import CHECK_S, Beat, CommandWatch, FileBoard, culprit, progress_path, read_beats
+from trainer.supervise.watchdog import CHECK_S, Beat, CommandWatch, FileBoard, culprit, progress_path
 
 RANK_PREFIX = re.compile(r"^\[rank\d+\]: ?")
 PYTHON_ENV = "SLURM_DDP_PYTHON"
@@ -494,7 +494,8 @@ def _hang_verdict(
     stopped first (a frozen process, a stopped heartbeat, else the one idle longest). A rank blocked in a
     collective is idle too, so the ranks' own view alone would often name a victim."""
     me = watch.beat(env.rank, env.node_name, pids)
-    beats = [b for b in read_beats(Path(run_dir)) if b.rank < env.world_size and b.rank != env.rank] + [me]
+    others = FileBoard(Path(run_dir), env.rank).read()
+    beats = [b for b in others if b.rank < env.world_size and b.rank != env.rank] + [me]
     found = culprit(beats, time.time(), stale_s=2 * hang.beat_s + CHECK_S)
     budget = hang.timeout_s  # the profile's script_hang_s, as the user set it
     own = f"its command {watch.how()} for {idle:.0f} s (script_hang_s={budget:g})"

@@ -8,7 +8,6 @@ jobs.restarts.spec's JSON: the policy, the log folder, the run folders (one per 
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import signal
@@ -178,21 +177,14 @@ def supervise(spec: dict, srun: list[str]) -> int:
     nodes_n = int(env.get("SLURM_JOB_NUM_NODES") or 1)
 
     def take_signal(signum: int, frame: object) -> None:
-        # Nothing may escape this handler (srun must still be waited for): a full disk fails the warnings too.
-        # A script's tasks watch a node-local copy (one task per node leaves it), first: a stalled shared
-        # filesystem must not hold it up.
-        try:
-            subprocess.Popen(
-                fan_out_command(steps.current.node_signal, steps.job_id, nodes_n), env=fan_out_environment(dict(env))
-            )
-        except OSError as exc:  # no srun: the tasks still find the shared file, later
-            with contextlib.suppress(OSError):
-                print(f"warning: could not leave the requeue signal on each node: {exc}", flush=True)
-        try:
-            write_text(steps.current.signal, f"{int(time.time())}\n")  # the trainer's rank 0 watches it
-        except Exception as exc:  # a full disk: srun still runs, and must still be waited for
-            with contextlib.suppress(OSError):
-                print(f"warning: could not leave the requeue signal's file: {exc}", flush=True)
+        # Nothing may escape this handler (srun must still be waited for): careful() warns instead, and a full
+        # disk fails the warnings too. A script's tasks watch a node-local copy (one task per node leaves it),
+        # first: a stalled shared filesystem must not hold it up; without srun they find the shared file, later.
+        command = fan_out_command(steps.current.node_signal, steps.job_id, nodes_n)
+        environment = fan_out_environment(dict(env))
+        careful("leave the requeue signal on each node", lambda: subprocess.Popen(command, env=environment))
+        # The trainer's rank 0 watches this one.
+        careful("leave the requeue signal's file", lambda: write_text(steps.current.signal, f"{int(time.time())}\n"))
 
     def take_term(signum: int, frame: object) -> None:
         # Slurm ends the batch step with SIGTERM (a requeue, a cancel, the time limit): a cancel or the limit

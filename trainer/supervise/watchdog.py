@@ -113,7 +113,13 @@ class FileBoard:
         write_text(RunDir(self.run_dir).heartbeat(self.rank), json.dumps(beat.__dict__) + "\n")
 
     def read(self) -> list[Beat]:
-        return read_beats(self.run_dir)
+        beats = []
+        for path in sorted(RunDir(self.run_dir).heartbeats.glob("rank_*.json")):
+            try:
+                beats.append(Beat(**json.loads(path.read_text())))
+            except (OSError, ValueError, TypeError):
+                continue  # being replaced, or damaged: the others still tell
+        return beats
 
     def close(self) -> None:
         files = RunDir(self.run_dir)
@@ -493,16 +499,6 @@ def end_children() -> None:
     for child in multiprocessing.active_children():
         with contextlib.suppress(OSError, ValueError):
             child.kill()
-
-
-def read_beats(run_dir: Path) -> list[Beat]:
-    beats = []
-    for path in sorted(RunDir(run_dir).heartbeats.glob("rank_*.json")):
-        try:
-            beats.append(Beat(**json.loads(path.read_text())))
-        except (OSError, ValueError, TypeError):
-            continue  # being replaced, or damaged: the others still tell
-    return beats
 
 
 # A `-- COMMAND` run: the command is not ours to instrument, so its task watches it from outside.
