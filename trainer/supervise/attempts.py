@@ -83,10 +83,15 @@ class Attempts:
             return None
         now, last = time.time(), self.items[-1]
         step = step if step is not None else (last.get("stop") or {}).get("step", last.get("resumed_step"))
-        parts = ledger.of_run(self.run_dir, self.items, now, int(last.get("world_size") or 1))
         live = {"finished": False, "as_of": round(now, 3)} | ({"step": step} if step is not None else {})
-        write_text(RunDir(self.run_dir).summary, json.dumps(live | self.totals() | {"ledger": parts}, indent=2) + "\n")
+        parts = self.write_summary(live, now)
         self.summarised = time.monotonic()
+        return parts
+
+    def write_summary(self, head: dict[str, Any], until: float) -> dict[str, float]:
+        """summary.json: `head`, the attempts' counts, and the goodput ledger up to `until`; the ledger."""
+        parts = ledger.of_run(self.run_dir, self.items, until, int(self.items[-1].get("world_size") or 1))
+        write_text(RunDir(self.run_dir).summary, json.dumps(head | self.totals() | {"ledger": parts}, indent=2) + "\n")
         return parts
 
     def summarise_every(self, step: int, blocked_s: float) -> dict[str, float] | None:
@@ -235,11 +240,8 @@ def close(run_dir: Path, reason: str, final: bool, now: float | None = None) -> 
     stop["final"] = final
     write_text(attempts.path, json.dumps(attempts.items, indent=1) + "\n")
     if final:
-        end = max(stop["time"], stop.get("hung_at") or 0.0)
-        parts = ledger.of_run(run_dir, attempts.items, end, int(last.get("world_size") or 1))
         ended = {"finished": False, "ended": stop["reason"], "as_of": round(now, 3), "step": stop["step"]}
-        summary = ended | attempts.totals() | {"ledger": parts}
-        write_text(RunDir(run_dir).summary, json.dumps(summary, indent=2) + "\n")
+        attempts.write_summary(ended, max(stop["time"], stop.get("hung_at") or 0.0))
 
 
 def unrecorded(
