@@ -81,12 +81,6 @@ class Controller(local.Controller):  # type: ignore[misc]
         # reach the next start's tasks before their handler is in place, and kill them (the signal's default).
         self.preempted = self.preempted or not self.signalled
 
-    def _catching(self, running: list[subprocess.Popen[Any]]) -> bool:
-        """Whether every running task has a handler for the requeue signal: a task just started has none yet,
-        and the signal would kill it instead of stopping it to save. Until then the signal waits (the time
-        limit's own stop comes anyway)."""
-        return all(relay.catches(t.pid, self.requeue_signal) for t in running)
-
     def _stop(self, running: list[subprocess.Popen[Any]], notice_s: float = 0.0) -> dict[int, int]:
         """SIGCONT (a stopped task cannot act on SIGTERM), SIGTERM, then SIGKILL after GRACE_S; first, up to
         `notice_s` for the tasks to end by themselves. The exit codes of those that did, by pid."""
@@ -129,7 +123,9 @@ class Controller(local.Controller):  # type: ignore[misc]
             own = self._stop(running, PEER_NOTICE_S if failed and not self.cancelled else 0.0)
             return self.ended([own.get(t.pid, c) for t, c in zip(self.tasks, codes, strict=True)])
         due = not self.signalled and (time.monotonic() >= self.signal_at or self.preempted)
-        if due and self._catching(running):
+        # Sent once every running task has a handler for it: a task just started has none yet, and the signal
+        # would kill it instead of stopping it to save. Until then it waits (the time limit's own stop comes anyway).
+        if due and all(relay.catches(t.pid, self.requeue_signal) for t in running):
             self.preempted = False
             self._forward_signal(self.requeue_signal)
             self.signalled = True
@@ -205,8 +201,8 @@ class Controller(local.Controller):  # type: ignore[misc]
     def run(self) -> None:
         relay.become_subreaper()  # what the tasks leave running is below this controller, to be ended with them
         slot = self.take_slot()  # noqa: F841 - held while the tasks run
-        if self.cancelled:  # cancelled while it waited: nothing ran
-            write_text(exit_codes_path(self.folder, self.pid), json.dumps({"codes": [], "cancelled": True}) + "\n")
+        if self.cancelled:  # cancelled while it waited: nothing ran (its exit codes say so)
+            self.ended([])
             return
         # Up to max_num_timeout restarts after a signal (submitit's own controller allows 6 in all, whatever
         # the profile says), and up to restarts_in_job after a failed start, as the batch step on Slurm.
