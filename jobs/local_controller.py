@@ -27,10 +27,9 @@ from submitit.local import local
 from trainer.run import failures
 from trainer.run.atomic import try_lock, write_text
 from trainer.supervise import agent, relay, signals
-from trainer.supervise.agent import Exit
 from trainer.supervise.attempt import Attempt
-from trainer.supervise.launcher import LOCAL_PORT
-from trainer.supervise.policy import Decision, Policy, State
+from trainer.supervise.launcher import LOCAL_PORT, available_cpus
+from trainer.supervise.policy import Decision, Ended, Policy, State
 from trainer.supervise.relay import die_with_parent
 from trainer.supervise.rendezvous import any_free_port
 from trainer.supervise.signals import JobSettings
@@ -48,8 +47,7 @@ RUN_DIR = "SLURM_DDP_LOCAL_RUN_DIR"  # the job's run directory, whose attempts t
 def parallel_jobs(tasks: int, uses_gpus: bool, array_parallelism: int) -> int:
     """Jobs of `tasks` processes this machine runs at once: its CPUs shared out, at least one (one, on GPUs:
     every point is given the same devices), and no more than the profile's array_parallelism (0: no cap)."""
-    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    fits = 1 if uses_gpus else max(1, cpus // max(1, tasks))
+    fits = 1 if uses_gpus else max(1, available_cpus() // max(1, tasks))
     return min(fits, array_parallelism) if array_parallelism > 0 else fits
 
 
@@ -60,7 +58,7 @@ def exit_codes_path(log_dir: Path, job_id: str) -> Path:
 class Controller(local.Controller):  # type: ignore[misc]
     def __init__(self, folder: Path) -> None:
         super().__init__(folder)
-        self.requeue_signal = signals.from_environ(os.environ, signals.SUBMITIT_ENV)
+        self.requeue_signal = signals.number(os.environ.get(signals.SUBMITIT_ENV, signals.DEFAULT))
         self.cancelled = False
         self.signalled = False  # this start's tasks were sent the requeue signal
         signal.signal(signal.SIGTERM, self._cancel)  # replaces submitit's forwarding to tasks that ignore it
@@ -83,26 +81,16 @@ class Controller(local.Controller):  # type: ignore[misc]
         # reach the next start's tasks before their handler is in place, and kill them (the signal's default).
         self.preempted = self.preempted or not self.signalled
 
-    def _catching(self, running: list[subprocess.Popen[Any]]) -> bool:
-        """Whether every running task has a handler for the requeue signal: a task just started has none yet,
-        and the signal would kill it instead of stopping it to save. Until then the signal waits (the time
-        limit's own stop comes anyway)."""
-        return all(relay.catches(t.pid, self.requeue_signal) for t in running)
-
     def _stop(self, running: list[subprocess.Popen[Any]], notice_s: float = 0.0) -> dict[int, int]:
         """SIGCONT (a stopped task cannot act on SIGTERM), SIGTERM, then SIGKILL after GRACE_S; first, up to
         `notice_s` for the tasks to end by themselves. The exit codes of those that did, by pid."""
-        settle = time.monotonic() + notice_s
-        while any(t.poll() is None for t in running) and time.monotonic() < settle:
-            time.sleep(0.05)
+        relay.until(lambda: all(t.poll() is not None for t in running), notice_s, 0.05)
         own = {t.pid: t.returncode for t in running if t.poll() is not None}
         for sig in (signal.SIGCONT, signal.SIGTERM):
             for task in running:
                 if task.poll() is None:
                     task.send_signal(sig)
-        deadline = time.monotonic() + GRACE_S
-        while any(t.poll() is None for t in running) and time.monotonic() < deadline:
-            time.sleep(0.05)
+        relay.until(lambda: all(t.poll() is not None for t in running), GRACE_S, 0.05)
         for task in running:
             if task.poll() is None:
                 task.kill()
@@ -120,7 +108,7 @@ class Controller(local.Controller):  # type: ignore[misc]
         self.signal_at, self.deadline = now + self.timeout_s - self.signal_delay_s, now + self.timeout_s
         self.start_tasks()
 
-    def poll(self, freq: int = 24) -> Exit | None:
+    def poll(self, freq: int = 24) -> Ended | None:
         """Whether every task ended, one failed, the job was cancelled, or the time limit came; the requeue
         signal sent when due. Exit codes: negative, killed by that signal; None, stopped here (a peer failed,
         cancelled, the time limit)."""
@@ -135,7 +123,9 @@ class Controller(local.Controller):  # type: ignore[misc]
             own = self._stop(running, PEER_NOTICE_S if failed and not self.cancelled else 0.0)
             return self.ended([own.get(t.pid, c) for t, c in zip(self.tasks, codes, strict=True)])
         due = not self.signalled and (time.monotonic() >= self.signal_at or self.preempted)
-        if due and self._catching(running):
+        # Sent once every running task has a handler for it: a task just started has none yet, and the signal
+        # would kill it instead of stopping it to save. Until then it waits (the time limit's own stop comes anyway).
+        if due and all(relay.catches(t.pid, self.requeue_signal) for t in running):
             self.preempted = False
             self._forward_signal(self.requeue_signal)
             self.signalled = True
@@ -146,17 +136,17 @@ class Controller(local.Controller):  # type: ignore[misc]
         self.hung = True  # named by the agent: the kills that follow are this controller's
         self._stop([t for t in self.tasks if t.poll() is None])
 
-    def ended(self, codes: list[int | None]) -> Exit:
+    def ended(self, codes: list[int | None]) -> Ended:
         record = {"codes": codes, "cancelled": self.cancelled}  # a requeue overwrites it
         write_text(exit_codes_path(self.folder, self.pid), json.dumps(record) + "\n")
         if self.cancelled:
-            return Exit(1, cancelled=True)
+            return Ended(1, cancelled=True)
         self.record_killed(codes)
         if local.LOCAL_REQUEUE_RETURN_CODE in codes and self.requeues < self.max_num_timeout:
             self.requeues += 1
-            return Exit(0, requeued=True)
+            return Ended(0, requeued=True)
         status = int(any(c != 0 for c in codes))
-        return Exit(status, self.signalled, "timeout" if self.timed_out else "failure")
+        return Ended(status, self.signalled, reason="timeout" if self.timed_out else "failure")
 
     def clean_up(self) -> None:
         self.kill_tasks()
@@ -170,10 +160,10 @@ class Controller(local.Controller):  # type: ignore[misc]
     def remember(self, state: State) -> None:
         pass  # no requeue through a queue: nothing survives the controller
 
-    def may_go_on(self, ended: Exit, run_dir: Path | None) -> bool:
+    def may_go_on(self, ended: Ended, run_dir: Path | None) -> bool:
         return False  # the controller's own requeues come back through poll; its end is the run's
 
-    def act(self, decision: Decision, attempt: Attempt, ended: Exit) -> int:
+    def act(self, decision: Decision, attempt: Attempt, ended: Ended) -> int:
         return ended.status
 
     def start_tasks(self) -> None:
@@ -188,16 +178,11 @@ class Controller(local.Controller):  # type: ignore[misc]
         for k in range(self.ntasks):
             env = os.environ | {"SUBMITIT_LOCAL_LOCALID": str(k), "SUBMITIT_LOCAL_GLOBALID": str(k)}
             env["SUBMITIT_LOCAL_JOB_ID"] = self.pid
-            self.tasks.append(
-                subprocess.Popen(
-                    self.command,
-                    env=env,
-                    stdout=self.stdouts[k],
-                    stderr=self.stderrs[k],
-                    encoding="utf-8",
-                    preexec_fn=die_with_parent,
-                )
+            out, err = self.stdouts[k], self.stderrs[k]
+            task = subprocess.Popen(
+                self.command, env=env, stdout=out, stderr=err, encoding="utf-8", preexec_fn=die_with_parent
             )
+            self.tasks.append(task)
 
     def take_slot(self) -> Any:
         """Wait for one of the machine's slots for jobs of this log folder (a sweep's points share it): at most
@@ -216,8 +201,8 @@ class Controller(local.Controller):  # type: ignore[misc]
     def run(self) -> None:
         relay.become_subreaper()  # what the tasks leave running is below this controller, to be ended with them
         slot = self.take_slot()  # noqa: F841 - held while the tasks run
-        if self.cancelled:  # cancelled while it waited: nothing ran
-            write_text(exit_codes_path(self.folder, self.pid), json.dumps({"codes": [], "cancelled": True}) + "\n")
+        if self.cancelled:  # cancelled while it waited: nothing ran (its exit codes say so)
+            self.ended([])
             return
         # Up to max_num_timeout restarts after a signal (submitit's own controller allows 6 in all, whatever
         # the profile says), and up to restarts_in_job after a failed start, as the batch step on Slurm.
@@ -233,11 +218,8 @@ class Controller(local.Controller):  # type: ignore[misc]
             return
         for rank, code in enumerate(codes):
             if code is not None and code < 0:
-                why = (
-                    f"killed by signal {-code} ({signal.Signals(-code).name})"
-                    if -code in SIGNALS
-                    else f"killed by signal {-code}"
-                )
+                name = f" ({signal.Signals(-code).name})" if -code in SIGNALS else ""
+                why = f"killed by signal {-code}{name}"
                 failure = failures.Failure(time.time(), rank, socket.gethostname(), "", why, False, killed=True)
                 try:
                     failures.record(self.run_dir, failure)

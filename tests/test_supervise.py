@@ -183,9 +183,9 @@ def test_a_heartbeat_left_by_a_dead_supervisor_of_the_same_pid_is_not_read_as_th
         def start(self, attempt: Attempt, extra: list[str]) -> None:
             pass
 
-        def poll(self) -> agent.Exit | None:
+        def poll(self) -> agent.Ended | None:
             self.polls += 1
-            return agent.Exit(0) if self.polls > 3 else None
+            return agent.Ended(0) if self.polls > 3 else None
 
         def stop(self) -> None:
             self.stopped = True
@@ -199,10 +199,10 @@ def test_a_heartbeat_left_by_a_dead_supervisor_of_the_same_pid_is_not_read_as_th
         def remember(self, state: State) -> None:
             pass
 
-        def may_go_on(self, ended: agent.Exit, run_dir: Path | None) -> bool:
+        def may_go_on(self, ended: agent.Ended, run_dir: Path | None) -> bool:
             return False
 
-        def act(self, decision: object, attempt: Attempt, ended: agent.Exit) -> int:
+        def act(self, decision: object, attempt: Attempt, ended: agent.Ended) -> int:
             return ended.status
 
     backend = Backend()

@@ -118,10 +118,10 @@ def test_a_second_requeue_request_waits_for_the_next_attempt(
     attempts = tmp_path / "attempts.json"
     attempts.write_text(json.dumps([{"started": time.time() - 60}]))
     act.requeue_now(target)
-    assert sent == [(7, signal.SIGUSR2)] and live.requeue_asked(tmp_path)  # the signal sent, the request recorded
+    assert sent == [(7, signal.SIGUSR2)] and live.asked(tmp_path, "requeue")  # the signal sent, the request recorded
     with pytest.raises(UserError) as refused:
         act.requeue_now(target)
-    asked = time.strftime("%H:%M:%S", time.localtime(live.requeue_asked(tmp_path)))
+    asked = time.strftime("%H:%M:%S", time.localtime(live.asked(tmp_path, "requeue")))
     golden(str(refused.value), when=asked)  # one line, naming the job, the signal and when it went
     assert sent == [(7, signal.SIGUSR2)]
     attempts.write_text(json.dumps([{"started": time.time() - 60}, {"started": time.time() + 1}]))

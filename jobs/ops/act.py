@@ -88,7 +88,7 @@ _BETWEEN_ATTEMPTS = ("COMPLETING", "PENDING", "REQUEUED", "REQUEUE_HOLD", "CONFI
 def _not_requeueing(target: Target, name: str) -> None:
     """One request at a time: until the attempt it stops has a successor, a second signal would only reach the
     ranks as they save or exit, or the next start's before they can take it."""
-    if target.run_dir is None or not (asked := live.requeue_asked(target.run_dir)):
+    if target.run_dir is None or not (asked := live.asked(target.run_dir, "requeue")):
         return
     attempts = json_or_none(RunDir(target.run_dir).attempts)
     started = [a.get("started") for a in attempts if isinstance(a, dict)] if isinstance(attempts, list) else []

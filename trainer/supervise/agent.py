@@ -11,8 +11,8 @@ from __future__ import annotations
 import contextlib
 import os
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Protocol, TypeVar
 
@@ -26,17 +26,6 @@ T = TypeVar("T")
 LOOK_S = 1.0  # how often rank 0's node-local heartbeat is looked at while the tasks run
 
 
-@dataclass(frozen=True)
-class Exit:
-    """How one start's tasks ended, as its backend saw it."""
-
-    status: int  # srun's status, or 1 when a local task failed; a negative one: killed by that signal
-    signalled: bool = False  # the requeue signal came during this start
-    reason: str = "failure"  # how an attempt rank 0 did not close is recorded: failure, timeout
-    cancelled: bool = False  # the job was cancelled: nothing follows
-    requeued: bool = False  # the tasks asked for a requeue that the backend makes itself (the local controller)
-
-
 class Backend(Protocol):
     """What the loop asks of the place the tasks run."""
 
@@ -44,13 +33,13 @@ class Backend(Protocol):
 
     def attempt(self, in_job: int, start: int) -> Attempt: ...
     def start(self, attempt: Attempt, extra: list[str]) -> None: ...
-    def poll(self) -> Exit | None: ...  # waits a moment; None while the tasks run
+    def poll(self) -> Ended | None: ...  # waits a moment; None while the tasks run
     def stop(self) -> None: ...  # end every task now: a hang was named
     def clean_up(self) -> None: ...  # after every start, however it ended
     def room(self) -> list[str] | None: ...  # the partition's nodes, for a requeue without one
     def remember(self, state: State) -> None: ...  # what survives a requeue
-    def may_go_on(self, ended: Exit, run_dir: Path | None) -> bool: ...  # a requeue may still follow the end
-    def act(self, decision: Decision, attempt: Attempt, ended: Exit) -> int: ...  # the job's exit status
+    def may_go_on(self, ended: Ended, run_dir: Path | None) -> bool: ...  # a requeue may still follow the end
+    def act(self, decision: Decision, attempt: Attempt, ended: Ended) -> int: ...  # the job's exit status
 
 
 def careful(what: str, act: Callable[[], T]) -> T | None:
@@ -64,12 +53,7 @@ def careful(what: str, act: Callable[[], T]) -> T | None:
         return None
 
 
-def say(lines: Sequence[str]) -> None:
-    for line in lines:
-        print(line, flush=True)
-
-
-def monitor(backend: Backend, attempt: Attempt) -> Exit:
+def monitor(backend: Backend, attempt: Attempt) -> Ended:
     """Until the tasks end. Each rank's watchdog names a hang inside the job; when every rank froze at once
     (a stalled filesystem, a stopped job) none can: rank 0's node-local heartbeat going silent past the time
     its peers would have named it is named here, and the tasks are ended."""
@@ -124,8 +108,9 @@ def run(backend: Backend, policy: Policy, state: State, run_dir: Path | None) ->
         failed = ended.status != 0 and not ended.signalled and not stopped
         node = held_node(backend, run_dir, began) if failed and policy.tracks_nodes else None
         room = backend.room() if node is not None else None
-        decision = decide(policy, state, Ended(ended.status, ended.signalled, stopped, node), room)
-        say(decision.say)
+        decision = decide(policy, state, replace(ended, stopped=stopped, node=node), room)
+        for line in decision.say:
+            print(line, flush=True)
         backend.remember(state)
         # The attempt closed (rank 0 records a requeue's stop itself); the run's end when nothing follows.
         final = decision.action == "end" and (stopped or not backend.may_go_on(ended, run_dir))

@@ -83,10 +83,15 @@ class Attempts:
             return None
         now, last = time.time(), self.items[-1]
         step = step if step is not None else (last.get("stop") or {}).get("step", last.get("resumed_step"))
-        parts = ledger.of_run(self.run_dir, self.items, now, int(last.get("world_size") or 1))
         live = {"finished": False, "as_of": round(now, 3)} | ({"step": step} if step is not None else {})
-        write_text(RunDir(self.run_dir).summary, json.dumps(live | self.totals() | {"ledger": parts}, indent=2) + "\n")
+        parts = self.write_summary(live, now)
         self.summarised = time.monotonic()
+        return parts
+
+    def write_summary(self, head: dict[str, Any], until: float) -> dict[str, float]:
+        """summary.json: `head`, the attempts' counts, and the goodput ledger up to `until`; the ledger."""
+        parts = ledger.of_run(self.run_dir, self.items, until, int(self.items[-1].get("world_size") or 1))
+        write_text(RunDir(self.run_dir).summary, json.dumps(head | self.totals() | {"ledger": parts}, indent=2) + "\n")
         return parts
 
     def summarise_every(self, step: int, blocked_s: float) -> dict[str, float] | None:
@@ -130,12 +135,7 @@ class Attempts:
                     "step": reached.get("step", resumed_step),
                     "time": reached.get("time", previous["started"]),
                 }
-                if "checkpoint_s" in reached:  # the ledger's: what that attempt's saves blocked, as last logged
-                    previous["checkpoint_s"] = reached["checkpoint_s"]
-                if cause:
-                    stop["error"] = cause.line()  # the first failure's line (error.txt's, then)
-                    stop |= {"hung_at": cause.time} if cause.message.startswith("hung") else {}
-                previous["stop"] = stop
+                unrecorded(previous, stop, reached, cause)
             # After a finished attempt, or one that ended the run (a failure, a cancel: the supervisor closed it),
             # the wait for this one (a --resume) is the user's, not lost.
             lost = 0.0 if stop["reason"] == "finished" or stop.get("final") else time.time() - stop["time"]
@@ -234,21 +234,27 @@ def close(run_dir: Path, reason: str, final: bool, now: float | None = None) -> 
         if hung_at:
             when = reached["time"] if last["started"] <= reached.get("time", -1) <= hung_at else hung_at
         stop = {"reason": reason, "step": reached.get("step", last.get("resumed_step")), "time": when}
-        stop |= {"error": first.line()} if first is not None else {}
-        stop |= {"hung_at": hung_at} if hung_at else {}
-        if "checkpoint_s" in reached:
-            last["checkpoint_s"] = reached["checkpoint_s"]
-        last["stop"] = stop
+        unrecorded(last, stop, reached, first)
     elif stop.get("reason") == "finished" or not final:
         return  # closed by rank 0 already: a finished run has its own summary; a requeue's history goes on
     stop["final"] = final
     write_text(attempts.path, json.dumps(attempts.items, indent=1) + "\n")
     if final:
-        end = max(stop["time"], stop.get("hung_at") or 0.0)
-        parts = ledger.of_run(run_dir, attempts.items, end, int(last.get("world_size") or 1))
         ended = {"finished": False, "ended": stop["reason"], "as_of": round(now, 3), "step": stop["step"]}
-        summary = ended | attempts.totals() | {"ledger": parts}
-        write_text(RunDir(run_dir).summary, json.dumps(summary, indent=2) + "\n")
+        attempts.write_summary(ended, max(stop["time"], stop.get("hung_at") or 0.0))
+
+
+def unrecorded(
+    attempt: dict[str, Any], stop: dict[str, Any], reached: dict[str, Any], cause: failures.Failure | None
+) -> None:
+    """`stop` made `attempt`'s, which recorded none, with the first failure's line (error.txt's) and when a hang
+    was named; and the ledger's checkpoint_s, what that attempt's saves blocked as last logged."""
+    if cause is not None:
+        stop["error"] = cause.line()
+        stop |= {"hung_at": cause.time} if cause.message.startswith("hung") else {}
+    if "checkpoint_s" in reached:
+        attempt["checkpoint_s"] = reached["checkpoint_s"]
+    attempt["stop"] = stop
 
 
 def last_progress(path: Path) -> dict[str, Any]:

@@ -47,9 +47,7 @@ class DistEnv:
     node_name: str = ""
     restart_count: int = 0  # SLURM_RESTART_COUNT: times Slurm has requeued this job
     slurm_job_id: str | None = None  # the Slurm job this process runs in: time-left queries and requeue
-    attempt: str | None = (
-        None  # this Slurm attempt's file prefix in the logs (trainer.supervise.relay): $SLURM_DDP_ATTEMPT
-    )
+    attempt: str | None = None  # this attempt's prefix in the logs (trainer.supervise.attempt): $SLURM_DDP_ATTEMPT
     note: str = ""  # why the environment was read the way it was, when that could surprise
     port_derived: bool = False  # master_port comes from the job id, not from MASTER_PORT: it may be taken
     in_job_restart: int = 0  # this allocation's restarts after a failed step, before this start
@@ -116,10 +114,10 @@ def _cpus(env: Mapping[str, str], local_world_size: int) -> int:
         # workers that share the task's CPUs; each taking them all would oversubscribe them.
         share = 1 if "SLURM_STEP_ID" in env and "TORCHELASTIC_RUN_ID" not in env else local_world_size
         return max(1, _int(env, "SLURM_CPUS_PER_TASK") // max(1, share))
-    return max(1, _available_cpus() // max(1, local_world_size))
+    return max(1, available_cpus() // max(1, local_world_size))
 
 
-def _available_cpus() -> int:
+def available_cpus() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
@@ -167,7 +165,7 @@ def resolve(env: Mapping[str, str]) -> DistEnv:
 
 def _resolve(env: Mapping[str, str]) -> DistEnv:
     if "TORCHELASTIC_RUN_ID" in env and "RANK" in env:  # set, even empty: as is_torchelastic_launched reads it
-        return _torchrun(env)
+        return _env_init(env, "torchrun", env.get("TORCHELASTIC_RUN_ID"))
     if env.get("SUBMITIT_EXECUTOR") == "local" or ("SUBMITIT_LOCAL_GLOBALID" in env and "SLURM_STEP_ID" not in env):
         return _submitit_local(env)
     if "SLURM_PROCID" in env and "SLURM_STEP_ID" in env and "SLURM_PTY_PORT" not in env:
@@ -189,10 +187,6 @@ def _resolve(env: Mapping[str, str]) -> DistEnv:
     return DistEnv("single", 0, 0, 1, 1, 0, 1, addr, port, None, _cpus(env, 1), note=note)
 
 
-def _torchrun(env: Mapping[str, str]) -> DistEnv:
-    return _env_init(env, "torchrun", env.get("TORCHELASTIC_RUN_ID"))
-
-
 def _submitit_local(env: Mapping[str, str]) -> DistEnv:
     world = _int(env, "SUBMITIT_LOCAL_NTASKS")
     job_id = env.get("SUBMITIT_LOCAL_JOB_ID")
@@ -211,7 +205,7 @@ def _submitit_local(env: Mapping[str, str]) -> DistEnv:
         master_addr="127.0.0.1",
         master_port=port,
         job_id=job_id,
-        cpus_per_task=max(1, _available_cpus() // max(1, world)),
+        cpus_per_task=max(1, available_cpus() // max(1, world)),
     )
 
 

@@ -36,21 +36,13 @@ def request(run_dir: Path, save: bool = False, requeue: bool = False) -> None:
     the next vote (dist.stop_check_every steps), training on. `requeue`: the requeue signal was just sent (no
     rank reads it: jobs.ops.act refuses another until the next attempt starts). Earlier asks are kept."""
     now = time.time()
-    asked = {what: now if new else _asked(run_dir, what) for what, new in (("save", save), ("requeue", requeue))}
-    write_text(RunDir(run_dir).top_request, json.dumps({"time": now} | asked) + "\n")
+    ask = {what: now if new else asked(run_dir, what) for what, new in (("save", save), ("requeue", requeue))}
+    write_text(RunDir(run_dir).top_request, json.dumps({"time": now} | ask) + "\n")
 
 
-def save_asked(run_dir: Path) -> float:
-    """When jobs.top last asked for a save (0: never); rank 0 reads it only while jobs.top watches."""
-    return _asked(run_dir, "save")
-
-
-def requeue_asked(run_dir: Path) -> float:
-    """When jobs.top last sent the requeue signal (0: never)."""
-    return _asked(run_dir, "requeue")
-
-
-def _asked(run_dir: Path, what: str) -> float:
+def asked(run_dir: Path, what: str) -> float:
+    """When jobs.top last asked for `what` (0: never): "save" (rank 0 reads it only while jobs.top watches), or
+    "requeue" (it last sent the requeue signal)."""
     record = json_or_none(RunDir(run_dir).top_request)
     asked = record.get(what) if isinstance(record, dict) else None
     return float(asked) if isinstance(asked, int | float) and asked > 0 else 0.0
@@ -134,6 +126,6 @@ class Channel:
                 OSError, UserError, RuntimeError, TimeoutError, ValueError
             ):  # the view waits a second
                 share(self.run_dir, self.beats(), self.attempt, self.world_size)
-            asked = save_asked(self.run_dir)
-            if asked > self._asked:
-                self._asked, self._seen = asked, self._seen + 1
+            when = asked(self.run_dir, "save")
+            if when > self._asked:
+                self._asked, self._seen = when, self._seen + 1

@@ -32,12 +32,16 @@ class Policy:
 
 @dataclass(frozen=True)
 class Ended:
-    """How one start of the tasks ended."""
+    """How one start of the tasks ended: as its backend saw it (trainer.supervise.agent), with what the agent
+    found after (stopped, node)."""
 
-    status: int  # srun's exit status (the controller's: 0, or 1 when a task failed)
+    status: int  # srun's exit status, or 1 when a local task failed; a negative one: killed by that signal
     signalled: bool = False  # the requeue signal came: the run saved and stops, or the job is being requeued
     stopped: bool = False  # a task stopped on purpose (a budget spent, bad input): a restart would stop alike
     node: str | None = None  # the node its failure is held against, if any
+    reason: str = "failure"  # how an attempt rank 0 did not close is recorded: failure, timeout
+    cancelled: bool = False  # the job was cancelled: nothing follows
+    requeued: bool = False  # the tasks asked for a requeue that the backend makes itself (the local controller)
 
 
 @dataclass

@@ -20,6 +20,7 @@ import os
 import signal
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from trainer.run import procfs
@@ -72,6 +73,16 @@ def watch(
     return thread
 
 
+def until(done: Callable[[], bool], seconds: float, pause: float) -> bool:
+    """Whether `done()` came true within `seconds`: asked at once, then every `pause` seconds."""
+    deadline = time.monotonic() + seconds
+    while not done():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(pause)
+    return True
+
+
 def tree(pid: int) -> list[int]:
     """`pid` and every process below it (torchrun's workers run in sessions of their own: a process group
     would miss them)."""
@@ -110,9 +121,7 @@ def end(pids: list[int], wait_s: float) -> None:
     """SIGTERM and SIGCONT to `pids` (in that order: see stop_tree), SIGKILL to those left after `wait_s`."""
     signal_all(pids, signal.SIGTERM)
     signal_all(pids, signal.SIGCONT)
-    deadline = time.monotonic() + wait_s
-    while time.monotonic() < deadline and any(procfs.alive(p) for p in pids):
-        time.sleep(0.05)
+    until(lambda: not any(procfs.alive(p) for p in pids), wait_s, 0.05)
     signal_all([p for p in pids if procfs.alive(p)], signal.SIGKILL)
 
 

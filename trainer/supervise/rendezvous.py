@@ -8,13 +8,13 @@ MASTER_PORT is used as it is. The local controller picks a free port itself (job
 
 import dataclasses
 import socket
-import time
 from pathlib import Path
 
 from trainer.errors import UserError
 from trainer.run.atomic import write_text
 from trainer.run.rundir import RunDir
 from trainer.supervise.launcher import DistEnv
+from trainer.supervise.relay import until
 
 WAIT_S = 300.0  # the other ranks' wait for rank 0's choice: rank 0 may start late on a busy node
 
@@ -82,10 +82,7 @@ def agree_port(env: DistEnv, run_dir: Path, wait_s: float = WAIT_S) -> DistEnv:
         address = own or env.master_addr
         write_text(path, f"{address} {port}")
         return dataclasses.replace(env, master_addr=address, master_port=port)
-    deadline = time.monotonic() + wait_s
-    while not path.exists():
-        if time.monotonic() > deadline:
-            raise UserError(f"rank 0 published no port in {path} within {wait_s:.0f} s; see rank 0's log")
-        time.sleep(0.2)
+    if not until(path.exists, wait_s, 0.2):
+        raise UserError(f"rank 0 published no port in {path} within {wait_s:.0f} s; see rank 0's log")
     address, _, port = path.read_text().strip().rpartition(" ")
     return dataclasses.replace(env, master_addr=address or env.master_addr, master_port=int(port))

@@ -25,7 +25,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -43,7 +43,7 @@ from trainer.supervise.attempts import Attempts, leave, record_stop
 from trainer.supervise.launcher import DistEnv, resolve, torchrun_variables
 from trainer.supervise.rendezvous import agree_port
 from trainer.supervise.signals import JobSettings
-from trainer.supervise.watchdog import CHECK_S, Beat, CommandWatch, culprit, progress_path, read_beats
+from trainer.supervise.watchdog import CHECK_S, Beat, CommandWatch, FileBoard, culprit, progress_path
 
 RANK_PREFIX = re.compile(r"^\[rank\d+\]: ?")
 PYTHON_ENV = "SLURM_DDP_PYTHON"
@@ -56,7 +56,8 @@ def variables(env: DistEnv, run_dir: str, settings: JobSettings) -> dict[str, st
     given = torchrun_variables(env)
     if "OMP_NUM_THREADS" in os.environ:
         del given["OMP_NUM_THREADS"]
-    if not has_gpu_devices() and "ACCELERATE_USE_CPU" not in os.environ:
+    # No NVIDIA device on this node (the driver's control file, read without importing torch):
+    if not os.path.exists("/dev/nvidiactl") and "ACCELERATE_USE_CPU" not in os.environ:
         # accelerate distributes over CPU processes only when told (`accelerate launch` says so on a machine
         # without GPUs); without it every rank trains alone, undistributed
         given["ACCELERATE_USE_CPU"] = "true"
@@ -68,17 +69,6 @@ def variables(env: DistEnv, run_dir: str, settings: JobSettings) -> dict[str, st
         "PYTHONFAULTHANDLER": "1",
         PYTHON_ENV: sys.executable,
     }
-
-
-def has_gpu_devices() -> bool:
-    """This node has an NVIDIA device (the driver's control file), without importing torch."""
-    return os.path.exists("/dev/nvidiactl")
-
-
-def command_environment(environ: Mapping[str, str], given: dict[str, str]) -> dict[str, str]:
-    """The command's environment: the task's, less PYTHONSAFEPATH (the tool's own, jobs.snapshot: your script's
-    folder comes first on its sys.path, as Python's rule says), plus `given`."""
-    return {k: v for k, v in environ.items() if k != "PYTHONSAFEPATH"} | given
 
 
 def run(
@@ -131,7 +121,8 @@ def run(
         summary |= {"wall_time_s": round(attempts.wall_time_s(), 3), "last_attempt_s": round(time.time() - started, 3)}
         # The command's own start-up (imports, its process group) counts as training: the tool cannot see it.
         parts = ledger.of_run(folder, attempts.items, attempts.items[-1]["stop"]["time"], env.world_size)
-        write_text(RunDir(folder).summary, _json(summary | script_totals(attempts) | {"ledger": parts}))
+        summary |= script_totals(attempts) | {"ledger": parts}
+        write_text(RunDir(folder).summary, json.dumps(summary, indent=2) + "\n")
 
 
 def _stop_for_requeue(
@@ -149,9 +140,7 @@ def _stop_for_requeue(
     # Each rank saves on its own signal; a requeue now would kill a peer still saving. Wait for them
     # (bounded: a peer that never got the signal must not hold the job until its time limit).
     exited = RunDir(folder).exits
-    deadline = time.monotonic() + PEER_WAIT_S
-    while len(list(exited.glob(f"{env.attempt_key}_rank_*"))) < env.world_size and time.monotonic() < deadline:
-        time.sleep(0.1)
+    relay.until(lambda: len(list(exited.glob(f"{env.attempt_key}_rank_*"))) >= env.world_size, PEER_WAIT_S, 0.1)
     requeued = record_stop(env, attempts, settings, None, folder, ended.signalled_at)
     raise leave(env, requeued)
 
@@ -169,11 +158,8 @@ def after_the_signal(ended: "Ended", env: DistEnv, wait_s: float = SIGNAL_LAG_S)
     if not ended.error or not failures.is_peer_error(head.rsplit(".", 1)[-1] if sep else "", message or head):
         return ended
     files = [Attempt.of(env.attempt).node_signal, Attempt.of(env.attempt).signal]
-    deadline = time.monotonic() + wait_s
-    while not any(os.path.exists(f) for f in files):
-        if time.monotonic() > deadline:
-            return ended
-        time.sleep(relay.POLL_S)
+    if not relay.until(lambda: any(os.path.exists(f) for f in files), wait_s, relay.POLL_S):
+        return ended
     print(f"requeue signal: the command ended on a peer's lost connection ({ended.error}) as the job stopped "
           "for a requeue: a consequence of the stop, not a failure", file=sys.stderr, flush=True)  # fmt: skip
     return replace(ended, signalled_at=time.time(), error="", words="")
@@ -424,7 +410,7 @@ def _run(
             pids = relay.tree(child.pid)
             idle = watch.idle_s(pids)
             if checked >= beat_due:  # every hang.beat_s: what this rank's peers read when they find a hang
-                _beat(run_dir, watch.beat(env.rank, env.node_name, pids))
+                _beat(run_dir, watch.beat(env.rank, env.node_name, pids), env.rank)
                 beat_due = checked + hang.beat_s
             if idle > hang.timeout_s:
                 hung, stuck = _hang_verdict(run_dir, env, watch, pids, idle, hang)
@@ -453,13 +439,11 @@ def _launch(
     error_file = Path(f"{progress}.error.json")
     error_file.unlink(missing_ok=True)  # a process before this one, with the same pid, left it
     given = variables(env, run_dir, settings) | {PROGRESS_ENV: progress, ERROR_FILE_ENV: str(error_file)}
+    # The task's environment less PYTHONSAFEPATH (the tool's own, jobs.snapshot: your script's folder comes
+    # first on its sys.path, as Python's rule says), plus `given`.
+    environ = {k: v for k, v in os.environ.items() if k != "PYTHONSAFEPATH"} | given
     try:
-        child = subprocess.Popen(
-            command,
-            cwd=cwd,
-            env=command_environment(os.environ, given),
-            preexec_fn=relay.die_with_parent,
-        )
+        child = subprocess.Popen(command, cwd=cwd, env=environ, preexec_fn=relay.die_with_parent)
     except OSError as exc:  # not found, not executable: the rank says so, as a shell would
         code = 127 if isinstance(exc, FileNotFoundError) else 126
         return Ended(code, cannot_start=exc.strerror or str(exc)), error_file
@@ -491,16 +475,14 @@ def _act_on_signals(
     return over
 
 
-def _beat(run_dir: str, beat: Beat | None, rank: int = -1) -> None:
+def _beat(run_dir: str, beat: Beat | None, rank: int) -> None:
     """Write this rank's heartbeat (trainer.supervise.watchdog's file), or remove it (None) as the command ends."""
-    files = RunDir(Path(run_dir))
+    board = FileBoard(Path(run_dir), rank)
     try:
         if beat is None:
-            files.heartbeat(rank).unlink(missing_ok=True)
-            with contextlib.suppress(OSError):
-                files.heartbeats.rmdir()  # the last rank out removes the folder
+            board.close()
         else:
-            write_text(files.heartbeat(beat.rank), json.dumps(beat.__dict__) + "\n")
+            board.put(beat)
     except (OSError, UserError):
         pass  # a full or lost disk: the budget still holds
 
@@ -512,7 +494,8 @@ def _hang_verdict(
     stopped first (a frozen process, a stopped heartbeat, else the one idle longest). A rank blocked in a
     collective is idle too, so the ranks' own view alone would often name a victim."""
     me = watch.beat(env.rank, env.node_name, pids)
-    beats = [b for b in read_beats(Path(run_dir)) if b.rank < env.world_size and b.rank != env.rank] + [me]
+    others = FileBoard(Path(run_dir), env.rank).read()
+    beats = [b for b in others if b.rank < env.world_size and b.rank != env.rank] + [me]
     found = culprit(beats, time.time(), stale_s=2 * hang.beat_s + CHECK_S)
     budget = hang.timeout_s  # the profile's script_hang_s, as the user set it
     own = f"its command {watch.how()} for {idle:.0f} s (script_hang_s={budget:g})"
@@ -572,12 +555,11 @@ def _stop_together(run_dir: Path, env: DistEnv) -> None:
     exits = RunDir(run_dir).exits
     with contextlib.suppress(OSError, UserError):
         write_text(exits / exit_word(env.attempt_key, env.rank, frozen=True), "")
-    deadline = time.monotonic() + TOGETHER_S
-    while time.monotonic() < deadline:
-        done = {p.name.rpartition("_")[2] for p in exits.glob(f"{env.attempt_key}_*rank_*")}
-        if len(done) >= env.world_size:
-            return
-        time.sleep(0.05)
+
+    def all_said() -> bool:
+        return len({p.name.rpartition("_")[2] for p in exits.glob(f"{env.attempt_key}_*rank_*")}) >= env.world_size
+
+    relay.until(all_said, TOGETHER_S, 0.05)
 
 
 def _run_in_process(command: list[str], cwd: str, env: DistEnv, run_dir: str, settings: JobSettings) -> Ended:
@@ -614,8 +596,3 @@ def _signal_name(signum: int) -> str:
         return f"killed by {signal.Signals(signum).name}"
     except ValueError:
         return f"killed by signal {signum}"
-
-
-def _json(value: dict[str, Any]) -> str:
-
-    return json.dumps(value, indent=2) + "\n"

@@ -5,7 +5,6 @@ shell's `trap ... USR2`, submitit's SUBMITIT_PREEMPT_SIGNAL, the REQUEUE_SIGNAL 
 number a handler is installed for.
 """
 
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from signal import Signals
 
@@ -30,11 +29,6 @@ def normalise(name: str) -> str:
 
 def number(name: str) -> Signals:
     return Signals["SIG" + normalise(name)]
-
-
-def from_environ(environ: Mapping[str, str], key: str = ENV) -> Signals:
-    """The requeue signal a task was told about in its environment (the default when it was told nothing)."""
-    return number(environ.get(key, DEFAULT))
 
 
 @dataclass(frozen=True)

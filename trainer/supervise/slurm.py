@@ -8,7 +8,6 @@ jobs.restarts.spec's JSON: the policy, the log folder, the run folders (one per 
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import signal
@@ -20,19 +19,14 @@ from pathlib import Path
 
 from trainer.run.atomic import write_text
 from trainer.supervise import agent
-from trainer.supervise.agent import Exit, careful, close_attempt
+from trainer.supervise.agent import careful, close_attempt
 from trainer.supervise.attempt import Attempt
 from trainer.supervise.attempts import requeued_by_rank_0
 from trainer.supervise.hostlist import expand_hostlist
-from trainer.supervise.policy import Decision, Policy, State
+from trainer.supervise.policy import Decision, Ended, Policy, State
 from trainer.supervise.relay import fan_out_command, fan_out_environment
 
 CHECK_S = 1.0  # how long one poll waits for srun (the agent looks at rank 0's heartbeat between polls)
-
-
-def state_path(log_dir: Path, job_id: str) -> Path:
-    """What survives a requeue (the same job id): the nodes held against failures, the failure requeues."""
-    return log_dir / f"supervise_{job_id}.json"
 
 
 def load_state(path: Path) -> State:
@@ -121,7 +115,8 @@ class Steps:
         self.job_id = env.get("SLURM_JOB_ID", "0")
         self.requeue = int(env.get("SLURM_RESTART_COUNT") or 0)
         self.nodes = set(expand_hostlist(env["SLURM_JOB_NODELIST"])) if env.get("SLURM_JOB_NODELIST") else set()
-        self.saved = state_path(self.log_dir, self.job_id)
+        # What survives a requeue (the same job id): the nodes held against failures, the failure requeues.
+        self.saved = self.log_dir / f"supervise_{self.job_id}.json"
         self.current = Attempt(self.log_dir, self.job_id, self.requeue)
         self.proc: subprocess.Popen[bytes] | None = None
 
@@ -133,13 +128,13 @@ class Steps:
         split = self.srun.index("--") if "--" in self.srun else len(self.srun)
         self.proc = subprocess.Popen([*self.srun[:split], *extra, *self.srun[split:]])
 
-    def poll(self) -> Exit | None:
+    def poll(self) -> Ended | None:
         assert self.proc is not None
         try:
             status = self.proc.wait(timeout=CHECK_S)  # a signal's handler runs meanwhile
         except subprocess.TimeoutExpired:
             return None
-        return Exit(status, signalled=self.current.signal.exists())
+        return Ended(status, signalled=self.current.signal.exists())
 
     def stop(self) -> None:
         """srun's abort: two SIGINTs within a second end the step, every task killed (stopped ones too)."""
@@ -161,11 +156,11 @@ class Steps:
     def remember(self, state: State) -> None:
         careful("save what survives a requeue", lambda: save_state(self.saved, state))
 
-    def may_go_on(self, ended: Exit, run_dir: Path | None) -> bool:
+    def may_go_on(self, ended: Ended, run_dir: Path | None) -> bool:
         """After the requeue signal, or a requeue rank 0 asked for, the job may come back."""
         return ended.signalled or (run_dir is not None and requeued_by_rank_0(run_dir))
 
-    def act(self, decision: Decision, attempt: Attempt, ended: Exit) -> int:
+    def act(self, decision: Decision, attempt: Attempt, ended: Ended) -> int:
         if decision.action in ("requeue_without", "requeue"):
             careful("mark the attempt failed", attempt.failed.touch)  # the next counts it a failure, not a requeue
         if decision.action == "requeue_without" and not requeue_without(self.job_id, decision.excluded):
@@ -182,21 +177,14 @@ def supervise(spec: dict, srun: list[str]) -> int:
     nodes_n = int(env.get("SLURM_JOB_NUM_NODES") or 1)
 
     def take_signal(signum: int, frame: object) -> None:
-        # Nothing may escape this handler (srun must still be waited for): a full disk fails the warnings too.
-        # A script's tasks watch a node-local copy (one task per node leaves it), first: a stalled shared
-        # filesystem must not hold it up.
-        try:
-            subprocess.Popen(
-                fan_out_command(steps.current.node_signal, steps.job_id, nodes_n), env=fan_out_environment(dict(env))
-            )
-        except OSError as exc:  # no srun: the tasks still find the shared file, later
-            with contextlib.suppress(OSError):
-                print(f"warning: could not leave the requeue signal on each node: {exc}", flush=True)
-        try:
-            write_text(steps.current.signal, f"{int(time.time())}\n")  # the trainer's rank 0 watches it
-        except Exception as exc:  # a full disk: srun still runs, and must still be waited for
-            with contextlib.suppress(OSError):
-                print(f"warning: could not leave the requeue signal's file: {exc}", flush=True)
+        # Nothing may escape this handler (srun must still be waited for): careful() warns instead, and a full
+        # disk fails the warnings too. A script's tasks watch a node-local copy (one task per node leaves it),
+        # first: a stalled shared filesystem must not hold it up; without srun they find the shared file, later.
+        command = fan_out_command(steps.current.node_signal, steps.job_id, nodes_n)
+        environment = fan_out_environment(dict(env))
+        careful("leave the requeue signal on each node", lambda: subprocess.Popen(command, env=environment))
+        # The trainer's rank 0 watches this one.
+        careful("leave the requeue signal's file", lambda: write_text(steps.current.signal, f"{int(time.time())}\n"))
 
     def take_term(signum: int, frame: object) -> None:
         # Slurm ends the batch step with SIGTERM (a requeue, a cancel, the time limit): a cancel or the limit

@@ -19,8 +19,8 @@ from trainer.run.failures import Failure, record
 # Beyond the moment the others would have named rank 0: their record, a loaded machine, and a peer's budget a
 # little longer than the one rank 0 wrote (each rank's is its own longest step's multiple).
 MARGIN_S, MARGIN_SHARE = 4.0, 0.05
-STORE_WAIT_S = 5.0  # trainer.supervise.watchdog.STORE_WAIT_S: how long a peer waits for a store that does not answer
-CHECK_S = 1.0  # trainer.supervise.watchdog.CHECK_S: how often a rank's watchdog looks at its budget
+STORE_WAIT_S = 5.0  # how long a hang's detector waits for the store's answer: a stopped rank 0 never gives one
+CHECK_S = 1.0  # how often a rank's watchdog looks at its budget (trainer.supervise.watchdog)
 
 
 def write_beat(path: Path, beat: dict) -> None:

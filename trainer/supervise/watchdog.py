@@ -36,10 +36,9 @@ from trainer.errors import UserError
 from trainer.run import failures, procfs
 from trainer.run.atomic import write_text
 from trainer.run.rundir import RunDir
-from trainer.supervise.watch import write_beat
+from trainer.supervise.watch import CHECK_S, STORE_WAIT_S, write_beat
 
 HANG_EXIT = 75  # what a rank that detected a hang exits with
-CHECK_S = 1.0
 # Sections in which a rank waits on its own work, not on its peers: when no heartbeat stopped and the steps
 # agree, the rank in one of these is the one the others wait for.
 OWN_WORK = ("data", "frozen")
@@ -114,7 +113,13 @@ class FileBoard:
         write_text(RunDir(self.run_dir).heartbeat(self.rank), json.dumps(beat.__dict__) + "\n")
 
     def read(self) -> list[Beat]:
-        return read_beats(self.run_dir)
+        beats = []
+        for path in sorted(RunDir(self.run_dir).heartbeats.glob("rank_*.json")):
+            try:
+                beats.append(Beat(**json.loads(path.read_text())))
+            except (OSError, ValueError, TypeError):
+                continue  # being replaced, or damaged: the others still tell
+        return beats
 
     def close(self) -> None:
         files = RunDir(self.run_dir)
@@ -136,7 +141,6 @@ STORE_PREFIX = "slurm_ddp/beat/"
 
 
 T = TypeVar("T")
-STORE_WAIT_S = 5.0  # how long a hang's detector waits for the store's answer: a stopped rank 0 never gives one
 
 
 def within(seconds: float, read: Callable[[], T]) -> T:
@@ -272,6 +276,10 @@ class Watchdog:
             stuck = Beat(self.rank, self.host, -1, "rendezvous", now - waited, now)
             budget = "dist.timeout_s" if self.budget("rendezvous") == self.rendezvous_s else "hang.first_s"
             message = f"hung: the process group did not form in {waited:.0f} s ({budget}){self.rendezvous_hint}"
+        self._record(stuck, message, now)
+
+    def _record(self, stuck: Beat, message: str, now: float) -> None:
+        """The hang's record against `stuck`: said on stderr, and into errors/ unless the disk refuses it."""
         failure = failures.Failure(now, stuck.rank, stuck.host, "", message, False)
         self._say(f"hang: {failure.line()}")
         with contextlib.suppress(OSError, ValueError, UserError):
@@ -293,7 +301,11 @@ class Watchdog:
         failed sooner failed for a cause of its own, a bad network interface). Later: one whose heartbeat
         stopped, or rank 0's store that does not answer; a peer that failed records its own cause."""
         name, began, _, step = self.current
-        if not self.settings.enabled or self.world_size < 2 or not failures.is_peer_error(*_words(exc)):
+        if (
+            not self.settings.enabled
+            or self.world_size < 2
+            or not failures.is_peer_error(*failures.cause(type(exc).__name__, str(exc)))
+        ):
             return
         now, stale_s = time.time(), 2 * self.settings.beat_s + CHECK_S
         if name == "rendezvous":
@@ -307,11 +319,7 @@ class Watchdog:
         if found is None or found[0].rank == self.rank:
             return
         stuck, why = found
-        text = message.format(why=why, rank=self.rank, kind=type(exc).__name__)
-        failure = failures.Failure(now, stuck.rank, stuck.host, "", text, False)
-        self._say(f"hang: {failure.line()}")
-        with contextlib.suppress(OSError, ValueError, UserError):
-            failures.record(self.run_dir, failure)
+        self._record(stuck, message.format(why=why, rank=self.rank, kind=type(exc).__name__), now)
 
     def enter(self, name: str, step: int | None = None) -> None:
         """The training thread begins section `name`; the time since the last one began counts for that one."""
@@ -484,10 +492,6 @@ class Watchdog:
             self._say(f"warning: could not record the hang: {exc}")
 
 
-def _words(exc: BaseException) -> tuple[str, str]:
-    return failures.cause(type(exc).__name__, str(exc))
-
-
 def end_children() -> None:
     """Kill this rank's worker processes (its DataLoader's) before it exits. os._exit runs no clean-up, and a
     worker stuck in a read never notices its parent is gone: it would outlive the job where Slurm tracks
@@ -495,16 +499,6 @@ def end_children() -> None:
     for child in multiprocessing.active_children():
         with contextlib.suppress(OSError, ValueError):
             child.kill()
-
-
-def read_beats(run_dir: Path) -> list[Beat]:
-    beats = []
-    for path in sorted(RunDir(run_dir).heartbeats.glob("rank_*.json")):
-        try:
-            beats.append(Beat(**json.loads(path.read_text())))
-        except (OSError, ValueError, TypeError):
-            continue  # being replaced, or damaged: the others still tell
-    return beats
 
 
 # A `-- COMMAND` run: the command is not ours to instrument, so its task watches it from outside.
@@ -568,11 +562,7 @@ class CommandWatch:
     def beat(self, rank: int, host: str, pids: list[int]) -> Beat:
         """This rank's heartbeat for its peers: since when its command made no progress, and whether it is
         frozen (a process stopped, or in uninterruptible sleep: a dead mount): the likeliest culprit."""
-        frozen = any(_state(pid) in ("T", "t", "D") for pid in pids)
+        frozen = any(procfs.state(pid) in ("T", "t", "D") for pid in pids)
         now = time.time()
         since = now - (time.monotonic() - self.since)
         return Beat(rank, host, -1, "frozen" if frozen else "command", since, now)
-
-
-def _state(pid: int) -> str:
-    return procfs.state(pid) or ""
