@@ -162,8 +162,7 @@ def make_model(task: Any, config: Any, dataset: Any, devices: list[torch.device]
     """The task's model on its device; over several (gpus_per_task) the task places its parts itself: its
     model() takes `devices=` (torch's DDP tutorial's ToyMpModel(dev0, dev1)), and inputs go to the first."""
     check_devices(task, len(devices))
-    takes_devices = "devices" in inspect.signature(task.model).parameters
-    if takes_devices:
+    if "devices" in inspect.signature(task.model).parameters:
         model: torch.nn.Module = task.model(config, dataset, devices=devices)
         return model if len(devices) > 1 else model.to(devices[0])
     return task.model(config, dataset).to(devices[0])
