@@ -37,13 +37,17 @@ def _write(folder: Path, step: int, data: bytes, keep: int) -> Path:
     # One write at a time: any temporary file still here was left by a killed one, and holds disk we need.
     for tmp in stale_temporaries(folder):
         tmp.unlink(missing_ok=True)
-    path = checkpoint_path(folder, step)
-    write_bytes(path, data)
-    # Written second: a checkpoint without its checksum is never trusted.
-    write_text(checksum_path(path), hashlib.sha256(data).hexdigest() + "\n")
+    path = _write_checked(checkpoint_path(folder, step), data)
     for old in to_prune(folder, step, keep):
         checksum_path(old).unlink(missing_ok=True)  # first: a half-pruned checkpoint is never trusted
         old.unlink(missing_ok=True)
+    return path
+
+
+def _write_checked(path: Path, data: bytes) -> Path:
+    write_bytes(path, data)
+    # Written second: a checkpoint without its checksum is never trusted.
+    write_text(checksum_path(path), hashlib.sha256(data).hexdigest() + "\n")
     return path
 
 
@@ -205,12 +209,9 @@ class Checkpointer:
         self.writer = Writer(settings.background)
         self.blocked_s = 0.0  # the time training waited on saves this attempt (the goodput ledger's checkpointing)
 
-    def due(self, step: int, last: int) -> bool:
-        return step % self.settings.every == 0 or step == last
-
     def save_if_due(self, state: TrainState, last: int) -> bool:
         """Save every `every` steps and at the last step (a collective); whether it saved."""
-        if not self.due(state.step, last):
+        if state.step % self.settings.every and state.step != last:
             return False
         self.save(state)
         return True
@@ -250,9 +251,7 @@ def save_best(folder: Path, weights: dict[str, torch.Tensor], meta: dict[str, An
     torch.save({"model": weights, "meta": meta}, buffer)
     path = best_path(folder)
     checksum_path(path).unlink(missing_ok=True)  # first: a best.pt being replaced is never trusted half-written
-    write_bytes(path, buffer.getvalue())
-    write_text(checksum_path(path), hashlib.sha256(buffer.getvalue()).hexdigest() + "\n")
-    return path
+    return _write_checked(path, buffer.getvalue())
 
 
 def load_weights(path: Path, map_location: torch.device) -> dict[str, Any]:

@@ -158,16 +158,11 @@ def device_indices(local_rank: int, k: int, count: int) -> list[int]:
     return list(range(first, first + k))
 
 
-def pick_device(env: DistEnv) -> torch.device:
-    return pick_devices(env)[0]
-
-
 def make_model(task: Any, config: Any, dataset: Any, devices: list[torch.device]) -> torch.nn.Module:
     """The task's model on its device; over several (gpus_per_task) the task places its parts itself: its
     model() takes `devices=` (torch's DDP tutorial's ToyMpModel(dev0, dev1)), and inputs go to the first."""
     check_devices(task, len(devices))
-    takes_devices = "devices" in inspect.signature(task.model).parameters
-    if takes_devices:
+    if "devices" in inspect.signature(task.model).parameters:
         model: torch.nn.Module = task.model(config, dataset, devices=devices)
         return model if len(devices) > 1 else model.to(devices[0])
     return task.model(config, dataset).to(devices[0])
@@ -186,11 +181,16 @@ def gather_rng(env: DistEnv, device: torch.device) -> list[torch.Tensor]:
     state = torch.get_rng_state()
     if device.type == "cuda":
         state = torch.cat([state, torch.cuda.get_rng_state(device)])
+    return gather_objects(env, state)
+
+
+def gather_objects(env: DistEnv, value: Any) -> list[Any]:
+    """Every rank's `value`, by rank (a collective; one process: its own alone)."""
     if not env.distributed:
-        return [state]
-    states: list[Any] = [None] * env.world_size
-    dist.all_gather_object(states, state)
-    return states
+        return [value]
+    values: list[Any] = [None] * env.world_size
+    dist.all_gather_object(values, value)
+    return values
 
 
 def restore_rng(states: list[torch.Tensor], env: DistEnv, device: torch.device) -> None:
@@ -285,11 +285,7 @@ def _timed_allreduce(timer: CommTimer, bucket: dist.GradBucket) -> torch.futures
 
 def gather_hosts(env: DistEnv) -> list[str]:
     """Every rank's host, by rank (a collective)."""
-    if not env.distributed:
-        return [env.node_name]
-    hosts: list[Any] = [None] * env.world_size
-    dist.all_gather_object(hosts, env.node_name)
-    return [str(h) for h in hosts]
+    return [str(h) for h in gather_objects(env, env.node_name)]
 
 
 def wrap(

@@ -39,10 +39,10 @@ def main(argv: list[str]) -> int:
 
     from trainer import checkpoint, validation
     from trainer.config import tasks
-    from trainer.distributed import make_model, pick_device, process_group
+    from trainer.distributed import make_model, pick_devices, process_group
     from trainer.train import AMP_DTYPES
 
-    device = pick_device(env)
+    device = pick_devices(env)[0]
     state = checkpoint.load_weights(path, torch.device("cpu"))
     meta = state["meta"]
     config = build_config(argv[1:], base=meta["config"])

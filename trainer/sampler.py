@@ -55,13 +55,14 @@ class StepSampler(torch.utils.data.Sampler[list[Any]]):
         self.world_size, self.rank = world_size, rank
         self.padding = padding or world_size
         self.given_micro_batch = micro_batch
-        self.micro_batch = micro_batch or global_batch // self.padding
         self.epoch = self.step = 0  # the epoch, and the steps of it already trained
         self._order: tuple[int, list[int]] | None = None
         self._fit()
 
     def _fit(self) -> None:
-        """Accumulation for this world size: the fewest micro-batches of at most `micro_batch` samples."""
+        """Accumulation for this world size: the fewest micro-batches of at most `micro_batch` samples (by default
+        the first ranks' batch)."""
+        self.micro_batch = self.given_micro_batch or self.global_batch // self.padding
         for processes in (self.world_size, self.padding):
             if self.global_batch % processes:
                 works = ", ".join(map(str, world_sizes(self.global_batch)))
@@ -149,7 +150,6 @@ class StepSampler(torch.utils.data.Sampler[list[Any]]):
             bool(state["shuffle"]),
         )
         self.padding = int(state["padding"])
-        self.micro_batch = self.given_micro_batch or self.global_batch // self.padding
         self._order = None
         self._fit()
         self.start(int(state["epoch"]), int(state["step"]))

@@ -51,12 +51,7 @@ class TrainState:
             "optimizer": self.optimizer.state_dict(),
             "scheduler": self.scheduler.state_dict(),
             "scaler": self.scaler.state_dict(),
-            "progress": {
-                "step": self.step,
-                "epoch": self.epoch,
-                "batch_in_epoch": self.batch_in_epoch,
-                "samples": self.order.samples,
-            },
+            "progress": {k: getattr(self, k) for k in PROGRESS} | {"samples": self.order.samples},
             "data": self.order.fingerprint(self.files, self.env.world_size),
             "rng": gather_rng(self.env, self.device),
             "meta": {**(self.meta or {}), "step": self.step, "val_metrics": self.last_val},

@@ -31,7 +31,6 @@ from trainer.distributed import (
     dump_flight_recorder,
     gather_hosts,
     make_model,
-    pick_device,
     pick_devices,
     process_group,
     rendezvous_file,
@@ -77,7 +76,7 @@ def train(
     """
     settings = settings or JobSettings()
     stop_flag = stop_flag or StopFlag(settings.signal)
-    device = pick_device(env)
+    device = pick_devices(env)[0]
     torch.set_num_threads(env.cpus_per_task)
     with contextlib.ExitStack() as cleanup:
         watchdog, top = join(config, env, device, cleanup)

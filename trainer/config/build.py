@@ -90,6 +90,11 @@ def from_dict(cls: type, data: Mapping[str, Any], prefix: str = "") -> Any:
     unknown = sorted(set(data) - set(fields))
     if unknown:
         raise UserError(f"unknown config key {prefix}{unknown[0]!s}; valid keys: {', '.join(valid_keys(cls, prefix))}")
+    return cls(**_field_values(cls, fields, data, prefix))
+
+
+def _field_values(cls: type, fields: dict[str, Any], data: Mapping[str, Any], prefix: str) -> dict[str, Any]:
+    """The fields' values in `data`: each section built from its mapping, each plain value checked."""
     kwargs = {}
     for name, value in data.items():
         tp = fields[name]
@@ -97,7 +102,7 @@ def from_dict(cls: type, data: Mapping[str, Any], prefix: str = "") -> Any:
             kwargs[name] = value if isinstance(value, tp) else from_dict(tp, value, f"{prefix}{name}.")
         else:
             kwargs[name] = _coerce(value, tp, prefix + name, example_of(cls, name, tp))
-    return cls(**kwargs)
+    return kwargs
 
 
 def _train_config(data: Mapping[str, Any]) -> TrainConfig:
@@ -113,13 +118,7 @@ def _train_config(data: Mapping[str, Any]) -> TrainConfig:
     unknown = sorted(set(rest) - set(keys) | ({"task_settings"} & set(rest)))
     if unknown:
         raise UserError(f"unknown config key {unknown[0]}; valid keys: {', '.join(valid_keys(task=task))}")
-    kwargs = {}
-    for name, value in rest.items():
-        tp = keys[name]
-        if dataclasses.is_dataclass(tp):
-            kwargs[name] = from_dict(tp, value, f"{name}.")
-        else:
-            kwargs[name] = _coerce(value, tp, name, example_of(TrainConfig, name, tp))
+    kwargs = _field_values(TrainConfig, keys, rest, "")
     settings = from_dict(settings_class, data.get(own) or {}, f"{own}.")
     # Your task's file as an absolute path: the same file whatever folder a resume starts from.
     config = TrainConfig(**kwargs | {"task": tasks.canonical(task)}, task_settings=settings)
@@ -178,10 +177,8 @@ def _parse_scalar(raw: str, tp: Any, key: str, example: str) -> Any:
             if raw.lower() in _TRUE | _FALSE:
                 return raw.lower() in _TRUE
             raise ValueError
-        if tp is int:
-            return _in_range(int(raw), key, raw, example)
-        if tp is float:
-            return _in_range(float(raw), key, raw, example)
+        if tp in (int, float):
+            return _in_range(tp(raw), key, raw, example)
     except ValueError:
         raise UserError(f"{key}={raw}: expected {_type_name(tp)}; give e.g. {key}={example}") from None
     return raw

@@ -75,9 +75,9 @@ def all_reduce(env: Any, gpus: int) -> dict[str, Any]:
     import torch
     import torch.distributed as dist
 
-    from trainer.distributed import pick_device, process_group
+    from trainer.distributed import pick_devices, process_group
 
-    device = pick_device(env) if gpus else torch.device("cpu")
+    device = pick_devices(env)[0] if gpus else torch.device("cpu")
     with process_group(env, 120, device, one_too=True):
         tensor = torch.ones(SIZE_MB * 2**20 // 4, device=device)
         dist.all_reduce(tensor)  # a first one: connections and buffers are set up
