@@ -257,9 +257,7 @@ def cancel(target: Target, whole_array: bool = False) -> str:
         before = None if whole_array else slurm_info(target.job_id).state
         if before in TERMINAL:
             raise UserError(f"job {target.job_id} already ended ({before}): nothing to cancel")
-        result = subprocess.run(["scancel", target.job_id], capture_output=True, text=True)
-        if result.returncode:
-            raise UserError(f"scancel refused: {result.stderr.strip().splitlines()[-1]}")
+        _scancel([target.job_id])
         if not whole_array:
             deadline = time.monotonic() + STOP_WAIT_S
             while (state := slurm_info(target.job_id).state) not in TERMINAL:

@@ -122,7 +122,7 @@ def _key_value(option: str) -> tuple[str, str, str]:
 def check_hosts(what: str, value: str) -> None:
     """A user, or jump hosts ([user@]host[:port], comma-separated): names, nothing a shell would read."""
     hosts = value.split(",") if what != "-l" and "user" not in what.lower() else [value]
-    if not all(re.fullmatch(r"(?:[A-Za-z0-9._-]+@)?[A-Za-z0-9][A-Za-z0-9._-]*(?::\d+)?", h) for h in hosts):
+    if not all(re.fullmatch(LOGIN.pattern + r"(?::\d+)?", h) for h in hosts):
         raise UserError(
             f"ssh_options: {what} {value!r} is not a user or [user@]host[:port] (letters, digits, . _ - only); "
             "e.g. -J alice@gateway.example.org"
