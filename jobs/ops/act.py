@@ -12,6 +12,7 @@ import subprocess
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from jobs.snapshot import tool_environment
 from jobs.tracking import TERMINAL, Target, info, is_local_job, run_settings, slurm_info
@@ -139,16 +140,13 @@ def _dump_on_nodes(target: Target, records: list[dict], stamp: str) -> dict[str,
     if not hosts or not python.startswith("/"):
         raise UserError(f"the rank records in {RunDir(target.run_dir).provenance / 'ranks'} name no node or no "
                         f"interpreter; dump with scancel -s URG {target.job_id}")  # fmt: skip
-    n = str(len(hosts))
-    step = ["srun", "--overlap", f"--jobid={target.job_id}", "-N", n, "--ntasks", n, "--ntasks-per-node=1"]
-    step.append(f"--nodelist={','.join(hosts)}")
     command = [python, "-m", "trainer.supervise.stacks", str(target.run_dir), stamp]
     tool = RunDir(target.run_dir).path / "tool"  # the run's own copy of the trainer; else the installed one
     # PYTHONSAFEPATH: srun runs it in this folder, which may hold a trainer.py of the user's.
     environ = relay.fan_out_environment(dict(os.environ)) | tool_environment(tool if tool.is_dir() else None)
     try:
         done = subprocess.run(
-            [*step, "--kill-on-bad-exit=0", *command], capture_output=True, text=True, timeout=300, env=environ
+            [*_step_on(target, hosts), *command], capture_output=True, text=True, timeout=300, env=environ
         )
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise UserError(
@@ -183,7 +181,7 @@ def signal_ranks(
     # The records are the run folder's, so data: ints, node names as Slurm spells them.
     records = [r for r in stacks.ranks_of(target.run_dir, None) if r["rank"] in ranks]
     if target.executor != "slurm":
-        if once is not None and not _appears(once):
+        if once is not None and not poll(lambda: any(once[0].glob(once[1])), ONCE_S, 0.002):
             return []
         kids = children() if command else {}
         for record in records:
@@ -203,9 +201,7 @@ def signal_ranks(
     if once is not None:
         wait = f"{shlex.quote(str(once[0]))}/{once[1]}"
         script = f"i=0; until ls {wait} >/dev/null 2>&1; do i=$((i+1)); [ $i -gt {ONCE_S * 200} ] && exit 3; sleep 0.005; done; {script}"
-    n = str(len(by_node))
-    step = ["srun", "--overlap", f"--jobid={target.job_id}", "-N", n, "--ntasks", n, "--ntasks-per-node=1"]
-    step += [f"--nodelist={','.join(by_node)}", "--kill-on-bad-exit=0"]
+    step = _step_on(target, list(by_node))
     environ = relay.fan_out_environment(dict(os.environ))  # srun's own words, not an enclosing job's
     done = subprocess.run(
         [*step, "sh", "-c", script], capture_output=True, text=True, timeout=ONCE_S + 120, env=environ
@@ -218,13 +214,21 @@ def signal_ranks(
     return sorted(r["rank"] for r in records if NODE_NAME.fullmatch(str(r.get("host"))))
 
 
-def _appears(once: tuple[Path, str]) -> bool:
-    deadline = time.monotonic() + ONCE_S
-    while not any(once[0].glob(once[1])):
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.002)
-    return True
+def _step_on(target: Target, hosts: list[str]) -> list[str]:
+    """srun's words for one task on each of `hosts`, a step beside the job's own (--overlap)."""
+    n = str(len(hosts))
+    step = ["srun", "--overlap", f"--jobid={target.job_id}", "-N", n, "--ntasks", n, "--ntasks-per-node=1"]
+    return [*step, f"--nodelist={','.join(hosts)}", "--kill-on-bad-exit=0"]
+
+
+def poll(condition: Callable[[], Any], timeout: float, every: float = 0.05) -> Any:
+    """`condition`'s first true answer within `timeout` seconds, asked every `every`; None after that."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if found := condition():
+            return found
+        time.sleep(every)
+    return None
 
 
 def _ranks(ranks: list[int]) -> str:
@@ -253,9 +257,7 @@ def cancel(target: Target, whole_array: bool = False) -> str:
         before = None if whole_array else slurm_info(target.job_id).state
         if before in TERMINAL:
             raise UserError(f"job {target.job_id} already ended ({before}): nothing to cancel")
-        result = subprocess.run(["scancel", target.job_id], capture_output=True, text=True)
-        if result.returncode:
-            raise UserError(f"scancel refused: {result.stderr.strip().splitlines()[-1]}")
+        _scancel([target.job_id])
         if not whole_array:
             deadline = time.monotonic() + STOP_WAIT_S
             while (state := slurm_info(target.job_id).state) not in TERMINAL:
@@ -270,9 +272,6 @@ def cancel(target: Target, whole_array: bool = False) -> str:
     if not is_local_job(target):
         raise UserError(f"job {target.job_id} is not running; python -m jobs.status shows how it ended")
     os.kill(int(target.job_id), signal.SIGTERM)
-    deadline = time.monotonic() + STOP_WAIT_S
-    while is_local_job(target):
-        if time.monotonic() > deadline:
-            raise UserError(f"job {target.job_id} did not stop within {STOP_WAIT_S} s; kill -9 {target.job_id}")
-        time.sleep(0.1)
+    if not poll(lambda: not is_local_job(target), STOP_WAIT_S, 0.1):
+        raise UserError(f"job {target.job_id} did not stop within {STOP_WAIT_S} s; kill -9 {target.job_id}")
     return f"cancelled job {target.job_id}"

@@ -18,7 +18,7 @@ from typing import Any
 
 import yaml
 
-from jobs.ops.act import requeue_now, signal_ranks
+from jobs.ops.act import poll, requeue_now, signal_ranks
 from jobs.tracking import find
 from trainer.errors import UserError
 from trainer.run.atomic import json_or_none, write_text
@@ -293,15 +293,6 @@ def cancel(run_dir: Path) -> None:
     subprocess.run([sys.executable, "-m", "jobs.cancel", str(run_dir)], capture_output=True, timeout=300)
 
 
-def poll(condition: Callable[[], Any], timeout: float, every: float = 0.05) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if found := condition():
-            return found
-        time.sleep(every)
-    return None
-
-
 def tools_own(run_dir: Path) -> set[str]:
     """What the tool itself keeps in a run directory (RunDir names each), and the tool's copy and old code."""
     files = RunDir(run_dir)
@@ -328,19 +319,21 @@ def step_of(run_dir: Path) -> int:
     return int(record["step"]) if isinstance(record, dict) and isinstance(record.get("step"), int) else -1
 
 
+def first_attempt(run_dir: Path) -> dict[str, Any]:
+    """The first attempt's record, once there is one ({} before)."""
+    attempts = json_or_none(RunDir(run_dir).attempts)
+    return attempts[0] if isinstance(attempts, list) and attempts and isinstance(attempts[0], dict) else {}
+
+
 def first_stop(run_dir: Path) -> dict[str, Any] | None:
     """The first attempt's stop, once recorded."""
-    attempts = json_or_none(RunDir(run_dir).attempts)
-    stop = (
-        attempts[0].get("stop") if isinstance(attempts, list) and attempts and isinstance(attempts[0], dict) else None
-    )
+    stop = first_attempt(run_dir).get("stop")
     return stop if isinstance(stop, dict) else None
 
 
 def reached(run_dir: Path, at_step: int, at_s: float) -> bool:
     """Whether the run trained to `at_step` (0: ran `at_s` seconds since its first attempt began), or ended."""
-    attempts = json_or_none(RunDir(run_dir).attempts)
-    first = attempts[0] if isinstance(attempts, list) and attempts and isinstance(attempts[0], dict) else {}
+    first = first_attempt(run_dir)
     if first.get("stop") or RunDir(run_dir).error.exists() or RunDir(run_dir).ended_summary():
         return True  # summary.json is there as the run goes: only an ended one counts
     if at_step > 0:

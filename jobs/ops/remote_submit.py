@@ -72,18 +72,8 @@ def root_of(hello: dict, login: Login) -> str:
 
 def with_profile(argv: list[str], path: str) -> list[str]:
     """The submit's arguments with --profile replaced by `path`, and without --wait (followed from here)."""
-    out, skip = [], False
-    for i, arg in enumerate(argv):
-        if skip:
-            skip = False
-            continue
-        if arg == "--":
-            return [*out, "--profile", path, *argv[i:]]
-        if arg == "--profile":
-            skip = True
-        elif not arg.startswith("--profile=") and arg != "--wait":
-            out.append(arg)
-    return [*out, "--profile", path]
+    end = options_end(argv)
+    return [*replaced(argv[:end], "--profile", []), "--profile", path, *argv[end:]]
 
 
 def options_end(argv: list[str]) -> int:
@@ -95,18 +85,24 @@ def with_resume(argv: list[str], run_dir: str) -> list[str]:
     """The submit's arguments for the login node: --resume (either form) naming the run directory there, and
     without --wait (followed from here). Words after `--` are the command's, left as they are."""
     end = options_end(argv)
+    return replaced(argv[:end], "--resume", ["--resume", run_dir]) + argv[end:]
+
+
+def replaced(options: list[str], flag: str, words: list[str]) -> list[str]:
+    """The submit's own `options` with `flag` (`flag VALUE` or `flag=VALUE`) replaced by `words` where it
+    stood, and without --wait (followed from here)."""
     out, skip = [], False
-    for arg in argv[:end]:
+    for arg in options:
         if skip:
             skip = False
-        elif arg == "--resume":
-            out += ["--resume", run_dir]
+        elif arg == flag:
+            out += words
             skip = True
-        elif arg.startswith("--resume="):
-            out += ["--resume", run_dir]
+        elif arg.startswith(f"{flag}="):
+            out += words
         elif arg != "--wait":
             out.append(arg)
-    return out + argv[end:]
+    return out
 
 
 def with_after(argv: list[str], login: Login) -> list[str]:
@@ -234,11 +230,7 @@ def settle(
         if job.isdigit() and job != run.job_id:  # a new job (a --resume's run names its old one until then)
             print(f"the job was queued all the same: job {job}, recorded here", file=sys.stderr, flush=True)
             return dataclasses.replace(run, job_id=job)
-        # Nothing there and no submit of it running, as seen from the login node the submit ran on (another one
-        # behind the same name cannot see that node's processes).
-        same_node = isinstance(seen, dict) and bool(host) and seen.get("host") == host
-        gone = same_node and seen.get("exists") is False and seen.get("submitting") is False  # type: ignore[union-attr]
-        quiet = quiet + 1 if gone else 0
+        quiet = quiet + 1 if host and nothing_came(seen, host) else 0
         if time.monotonic() - started > window_s or quiet >= 3:  # nothing there, nothing on its way, 3 times
             break
         time.sleep(3)
@@ -268,12 +260,19 @@ def unqueued(connection: Connection, folder: Path, run_dir: str, host: str) -> b
             f"{folder.name} was queued as job {seen['job_id']} as the connection dropped: python -m jobs.status "
             f"{folder.name} follows it"
         )
-    if not (isinstance(seen, dict) and seen.get("exists") is False and seen.get("submitting") is False):
-        return False
-    if host and seen.get("host") != host:  # another login node behind the name cannot see the submit's processes
+    if not nothing_came(seen, host):
         return False
     _forget(folder)
     return True
+
+
+def nothing_came(seen: object, host: str) -> bool:
+    """Whether the login node's answer to `job` says: no run directory and no submit of it running, as seen
+    from the login node the submit ran on, `host` (another one behind the same name cannot see that node's
+    processes; "": not known)."""
+    if not (isinstance(seen, dict) and seen.get("exists") is False and seen.get("submitting") is False):
+        return False
+    return not host or seen.get("host") == host
 
 
 def _forget(folder: Path) -> None:

@@ -171,10 +171,14 @@ def refuse_task_change(base: dict[str, Any], overrides: list[str]) -> None:
     for item in overrides:
         key, _, value = item.partition("=")
         if key == "task" and tasks.canonical(value) != tasks.canonical(old):
-            raise UserError(
-                f"--resume cannot change task ({old} -> {value}): the checkpoints hold the old model; drop "
-                "task=..., or start a new run without --resume"
-            )
+            raise cannot_change("task", old, value)
+
+
+def cannot_change(key: str, old: object, new: object) -> UserError:
+    return UserError(
+        f"--resume cannot change {key} ({old} -> {new}): the checkpoints hold the old model; drop {key}=..., or "
+        "start a new run without --resume"
+    )
 
 
 def locked_on_resume(key: str, task: str) -> bool:
@@ -187,10 +191,7 @@ def check_resume(run_dir: Path, old: TrainConfig, new: TrainConfig, profile: Pro
     before, after = flat(config_dict(old)), flat(config_dict(new))
     for key in before:
         if locked_on_resume(key, section(old.task)) and before[key] != after.get(key):
-            raise UserError(
-                f"--resume cannot change {key} ({before[key]} -> {after[key]}): the checkpoints hold the old "
-                f"model; drop {key}=..., or start a new run without --resume"
-            )
+            raise cannot_change(key, before[key], after[key])
     refuse_if_running(run_dir)
     final_step = (RunDir(run_dir).finished_summary() or {}).get("final_step", 0)
     if final_step >= new.steps:

@@ -122,7 +122,7 @@ def _key_value(option: str) -> tuple[str, str, str]:
 def check_hosts(what: str, value: str) -> None:
     """A user, or jump hosts ([user@]host[:port], comma-separated): names, nothing a shell would read."""
     hosts = value.split(",") if what != "-l" and "user" not in what.lower() else [value]
-    if not all(re.fullmatch(r"(?:[A-Za-z0-9._-]+@)?[A-Za-z0-9][A-Za-z0-9._-]*(?::\d+)?", h) for h in hosts):
+    if not all(re.fullmatch(LOGIN.pattern + r"(?::\d+)?", h) for h in hosts):
         raise UserError(
             f"ssh_options: {what} {value!r} is not a user or [user@]host[:port] (letters, digits, . _ - only); "
             "e.g. -J alice@gateway.example.org"
@@ -199,14 +199,8 @@ class Connection:
             done = subprocess.run(self.argv(action, *args), input=data, capture_output=True, timeout=timeout)
         except subprocess.TimeoutExpired:
             raise UserError(f"{self.login.login} did not answer within {timeout:.0f} s; try again") from None
-        if dropped(done.returncode, done.stderr.decode(errors="replace"), self.answered):
-            said = " ".join(done.stderr.decode(errors="replace").split())[-200:] or "no word from ssh"
-            raise UserError(
-                f"the connection to {self.login.login} dropped during {action} ({said}); nothing is lost: run the "
-                "same command again"
-            )
         if done.returncode != 0:
-            raise UserError(self.explain(done.returncode, done.stderr.decode(errors="replace")))
+            raise self.failed(action, done.returncode, done.stderr.decode(errors="replace"))
         self.answered = True
         return done.stdout
 
@@ -234,18 +228,22 @@ class Connection:
                     code = None
                 if code:
                     err.seek(0)
-                    said = err.read().decode(errors="replace")
-                    if dropped(code, said, self.answered):
-                        raise UserError(
-                            f"the connection to {self.login.login} dropped during {action}; nothing is lost: run "
-                            "the same command again"
-                        ) from None
-                    raise UserError(self.explain(code, said)) from None
+                    raise self.failed(action, code, err.read().decode(errors="replace"), quote=False) from None
                 raise UserError(f"what {self.login.login} sent was cut short ({exc}); try again") from None
             code = proc.wait()
             if code != 0:
                 err.seek(0)
                 raise UserError(self.explain(code, err.read().decode(errors="replace")))
+
+    def failed(self, action: str, code: int, stderr: str, quote: bool = True) -> UserError:
+        """A command's failure as one line: the connection's drop (with ssh's words, `quote`), else explain's."""
+        if not dropped(code, stderr, self.answered):
+            return UserError(self.explain(code, stderr))
+        said = f" ({' '.join(stderr.split())[-200:] or 'no word from ssh'})" if quote else ""
+        return UserError(
+            f"the connection to {self.login.login} dropped during {action}{said}; nothing is lost: run the same "
+            "command again"
+        )
 
     def explain(self, code: int, stderr: str) -> str:
         """One line for what went wrong: the agent's own error line, else what ssh said, with the fix."""

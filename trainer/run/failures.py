@@ -86,10 +86,7 @@ def root_cause(failures: Sequence[Failure], killed: Sequence[Failure] = ()) -> F
     itself); else the earliest peer error."""
     own = sorted((f for f in failures if not f.peer), key=lambda f: f.time)
     peers = sorted((f for f in failures if f.peer), key=lambda f: f.time)
-    for group in (own, list(killed), peers):
-        if group:
-            return group[0]
-    return None
+    return next((group[0] for group in (own, list(killed), peers) if group), None)
 
 
 def torch_error(path: Path) -> tuple[str, str] | None:

@@ -109,8 +109,7 @@ class RunDir:
     def ended_summary(self) -> dict[str, Any] | None:
         """The final summary.json of a run that no job goes on with: finished, or ended (`"ended"`: failure,
         cancelled, timeout, trainer.supervise.attempts.close); None while it may go on; a UserError when damaged."""
-        verdict = summary_verdict(self.summary).checked()
-        return verdict.record or None
+        return summary_verdict(self.summary).checked().record or None
 
     def finished_summary(self) -> dict[str, Any] | None:
         """The finished run's summary.json; None before it finished; a UserError when it is damaged."""
